@@ -1,0 +1,1 @@
+//! The C ABI boundary of distspmm (`libdistspmm.so`, `include/distspmm.h`).

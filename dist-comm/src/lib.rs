@@ -1,0 +1,1 @@
+//! Communicators that move the bytes a distspmm schedule asks for: MPI, in-process threads, NCCL.

@@ -1,0 +1,2 @@
+//! The `distspmm` command line.
+fn main() {}

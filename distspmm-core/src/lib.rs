@@ -1,0 +1,10 @@
+//! Sparse matrix types, CPU SpMM kernels, graph loading, partitioning, chunk building and the
+//! communication schedules of distributed SpMM.
+//!
+//! `#![no_std]` + `alloc`: the sparse types and kernels work anywhere; threads (rayon), files,
+//! graph readers, METIS and chunk writing need the default `std` feature.
+#![no_std]
+
+extern crate alloc;
+#[cfg(feature = "std")]
+extern crate std;

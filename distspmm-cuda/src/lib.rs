@@ -1,0 +1,1 @@
+//! Hand-written CUDA SpMM kernels (CSR forward, CSC transpose) and their launches.
