@@ -1,2 +1,47 @@
-//! The `distspmm` command line.
-fn main() {}
+//! The `distspmm` command line: generate graphs, partition them into chunks, inspect chunks,
+//! plan and benchmark the distributed SpMM, verify it, and train a GCN.
+
+mod cmd;
+
+use clap::{Parser, Subcommand};
+
+/// Distributed sparse × dense products and GCN training over partitioned graphs.
+#[derive(Debug, Parser)]
+#[command(name = "distspmm", version, about, propagate_version = true)]
+struct Cli {
+    /// More log output (-v info, -vv debug); `RUST_LOG` overrides.
+    #[arg(short, long, action = clap::ArgAction::Count, global = true)]
+    verbose: u8,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {}
+
+fn init_tracing(verbose: u8) {
+    let default = match verbose {
+        0 => "warn",
+        1 => "info",
+        _ => "debug",
+    };
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .init();
+}
+
+fn main() -> std::process::ExitCode {
+    let cli = Cli::parse();
+    init_tracing(cli.verbose);
+    let result: anyhow::Result<()> = match cli.command {};
+    match result {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(err) => {
+            eprintln!("error: {err:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
