@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# The main job end to end on the built-in default graph:
+#   generate a contextual stochastic block model graph → METIS-partition it into 2 chunks →
+#   mpirun -n 2 distspmm train (2-layer GCN, halo schedule) → prints the accuracy.
+# Installs what it needs on a fresh Debian machine (see scripts/ensure-deps.sh).
+#   RANKS=4 EPOCHS=100 ./scripts/quickstart.sh   to change the defaults
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+# shellcheck source=scripts/ensure-deps.sh
+source scripts/ensure-deps.sh
+
+RANKS="${RANKS:-2}"
+EPOCHS="${EPOCHS:-200}"
+WORK="${WORK:-run/quickstart}"
+mkdir -p "$WORK"
+
+echo "==> building distspmm (release)"
+cargo build --release -q -p distspmm-cli
+BIN="$PWD/target/release/distspmm"
+
+echo "==> generating the default CSBM graph"
+"$BIN" generate csbm --seed 7 --out "$WORK/csbm.npz" --force
+
+echo "==> partitioning into $RANKS parts with METIS"
+"$BIN" partition --input "$WORK/csbm.npz" --parts "$RANKS" --out "$WORK/chunks" --force
+
+echo "==> training a 2-layer GCN on $RANKS MPI ranks"
+mpirun -n "$RANKS" --oversubscribe --bind-to none \
+  "$BIN" train --chunks "$WORK/chunks" --epochs "$EPOCHS"

