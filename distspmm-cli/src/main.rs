@@ -2,6 +2,7 @@
 //! plan and benchmark the distributed SpMM, verify it, and train a GCN.
 
 mod cmd;
+mod train;
 
 use clap::{Parser, Subcommand};
 

@@ -1,0 +1,626 @@
+//! The GCN of Kipf & Welling: `H' = σ(Â·H·W + b)`, ReLU between layers, dropout on every layer's
+//! input, log-softmax + NLL over the training nodes, Adam with L2 weight decay on the first layer.
+//!
+//! The model is written once against two narrow doors: [`Aggregate`] (Â·X and Âᵀ·dY over this
+//! rank's rows, however they are computed) and [`Reduce`] (sums across ranks). With the
+//! distributed SpMM behind the first and MPI behind the second this is data-parallel training;
+//! with a single-process product and an identity reduction it is ordinary training, and the two
+//! optimise the same objective: the loss is the mean over *all* training nodes of all ranks, so
+//! local gradients are summed, not averaged.
+
+use super::dense::{gemm, Op, Shape};
+use anyhow::{ensure, Result};
+use rand::{Rng, SeedableRng};
+
+/// Â·X and Âᵀ·dY over the rows this rank owns.
+pub trait Aggregate {
+    /// Rows owned by this rank.
+    fn rows(&self) -> usize;
+    /// `y = Â · x` for this rank's rows; `x` and `y` are `rows × f` row-major.
+    fn forward(&mut self, x: &[f32], f: usize, y: &mut [f32]) -> Result<()>;
+    /// `dx = Âᵀ · dy` for this rank's rows; `dy` and `dx` are `rows × f` row-major.
+    fn backward(&mut self, dy: &[f32], f: usize, dx: &mut [f32]) -> Result<()>;
+    /// Payload bytes this rank has received so far (for reporting).
+    fn bytes_received(&self) -> u64;
+}
+
+/// Element-wise sums across all ranks, in place; every rank gets the same result.
+pub trait Reduce {
+    /// Sums `buf` across ranks.
+    fn sum_f32(&mut self, buf: &mut [f32]) -> Result<()>;
+    /// Sums `buf` across ranks.
+    fn sum_f64(&mut self, buf: &mut [f64]) -> Result<()>;
+}
+
+/// Hyperparameters of the model and its optimiser.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct GcnConfig {
+    /// Input feature width.
+    pub in_dim: usize,
+    /// Hidden width of every inner layer.
+    pub hidden: usize,
+    /// Number of classes (output width).
+    pub classes: usize,
+    /// Number of GCN layers (≥ 1).
+    pub layers: usize,
+    /// Dropout probability on every layer's input during training.
+    pub dropout: f32,
+    /// Adam learning rate.
+    pub lr: f32,
+    /// L2 weight decay on the first layer's weights (the GCN paper's choice).
+    pub weight_decay: f32,
+    /// Seed of the initial weights and the dropout masks.
+    pub seed: u64,
+}
+
+impl GcnConfig {
+    /// Widths of the layer boundaries: `[in, hidden, …, hidden, classes]`.
+    pub fn dims(&self) -> Vec<usize> {
+        let mut d = vec![self.in_dim];
+        d.extend(std::iter::repeat_n(self.hidden, self.layers.saturating_sub(1)));
+        d.push(self.classes);
+        d
+    }
+
+    /// Checks the configuration makes a trainable model.
+    pub fn validate(&self) -> Result<()> {
+        ensure!(self.layers >= 1, "--layers must be at least 1");
+        ensure!(self.in_dim >= 1, "the chunks carry no features (feature dimension 0); a GCN needs node features");
+        ensure!(self.classes >= 2, "the chunks carry {} classes; training needs labels with at least 2 classes", self.classes);
+        ensure!(self.hidden >= 1 || self.layers == 1, "--hidden must be at least 1");
+        ensure!((0.0..1.0).contains(&self.dropout), "--dropout must be in [0, 1), got {}", self.dropout);
+        ensure!(self.lr.is_finite() && self.lr > 0.0, "--lr must be a positive number, got {}", self.lr);
+        ensure!(
+            self.weight_decay.is_finite() && self.weight_decay >= 0.0,
+            "--weight-decay must be a non-negative number, got {}",
+            self.weight_decay
+        );
+        Ok(())
+    }
+}
+
+/// The parameters: per layer a row-major `in × out` weight and an `out` bias.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct Params {
+    /// Weights, one per layer.
+    pub weights: Vec<Vec<f32>>,
+    /// Biases, one per layer.
+    pub biases: Vec<Vec<f32>>,
+}
+
+impl Params {
+    /// Glorot-uniform weights and zero biases, identical on every rank for the same seed.
+    pub fn glorot(cfg: &GcnConfig) -> Self {
+        let dims = cfg.dims();
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(cfg.seed);
+        let mut weights = Vec::new();
+        let mut biases = Vec::new();
+        for l in 0..cfg.layers {
+            let (fi, fo) = (dims[l], dims[l + 1]);
+            let r = (6.0 / (fi + fo) as f64).sqrt() as f32;
+            weights.push((0..fi * fo).map(|_| rng.random_range(-r..=r)).collect());
+            biases.push(vec![0.0; fo]);
+        }
+        Self { weights, biases }
+    }
+
+    /// All parameters as one flat vector (weights then bias, layer by layer).
+    pub fn flatten(&self) -> Vec<f32> {
+        let mut v = Vec::with_capacity(self.len());
+        for (w, b) in self.weights.iter().zip(&self.biases) {
+            v.extend_from_slice(w);
+            v.extend_from_slice(b);
+        }
+        v
+    }
+
+    /// Total number of parameters.
+    pub fn len(&self) -> usize {
+        self.weights.iter().map(Vec::len).sum::<usize>() + self.biases.iter().map(Vec::len).sum::<usize>()
+    }
+
+    /// Overwrites the parameters from a flat vector in [`Params::flatten`] order.
+    pub fn unflatten(&mut self, flat: &[f32]) {
+        let mut at = 0;
+        for (w, b) in self.weights.iter_mut().zip(&mut self.biases) {
+            let (wl, bl) = (w.len(), b.len());
+            w.copy_from_slice(&flat[at..at + wl]);
+            at += wl;
+            b.copy_from_slice(&flat[at..at + bl]);
+            at += bl;
+        }
+    }
+}
+
+/// Adam (Kingma & Ba) with L2 weight decay added to the gradient, as PyTorch's `Adam`.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct Adam {
+    /// First-moment estimates, flat in [`Params::flatten`] order.
+    pub m: Vec<f32>,
+    /// Second-moment estimates.
+    pub v: Vec<f32>,
+    /// Steps taken.
+    pub t: u64,
+}
+
+impl Adam {
+    const BETA1: f32 = 0.9;
+    const BETA2: f32 = 0.999;
+    const EPS: f32 = 1e-8;
+
+    /// Zero state for `n` parameters.
+    pub fn new(n: usize) -> Self {
+        Self { m: vec![0.0; n], v: vec![0.0; n], t: 0 }
+    }
+
+    /// One step: `params -= lr · m̂ / (√v̂ + ε)`.
+    pub fn step(&mut self, params: &mut [f32], grads: &[f32], lr: f32) {
+        self.t += 1;
+        let bc1 = 1.0 - Self::BETA1.powi(self.t as i32);
+        let bc2 = 1.0 - Self::BETA2.powi(self.t as i32);
+        for (((p, &g), m), v) in params.iter_mut().zip(grads).zip(&mut self.m).zip(&mut self.v) {
+            *m = Self::BETA1 * *m + (1.0 - Self::BETA1) * g;
+            *v = Self::BETA2 * *v + (1.0 - Self::BETA2) * g * g;
+            let mhat = *m / bc1;
+            let vhat = *v / bc2;
+            *p -= lr * mhat / (vhat.sqrt() + Self::EPS);
+        }
+    }
+}
+
+/// What one rank holds of the data: its feature rows, labels and masks, and the original node ids
+/// of its rows (the dropout masks are keyed by original id, so they do not depend on how many
+/// ranks share the graph).
+#[derive(Debug, Clone, Copy)]
+pub struct LocalData<'a> {
+    /// `rows × in_dim` features (row-normalised if asked).
+    pub features: &'a [f32],
+    /// Class per row, −1 for unlabelled.
+    pub labels: &'a [i32],
+    /// Bit 0 train, bit 1 val, bit 2 test.
+    pub masks: &'a [u8],
+    /// Original node id of each row.
+    pub original_ids: &'a [u64],
+}
+
+/// Mask bit of the training nodes.
+pub const TRAIN: u8 = 1;
+/// Mask bit of the validation nodes.
+pub const VAL: u8 = 2;
+/// Mask bit of the test nodes.
+pub const TEST: u8 = 4;
+
+/// Counts summed across ranks after an evaluation: `[nll_sum, train_ok, train_n, val_ok, val_n, test_ok, test_n]`.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Metrics {
+    /// Mean NLL over the training nodes (without the weight-decay term).
+    pub loss: f64,
+    /// Training accuracy (fraction).
+    pub train_acc: f64,
+    /// Validation accuracy (fraction).
+    pub val_acc: f64,
+    /// Test accuracy (fraction).
+    pub test_acc: f64,
+}
+
+/// Buffers of one forward/backward pass, allocated once.
+#[derive(Debug)]
+struct LayerBuffers {
+    /// The layer's input after dropout (`rows × fi`).
+    input: Vec<f32>,
+    /// `Â·input` (aggregate first) or `input·W` (transform first).
+    mid: Vec<f32>,
+    /// Pre-activation output `rows × fo`.
+    z: Vec<f32>,
+    /// Output after activation (`rows × fo`; the logits for the last layer).
+    out: Vec<f32>,
+    /// Whether this layer aggregates before transforming (cheaper when `fi ≤ fo`).
+    aggregate_first: bool,
+}
+
+/// A GCN bound to one rank's rows, with its reusable buffers.
+#[derive(Debug)]
+pub struct Gcn {
+    /// Hyperparameters.
+    pub cfg: GcnConfig,
+    /// Current parameters.
+    pub params: Params,
+    /// Optimiser state.
+    pub adam: Adam,
+    dims: Vec<usize>,
+    rows: usize,
+    layers: Vec<LayerBuffers>,
+    grad: Vec<f32>,
+    d_a: Vec<f32>,
+    d_b: Vec<f32>,
+    train_total: f64,
+}
+
+fn splitmix64(mut x: u64) -> u64 {
+    x = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    x = (x ^ (x >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    x = (x ^ (x >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    x ^ (x >> 31)
+}
+
+impl Gcn {
+    /// A fresh model (Glorot weights) for `rows` local rows; `train_total` is the number of
+    /// training nodes summed over all ranks.
+    pub fn new(cfg: GcnConfig, rows: usize, train_total: u64) -> Result<Self> {
+        cfg.validate()?;
+        ensure!(train_total > 0, "the training mask is empty on every rank: nothing to train on");
+        let params = Params::glorot(&cfg);
+        let adam = Adam::new(params.len());
+        let dims = cfg.dims();
+        let layers = (0..cfg.layers)
+            .map(|l| {
+                let (fi, fo) = (dims[l], dims[l + 1]);
+                let aggregate_first = fi <= fo;
+                LayerBuffers {
+                    input: vec![0.0; rows * fi],
+                    mid: vec![0.0; rows * if aggregate_first { fi } else { fo }],
+                    z: vec![0.0; rows * fo],
+                    out: vec![0.0; rows * fo],
+                    aggregate_first,
+                }
+            })
+            .collect();
+        let widest = dims.iter().copied().max().unwrap_or(0);
+        Ok(Self {
+            grad: vec![0.0; params.len()],
+            params,
+            adam,
+            rows,
+            layers,
+            d_a: vec![0.0; rows * widest],
+            d_b: vec![0.0; rows * widest],
+            dims,
+            train_total: train_total as f64,
+            cfg,
+        })
+    }
+
+    /// Keep-or-drop decision and the key it derives from: (seed, epoch, layer, node, column).
+    fn dropout_input(&mut self, l: usize, src: &[f32], data: &LocalData<'_>, epoch: u64, training: bool) {
+        let fi = self.dims[l];
+        let p = self.cfg.dropout;
+        let buf = &mut self.layers[l].input;
+        if !training || p == 0.0 {
+            buf.copy_from_slice(&src[..self.rows * fi]);
+            return;
+        }
+        let scale = 1.0 / (1.0 - p);
+        // A drop threshold on 24 random bits, as an f32 uniform would have.
+        let threshold = (f64::from(p) * f64::from(1u32 << 24)) as u64;
+        let base = splitmix64(self.cfg.seed ^ splitmix64(epoch.wrapping_mul(0x1000_0000_01B3) ^ (l as u64)));
+        for (r, (dst, s)) in buf.chunks_exact_mut(fi).zip(src.chunks_exact(fi)).enumerate() {
+            let row_key = splitmix64(base ^ data.original_ids[r].wrapping_mul(0x9E37_79B9_7F4A_7C15));
+            for (c, (d, &v)) in dst.iter_mut().zip(s).enumerate() {
+                let u = splitmix64(row_key.wrapping_add(c as u64)) >> 40;
+                *d = if u < threshold { 0.0 } else { v * scale };
+            }
+        }
+    }
+
+    /// Forward pass over this rank's rows; the logits end up in the last layer's `out`.
+    fn forward(&mut self, agg: &mut dyn Aggregate, data: &LocalData<'_>, epoch: u64, training: bool) -> Result<()> {
+        let n = self.rows;
+        for l in 0..self.cfg.layers {
+            let (fi, fo) = (self.dims[l], self.dims[l + 1]);
+            if l == 0 {
+                self.dropout_input(0, data.features, data, epoch, training);
+            } else {
+                let prev = std::mem::take(&mut self.layers[l - 1].out);
+                self.dropout_input(l, &prev, data, epoch, training);
+                self.layers[l - 1].out = prev;
+            }
+            let w = &self.params.weights[l];
+            let layer = &mut self.layers[l];
+            if layer.aggregate_first {
+                agg.forward(&layer.input, fi, &mut layer.mid)?;
+                gemm(1.0, &layer.mid, Shape::new(n, fi), Op::N, w, Shape::new(fi, fo), Op::N, 0.0, &mut layer.z, Shape::new(n, fo));
+            } else {
+                gemm(1.0, &layer.input, Shape::new(n, fi), Op::N, w, Shape::new(fi, fo), Op::N, 0.0, &mut layer.mid, Shape::new(n, fo));
+                agg.forward(&layer.mid, fo, &mut layer.z)?;
+            }
+            let b = &self.params.biases[l];
+            let last = l + 1 == self.cfg.layers;
+            for (zr, or) in layer.z.chunks_exact_mut(fo).zip(layer.out.chunks_exact_mut(fo)) {
+                for ((z, o), &bb) in zr.iter_mut().zip(or.iter_mut()).zip(b) {
+                    *z += bb;
+                    *o = if last { *z } else { z.max(0.0) };
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Evaluates without dropout: loss over training nodes and the three accuracies, summed over ranks.
+    pub fn evaluate(&mut self, agg: &mut dyn Aggregate, red: &mut dyn Reduce, data: &LocalData<'_>) -> Result<Metrics> {
+        self.forward(agg, data, 0, false)?;
+        let mut counts = self.local_counts(data);
+        red.sum_f64(&mut counts)?;
+        Ok(Metrics {
+            loss: counts[0] / counts[2].max(1.0),
+            train_acc: counts[1] / counts[2].max(1.0),
+            val_acc: counts[3] / counts[4].max(1.0),
+            test_acc: counts[5] / counts[6].max(1.0),
+        })
+    }
+
+    /// `[nll_sum, train_ok, train_n, val_ok, val_n, test_ok, test_n]` over this rank's rows,
+    /// from the logits of the last forward pass.
+    fn local_counts(&self, data: &LocalData<'_>) -> [f64; 7] {
+        let c = self.cfg.classes;
+        let logits = &self.layers[self.cfg.layers - 1].out;
+        let mut k = [0.0f64; 7];
+        for (r, row) in logits.chunks_exact(c).enumerate() {
+            let y = data.labels[r];
+            if y < 0 {
+                continue;
+            }
+            let (argmax, lse) = log_sum_exp(row);
+            let ok = f64::from(u8::from(argmax == y as usize));
+            let m = data.masks[r];
+            if m & TRAIN != 0 {
+                k[0] += f64::from(lse - row[y as usize]);
+                k[1] += ok;
+                k[2] += 1.0;
+            }
+            if m & VAL != 0 {
+                k[3] += ok;
+                k[4] += 1.0;
+            }
+            if m & TEST != 0 {
+                k[5] += ok;
+                k[6] += 1.0;
+            }
+        }
+        k
+    }
+
+    /// One training step (forward with dropout, backward, gradient sum across ranks, Adam);
+    /// returns the mean training loss of the step's forward pass.
+    pub fn train_step(&mut self, agg: &mut dyn Aggregate, red: &mut dyn Reduce, data: &LocalData<'_>, epoch: u64) -> Result<f64> {
+        self.forward(agg, data, epoch, true)?;
+        let mut counts = self.local_counts(data);
+        self.backward(agg, data)?;
+        // One reduction for the gradient and the loss statistics together would mix f32 and f64;
+        // two small reductions keep the f64 sums exact.
+        red.sum_f32(&mut self.grad)?;
+        red.sum_f64(&mut counts)?;
+        ensure!(
+            self.grad.iter().all(|g| g.is_finite()),
+            "a gradient became NaN or infinite at epoch {epoch}: lower --lr, check the features for huge values"
+        );
+        // L2 weight decay on the first layer's weights, added once after the sum.
+        let w0 = self.params.weights[0].len();
+        for (g, &w) in self.grad[..w0].iter_mut().zip(&self.params.weights[0]) {
+            *g += self.cfg.weight_decay * w;
+        }
+        let mut flat = self.params.flatten();
+        self.adam.step(&mut flat, &self.grad, self.cfg.lr);
+        self.params.unflatten(&flat);
+        Ok(counts[0] / counts[2].max(1.0))
+    }
+
+    /// Gradient of the global mean NLL with respect to all parameters, for this rank's rows,
+    /// into `self.grad` (flat, [`Params::flatten`] order).
+    fn backward(&mut self, agg: &mut dyn Aggregate, data: &LocalData<'_>) -> Result<()> {
+        let n = self.rows;
+        let layers = self.cfg.layers;
+        let c = self.cfg.classes;
+        // dZ of the last layer: (softmax − onehot) / N_train on training rows, 0 elsewhere.
+        let mut dz = std::mem::take(&mut self.d_a);
+        dz[..n * c].fill(0.0);
+        {
+            let logits = &self.layers[layers - 1].out;
+            for (r, (row, d)) in logits.chunks_exact(c).zip(dz.chunks_exact_mut(c)).enumerate() {
+                let y = data.labels[r];
+                if y < 0 || data.masks[r] & TRAIN == 0 {
+                    continue;
+                }
+                let (_, lse) = log_sum_exp(row);
+                for (k, (dv, &v)) in d.iter_mut().zip(row).enumerate() {
+                    let p = (v - lse).exp();
+                    *dv = ((p - f32::from(u8::from(k == y as usize))) as f64 / self.train_total) as f32;
+                }
+            }
+        }
+        let mut scratch = std::mem::take(&mut self.d_b);
+        // Offsets of each layer's weight and bias in the flat gradient.
+        let mut offsets = Vec::with_capacity(layers);
+        let mut at = 0;
+        for l in 0..layers {
+            offsets.push(at);
+            at += self.dims[l] * self.dims[l + 1] + self.dims[l + 1];
+        }
+        for l in (0..layers).rev() {
+            let (fi, fo) = (self.dims[l], self.dims[l + 1]);
+            let (gw, rest) = self.grad[offsets[l]..].split_at_mut(fi * fo);
+            let gb = &mut rest[..fo];
+            gb.fill(0.0);
+            for row in dz[..n * fo].chunks_exact(fo) {
+                for (g, &v) in gb.iter_mut().zip(row) {
+                    *g += v;
+                }
+            }
+            let layer = &self.layers[l];
+            let w = &self.params.weights[l];
+            let need_input_grad = l > 0;
+            if layer.aggregate_first {
+                // Z = (Â·H)·W: dW = (Â·H)ᵀ·dZ, d(Â·H) = dZ·Wᵀ, dH = Âᵀ·d(Â·H).
+                gemm(1.0, &layer.mid, Shape::new(n, fi), Op::T, &dz, Shape::new(n, fo), Op::N, 0.0, gw, Shape::new(fi, fo));
+                if need_input_grad {
+                    gemm(1.0, &dz, Shape::new(n, fo), Op::N, w, Shape::new(fi, fo), Op::T, 0.0, &mut scratch, Shape::new(n, fi));
+                    agg.backward(&scratch[..n * fi], fi, &mut dz[..n * fi])?;
+                }
+            } else {
+                // Z = Â·(H·W): d(H·W) = Âᵀ·dZ, dW = Hᵀ·d(H·W), dH = d(H·W)·Wᵀ.
+                agg.backward(&dz[..n * fo], fo, &mut scratch[..n * fo])?;
+                gemm(1.0, &layer.input, Shape::new(n, fi), Op::T, &scratch, Shape::new(n, fo), Op::N, 0.0, gw, Shape::new(fi, fo));
+                if need_input_grad {
+                    gemm(1.0, &scratch, Shape::new(n, fo), Op::N, w, Shape::new(fi, fo), Op::T, 0.0, &mut dz, Shape::new(n, fi));
+                }
+            }
+            if need_input_grad {
+                // Through the dropout of this layer's input (kept entries were scaled) and the
+                // previous layer's ReLU.
+                let scale = 1.0 / (1.0 - self.cfg.dropout);
+                let prev = &self.layers[l - 1];
+                for ((d, &kept), &z) in dz[..n * fi].iter_mut().zip(&layer.input).zip(&prev.z) {
+                    let keep = if self.cfg.dropout == 0.0 { 1.0 } else if kept == 0.0 { 0.0 } else { scale };
+                    *d = if z > 0.0 { *d * keep } else { 0.0 };
+                }
+            }
+        }
+        self.d_a = dz;
+        self.d_b = scratch;
+        Ok(())
+    }
+}
+
+/// `(argmax, log Σ exp)` of one row of logits.
+fn log_sum_exp(row: &[f32]) -> (usize, f32) {
+    let (mut arg, mut max) = (0, f32::NEG_INFINITY);
+    for (k, &v) in row.iter().enumerate() {
+        if v > max {
+            max = v;
+            arg = k;
+        }
+    }
+    let s: f32 = row.iter().map(|&v| (v - max).exp()).sum();
+    (arg, max + s.ln())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Â as a dense matrix over all rows (one rank).
+    struct DenseAgg {
+        n: usize,
+        a: Vec<f32>,
+    }
+
+    impl Aggregate for DenseAgg {
+        fn rows(&self) -> usize {
+            self.n
+        }
+        fn forward(&mut self, x: &[f32], f: usize, y: &mut [f32]) -> Result<()> {
+            gemm(1.0, &self.a, Shape::new(self.n, self.n), Op::N, x, Shape::new(self.n, f), Op::N, 0.0, y, Shape::new(self.n, f));
+            Ok(())
+        }
+        fn backward(&mut self, dy: &[f32], f: usize, dx: &mut [f32]) -> Result<()> {
+            gemm(1.0, &self.a, Shape::new(self.n, self.n), Op::T, dy, Shape::new(self.n, f), Op::N, 0.0, dx, Shape::new(self.n, f));
+            Ok(())
+        }
+        fn bytes_received(&self) -> u64 {
+            0
+        }
+    }
+
+    struct Alone;
+    impl Reduce for Alone {
+        fn sum_f32(&mut self, _: &mut [f32]) -> Result<()> {
+            Ok(())
+        }
+        fn sum_f64(&mut self, _: &mut [f64]) -> Result<()> {
+            Ok(())
+        }
+    }
+
+    fn setup(layers: usize, in_dim: usize, hidden: usize) -> (DenseAgg, Vec<f32>, Vec<i32>, Vec<u8>, Vec<u64>, GcnConfig) {
+        let n = 7;
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(3);
+        // A non-symmetric Â so that forward and backward use different products.
+        let a: Vec<f32> = (0..n * n).map(|_| if rng.random::<f32>() < 0.4 { rng.random_range(0.1..1.0) } else { 0.0 }).collect();
+        let x: Vec<f32> = (0..n * in_dim).map(|_| rng.random_range(-1.0..1.0)).collect();
+        let labels: Vec<i32> = (0..n as i32).map(|i| i % 3).collect();
+        let masks: Vec<u8> = (0..n).map(|i| if i % 2 == 0 { TRAIN } else { TEST }).collect();
+        let ids: Vec<u64> = (0..n as u64).collect();
+        let cfg = GcnConfig { in_dim, hidden, classes: 3, layers, dropout: 0.0, lr: 0.01, weight_decay: 0.0, seed: 9 };
+        (DenseAgg { n, a }, x, labels, masks, ids, cfg)
+    }
+
+    #[test]
+    fn gradient_matches_finite_differences() {
+        // Both layer orders: in_dim < hidden (aggregate first) and in_dim > hidden (transform first).
+        for (layers, in_dim, hidden) in [(2, 3, 5), (2, 6, 2), (3, 4, 4), (1, 5, 1)] {
+            let (mut agg, x, labels, masks, ids, cfg) = setup(layers, in_dim, hidden);
+            let data = LocalData { features: &x, labels: &labels, masks: &masks, original_ids: &ids };
+            let train_n = masks.iter().filter(|&&m| m & TRAIN != 0).count() as u64;
+            let mut model = Gcn::new(cfg, agg.n, train_n).unwrap();
+            // Move biases off zero and away from ReLU kinks.
+            for b in &mut model.params.biases {
+                b.iter_mut().enumerate().for_each(|(i, v)| *v = 0.05 * i as f32 + 0.01);
+            }
+            model.forward(&mut agg, &data, 0, true).unwrap();
+            model.backward(&mut agg, &data).unwrap();
+            let analytic = model.grad.clone();
+            let base = model.params.flatten();
+            let eps = 1e-2f32;
+            for i in 0..base.len() {
+                let mut loss_at = |delta: f32| {
+                    let mut p = base.clone();
+                    p[i] += delta;
+                    model.params.unflatten(&p);
+                    model.evaluate(&mut agg, &mut Alone, &data).unwrap().loss
+                };
+                let numeric = (loss_at(eps) - loss_at(-eps)) / (2.0 * f64::from(eps));
+                let a = f64::from(analytic[i]);
+                assert!(
+                    (numeric - a).abs() <= 2e-3 + 2e-2 * a.abs(),
+                    "layers {layers} in {in_dim} hidden {hidden}: param {i}: numeric {numeric} analytic {a}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn training_lowers_the_loss_and_is_deterministic() {
+        let run = || {
+            let (mut agg, x, labels, masks, ids, mut cfg) = setup(2, 4, 8);
+            cfg.dropout = 0.3;
+            cfg.weight_decay = 5e-4;
+            let data = LocalData { features: &x, labels: &labels, masks: &masks, original_ids: &ids };
+            let mut model = Gcn::new(cfg, agg.n, 4).unwrap();
+            let first = model.evaluate(&mut agg, &mut Alone, &data).unwrap().loss;
+            let mut losses = Vec::new();
+            for epoch in 0..100 {
+                losses.push(model.train_step(&mut agg, &mut Alone, &data, epoch).unwrap());
+            }
+            let last = model.evaluate(&mut agg, &mut Alone, &data).unwrap().loss;
+            (first, last, losses)
+        };
+        let (first, last, losses) = run();
+        assert!(last < 0.5 * first, "loss {first} -> {last}");
+        assert_eq!(losses, run().2, "same seed, same losses");
+    }
+
+    #[test]
+    fn dropout_masks_depend_on_original_ids_not_row_positions() {
+        let (mut agg, x, labels, masks, ids, mut cfg) = setup(1, 4, 1);
+        cfg.dropout = 0.5;
+        let data = LocalData { features: &x, labels: &labels, masks: &masks, original_ids: &ids };
+        let mut model = Gcn::new(cfg.clone(), agg.n, 4).unwrap();
+        model.forward(&mut agg, &data, 3, true).unwrap();
+        let full = model.layers[0].input.clone();
+        let dropped = full.iter().filter(|&&v| v == 0.0).count();
+        assert!(dropped > 4 && dropped < 24, "about half of 28 entries dropped, got {dropped}");
+        // The same node seen as row 0 of a one-row rank gets the same mask.
+        let one = LocalData { features: &x[4 * 4..5 * 4], labels: &labels[4..5], masks: &masks[4..5], original_ids: &ids[4..5] };
+        let mut single = Gcn::new(cfg, 1, 1).unwrap();
+        single.dropout_input(0, one.features, &one, 3, true);
+        assert_eq!(single.layers[0].input, full[4 * 4..5 * 4]);
+    }
+
+    #[test]
+    fn bad_configurations_are_explained() {
+        let (_, _, _, _, _, cfg) = setup(2, 4, 8);
+        let err = Gcn::new(GcnConfig { dropout: 1.0, ..cfg.clone() }, 3, 1).unwrap_err();
+        assert!(err.to_string().contains("--dropout"));
+        let err = Gcn::new(cfg, 3, 0).unwrap_err();
+        assert!(err.to_string().contains("training mask is empty"));
+    }
+}
