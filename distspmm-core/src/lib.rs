@@ -8,3 +8,6 @@
 extern crate alloc;
 #[cfg(feature = "std")]
 extern crate std;
+
+#[cfg(feature = "std")]
+pub mod partition;

@@ -1,0 +1,588 @@
+//! Graph partitioning: METIS k-way (through the `metis` crate), contiguous ranges and balanced
+//! random assignment; the [`Partition`] they produce (part of each node, fingerprint, edge cut,
+//! imbalance), the [`Renumbering`] that gives each part a contiguous id range, and the partition
+//! map file that lets a chunk directory be rebuilt without re-partitioning.
+//!
+//! Partitioning looks only at the graph's structure: the edge list is symmetrised, self loops
+//! and duplicates dropped ([`Adjacency`]), nodes weigh 1 and edges weigh 1, so the objective is
+//! the number of undirected cut edges (or METIS's communication volume).
+
+mod adjacency;
+mod map_file;
+mod renumber;
+
+use std::path::PathBuf;
+use std::string::String;
+use std::vec::Vec;
+
+pub use adjacency::Adjacency;
+pub use map_file::{MAP_MAGIC, MAP_VERSION};
+pub use renumber::Renumbering;
+
+/// What can go wrong while partitioning or reading a partition map.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum PartitionError {
+    /// Zero parts were asked for.
+    #[error("the number of parts must be at least 1")]
+    ZeroParts,
+    /// More parts than nodes were asked for.
+    #[error("cannot split {nodes} nodes into {parts} parts: use at most {nodes} parts")]
+    TooManyParts {
+        /// Requested parts.
+        parts: u32,
+        /// Nodes in the graph.
+        nodes: u64,
+    },
+    /// The source and destination arrays differ in length.
+    #[error("edge arrays differ in length: {src} sources, {dst} destinations")]
+    EdgeLengthMismatch {
+        /// Length of the source array.
+        src: usize,
+        /// Length of the destination array.
+        dst: usize,
+    },
+    /// An edge names a node that does not exist.
+    #[error("edge {edge} ({src} -> {dst}) names a node outside 0..{num_nodes}")]
+    EdgeOutOfRange {
+        /// Index of the edge.
+        edge: usize,
+        /// Its source.
+        src: u64,
+        /// Its destination.
+        dst: u64,
+        /// The graph's node count.
+        num_nodes: u64,
+    },
+    /// A count does not fit METIS's index type (`idx_t`, 32-bit in Debian's libmetis).
+    #[error(
+        "the graph's {what} ({value}) exceeds METIS's index type (max {max}); \
+         use --method contiguous or random, or a METIS built with 64-bit idx_t"
+    )]
+    TooLargeForMetis {
+        /// Which quantity.
+        what: &'static str,
+        /// Its value.
+        value: u64,
+        /// The largest value METIS accepts.
+        max: u64,
+    },
+    /// The imbalance tolerance is not a number above 1.
+    #[error(
+        "imbalance tolerance {0} is invalid: give a number of at least 1.001 (e.g. 1.03 for 3%)"
+    )]
+    InvalidImbalance(f64),
+    /// METIS rejected the input or failed.
+    #[error("METIS failed: {0}")]
+    Metis(String),
+    /// A part map entry is not below the part count.
+    #[error("node {node} is assigned to part {part}, but there are only {parts} parts")]
+    PartOutOfRange {
+        /// The node.
+        node: u64,
+        /// Its part id.
+        part: u32,
+        /// The part count.
+        parts: u32,
+    },
+    /// The partition and the graph disagree on the node count.
+    #[error("the partition covers {partition} nodes but the graph has {graph}")]
+    NodeCountMismatch {
+        /// Nodes in the partition.
+        partition: u64,
+        /// Nodes in the graph.
+        graph: u64,
+    },
+    /// A partition map file is malformed.
+    #[error("partition map {path}: {reason}")]
+    BadMapFile {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong.
+        reason: String,
+    },
+    /// Reading or writing a file failed.
+    #[error("{path}: {source}")]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// The OS error.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// METIS's objective.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Objective {
+    /// Minimise the number of cut edges.
+    Cut,
+    /// Minimise the total communication volume.
+    Volume,
+}
+
+/// Options of METIS k-way partitioning.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct MetisOptions {
+    /// METIS's random seed (`-seed` of gpmetis); must fit `idx_t`.
+    pub seed: u64,
+    /// Allowed imbalance: largest part ≤ `imbalance` × mean part size (1.03 → METIS ufactor 30).
+    pub imbalance: f64,
+    /// Cut or communication volume.
+    pub objective: Objective,
+}
+
+impl Default for MetisOptions {
+    /// gpmetis's k-way defaults: seed 1 here (so runs are reproducible), ufactor 30, edge cut.
+    fn default() -> Self {
+        Self {
+            seed: 1,
+            imbalance: 1.03,
+            objective: Objective::Cut,
+        }
+    }
+}
+
+impl MetisOptions {
+    /// METIS's `ufactor` (imbalance in thousandths) for this tolerance.
+    pub fn ufactor(&self) -> Result<i32, PartitionError> {
+        let ufactor = ((self.imbalance - 1.0) * 1000.0).round();
+        if !self.imbalance.is_finite() || !(1.0..=1.0e6).contains(&ufactor) {
+            return Err(PartitionError::InvalidImbalance(self.imbalance));
+        }
+        Ok(ufactor as i32)
+    }
+}
+
+/// How nodes are assigned to parts.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Method {
+    /// METIS multilevel k-way.
+    Metis(MetisOptions),
+    /// Part p gets original ids `⌊pN/P⌋..⌊(p+1)N/P⌋` (no locality beyond the input order).
+    Contiguous,
+    /// A seeded random permutation split into P equal ranges: balanced, locality-free — the
+    /// worst case for communication, useful as a baseline.
+    Random {
+        /// Seed of the permutation (ChaCha8).
+        seed: u64,
+    },
+}
+
+impl Method {
+    /// A short text naming the method and every option that shapes its result; stored in the
+    /// partition map and mixed into the fingerprint.
+    pub fn tag(&self) -> Result<String, PartitionError> {
+        Ok(match self {
+            Method::Metis(o) => std::format!(
+                "metis:seed={}:ufactor={}:objective={}",
+                o.seed,
+                o.ufactor()?,
+                match o.objective {
+                    Objective::Cut => "cut",
+                    Objective::Volume => "vol",
+                }
+            ),
+            Method::Contiguous => "contiguous".into(),
+            Method::Random { seed } => std::format!("random:seed={seed}"),
+        })
+    }
+}
+
+/// The part of every node.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Partition {
+    parts: u32,
+    part_of: Vec<u32>,
+    method: String,
+}
+
+impl Partition {
+    /// A validated partition: `1 ≤ parts ≤ part_of.len()`, every entry below `parts`. Parts may
+    /// be empty (METIS occasionally leaves one empty when P is close to N). `method` is the
+    /// [`Method::tag`] (or any text naming where the map came from).
+    pub fn new(
+        parts: u32,
+        part_of: Vec<u32>,
+        method: impl Into<String>,
+    ) -> Result<Self, PartitionError> {
+        check_parts(parts, part_of.len())?;
+        if let Some((node, &part)) = part_of.iter().enumerate().find(|(_, &p)| p >= parts) {
+            return Err(PartitionError::PartOutOfRange {
+                node: node as u64,
+                part,
+                parts,
+            });
+        }
+        Ok(Self {
+            parts,
+            part_of,
+            method: method.into(),
+        })
+    }
+
+    /// Number of parts P.
+    pub fn parts(&self) -> u32 {
+        self.parts
+    }
+
+    /// Number of nodes N.
+    pub fn num_nodes(&self) -> usize {
+        self.part_of.len()
+    }
+
+    /// The part of every node (original ids).
+    pub fn part_of(&self) -> &[u32] {
+        &self.part_of
+    }
+
+    /// The method tag this partition was made with.
+    pub fn method(&self) -> &str {
+        &self.method
+    }
+
+    /// Nodes per part.
+    pub fn part_sizes(&self) -> Vec<u64> {
+        let mut sizes = std::vec![0u64; self.parts as usize];
+        for &p in &self.part_of {
+            sizes[p as usize] += 1;
+        }
+        sizes
+    }
+
+    /// Largest part over the mean part size N/P (1.0 = perfectly balanced).
+    pub fn imbalance(&self) -> f64 {
+        let largest = self.part_sizes().into_iter().max().unwrap_or(0);
+        largest as f64 * self.parts as f64 / self.num_nodes() as f64
+    }
+
+    /// Undirected edges whose endpoints lie in different parts, each counted once — the edge
+    /// cut METIS reports.
+    pub fn edge_cut(&self, adjacency: &Adjacency) -> Result<u64, PartitionError> {
+        if adjacency.num_nodes() != self.num_nodes() {
+            return Err(PartitionError::NodeCountMismatch {
+                partition: self.num_nodes() as u64,
+                graph: adjacency.num_nodes() as u64,
+            });
+        }
+        let mut cut = 0u64;
+        for u in 0..self.num_nodes() {
+            let pu = self.part_of[u];
+            cut += adjacency
+                .neighbours(u)
+                .iter()
+                .filter(|&&v| (v as usize) > u && self.part_of[v as usize] != pu)
+                .count() as u64;
+        }
+        Ok(cut)
+    }
+
+    /// 16-byte identity of this partition: xxh3-128 over a domain tag, P, N, the method tag
+    /// and the part map. Every chunk carries it, and ranks compare it before communicating.
+    pub fn fingerprint(&self) -> [u8; 16] {
+        let mut h = xxhash_rust::xxh3::Xxh3::new();
+        h.update(b"distspmm-partition-v1\0");
+        h.update(&self.parts.to_le_bytes());
+        h.update(&(self.num_nodes() as u64).to_le_bytes());
+        h.update(&(self.method.len() as u64).to_le_bytes());
+        h.update(self.method.as_bytes());
+        let mut buf = [0u8; 4096];
+        for block in self.part_of.chunks(buf.len() / 4) {
+            for (dst, p) in buf.chunks_exact_mut(4).zip(block) {
+                dst.copy_from_slice(&p.to_le_bytes());
+            }
+            h.update(&buf[..block.len() * 4]);
+        }
+        h.digest128().to_le_bytes()
+    }
+
+    /// Groups nodes by part: part p owns the contiguous new ids `offsets[p]..offsets[p+1]`.
+    pub fn renumbering(&self) -> Renumbering {
+        Renumbering::from_part_map(self.parts, &self.part_of)
+    }
+}
+
+fn check_parts(parts: u32, nodes: usize) -> Result<(), PartitionError> {
+    if parts == 0 {
+        return Err(PartitionError::ZeroParts);
+    }
+    if parts as u64 > nodes as u64 {
+        return Err(PartitionError::TooManyParts {
+            parts,
+            nodes: nodes as u64,
+        });
+    }
+    Ok(())
+}
+
+/// Splits the graph's nodes into `parts` parts with `method`.
+///
+/// P = 1 puts every node in part 0 without calling METIS; P > N is an error. METIS needs the
+/// node and adjacency-entry counts to fit its `idx_t`; contiguous and random have no such limit.
+pub fn partition(
+    adjacency: &Adjacency,
+    parts: u32,
+    method: &Method,
+) -> Result<Partition, PartitionError> {
+    let n = adjacency.num_nodes();
+    check_parts(parts, n)?;
+    let tag = method.tag()?;
+    let part_of = match method {
+        _ if parts == 1 => std::vec![0u32; n],
+        Method::Contiguous => contiguous(n, parts),
+        Method::Random { seed } => random(n, parts, *seed),
+        Method::Metis(options) => metis_kway(adjacency, parts, options)?,
+    };
+    let partition = Partition::new(parts, part_of, tag)?;
+    if let Some(empty) = partition.part_sizes().iter().position(|&s| s == 0) {
+        tracing::warn!(part = empty, parts, "partition has an empty part");
+    }
+    Ok(partition)
+}
+
+/// Part of each node when part p owns `⌊pN/P⌋..⌊(p+1)N/P⌋`.
+fn contiguous(n: usize, parts: u32) -> Vec<u32> {
+    let mut part_of = Vec::with_capacity(n);
+    for p in 0..parts as u64 {
+        let end = ((p + 1) as u128 * n as u128 / parts as u128) as usize;
+        part_of.resize(end, p as u32);
+    }
+    part_of
+}
+
+fn random(n: usize, parts: u32, seed: u64) -> Vec<u32> {
+    use rand::seq::SliceRandom;
+    use rand::SeedableRng;
+    let mut order: Vec<u32> = (0..n as u32).collect();
+    order.shuffle(&mut rand_chacha::ChaCha8Rng::seed_from_u64(seed));
+    let ranges = contiguous(n, parts);
+    let mut part_of = std::vec![0u32; n];
+    for (&node, &p) in order.iter().zip(&ranges) {
+        part_of[node as usize] = p;
+    }
+    part_of
+}
+
+fn metis_kway(
+    adjacency: &Adjacency,
+    parts: u32,
+    options: &MetisOptions,
+) -> Result<Vec<u32>, PartitionError> {
+    use metis::option::{ObjType, Seed, UFactor};
+    let seed =
+        metis::Idx::try_from(options.seed).map_err(|_| PartitionError::TooLargeForMetis {
+            what: "seed",
+            value: options.seed,
+            max: metis::Idx::MAX as u64,
+        })?;
+    let nparts = metis::Idx::try_from(parts).map_err(|_| PartitionError::TooLargeForMetis {
+        what: "part count",
+        value: parts as u64,
+        max: metis::Idx::MAX as u64,
+    })?;
+    let objective = match options.objective {
+        Objective::Cut => ObjType::Cut,
+        Objective::Volume => ObjType::Vol,
+    };
+    let mut part: Vec<metis::Idx> = std::vec![0; adjacency.num_nodes()];
+    let started = std::time::Instant::now();
+    let reported = metis::Graph::new(1, nparts, adjacency.xadj(), adjacency.adjncy())
+        .map_err(|e| PartitionError::Metis(std::format!("{e}")))?
+        .set_option(Seed(seed))
+        .set_option(UFactor(options.ufactor()?))
+        .set_option(objective)
+        .part_kway(&mut part)
+        .map_err(|e| PartitionError::Metis(std::format!("{e}")))?;
+    tracing::info!(
+        parts,
+        objective = reported,
+        seconds = started.elapsed().as_secs_f64(),
+        "METIS k-way done"
+    );
+    part.into_iter()
+        .enumerate()
+        .map(|(node, p)| {
+            u32::try_from(p).ok().filter(|&p| p < parts).ok_or_else(|| {
+                PartitionError::Metis(std::format!(
+                    "returned part {p} for node {node}, outside 0..{parts}"
+                ))
+            })
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// Two cliques of `k` nodes joined by one edge, plus an isolated node.
+    fn two_cliques(k: u32) -> (usize, Vec<u32>, Vec<u32>) {
+        let (mut src, mut dst) = (Vec::new(), Vec::new());
+        for base in [0, k] {
+            for i in 0..k {
+                for j in 0..k {
+                    if i != j {
+                        src.push(base + i);
+                        dst.push(base + j);
+                    }
+                }
+            }
+        }
+        src.push(0);
+        dst.push(k);
+        ((2 * k + 1) as usize, src, dst)
+    }
+
+    fn all_methods() -> [Method; 3] {
+        [
+            Method::Metis(MetisOptions::default()),
+            Method::Contiguous,
+            Method::Random { seed: 9 },
+        ]
+    }
+
+    #[test]
+    fn metis_separates_two_cliques() {
+        let (n, src, dst) = two_cliques(8);
+        let adj = Adjacency::from_edges(n, &src, &dst).unwrap();
+        let p = partition(&adj, 2, &Method::Metis(MetisOptions::default())).unwrap();
+        assert_eq!(p.edge_cut(&adj).unwrap(), 1);
+        // 17 nodes: the best split is 9 + 8 (the isolated node joins either clique).
+        let mut sizes = p.part_sizes();
+        sizes.sort_unstable();
+        assert_eq!(sizes, [8, 9]);
+        assert!((p.imbalance() - 9.0 / 8.5).abs() < 1e-12);
+    }
+
+    #[test]
+    fn one_part_and_too_many_parts() {
+        let (n, src, dst) = two_cliques(3);
+        let adj = Adjacency::from_edges(n, &src, &dst).unwrap();
+        for method in all_methods() {
+            let p = partition(&adj, 1, &method).unwrap();
+            assert!(p.part_of().iter().all(|&x| x == 0));
+            assert_eq!(p.edge_cut(&adj).unwrap(), 0);
+            let err = partition(&adj, n as u32 + 1, &method).unwrap_err();
+            assert!(
+                matches!(err, PartitionError::TooManyParts { parts, nodes } if parts == n as u32 + 1 && nodes == n as u64)
+            );
+            assert!(matches!(
+                partition(&adj, 0, &method),
+                Err(PartitionError::ZeroParts)
+            ));
+        }
+    }
+
+    #[test]
+    fn graphs_without_edges_and_with_components() {
+        let adj = Adjacency::from_edges(10, &[], &[]).unwrap();
+        for method in all_methods() {
+            let p = partition(&adj, 3, &method).unwrap();
+            assert_eq!(p.edge_cut(&adj).unwrap(), 0);
+            assert_eq!(p.part_sizes().iter().sum::<u64>(), 10);
+        }
+        // Five disjoint triangles into 5 parts.
+        let (mut src, mut dst) = (Vec::new(), Vec::new());
+        for t in 0..5u32 {
+            for (a, b) in [(0, 1), (1, 2), (2, 0)] {
+                src.push(3 * t + a);
+                dst.push(3 * t + b);
+            }
+        }
+        let adj = Adjacency::from_edges(15, &src, &dst).unwrap();
+        let p = partition(&adj, 5, &Method::Metis(MetisOptions::default())).unwrap();
+        assert_eq!(p.part_sizes().iter().sum::<u64>(), 15);
+    }
+
+    #[test]
+    fn imbalance_option_is_validated() {
+        for bad in [1.0, 0.5, f64::NAN, f64::INFINITY] {
+            let o = MetisOptions {
+                imbalance: bad,
+                ..MetisOptions::default()
+            };
+            assert!(matches!(
+                o.ufactor(),
+                Err(PartitionError::InvalidImbalance(_))
+            ));
+        }
+        let o = MetisOptions {
+            imbalance: 1.05,
+            ..MetisOptions::default()
+        };
+        assert_eq!(o.ufactor().unwrap(), 50);
+    }
+
+    #[test]
+    fn fingerprint_depends_on_map_parts_and_method() {
+        let a = Partition::new(2, std::vec![0, 1, 1], "contiguous").unwrap();
+        let b = Partition::new(2, std::vec![0, 0, 1], "contiguous").unwrap();
+        let c = Partition::new(2, std::vec![0, 1, 1], "random:seed=1").unwrap();
+        let d = Partition::new(3, std::vec![0, 1, 1], "contiguous").unwrap();
+        let fps = [
+            a.fingerprint(),
+            b.fingerprint(),
+            c.fingerprint(),
+            d.fingerprint(),
+        ];
+        for i in 0..fps.len() {
+            for j in i + 1..fps.len() {
+                assert_ne!(fps[i], fps[j], "{i} vs {j}");
+            }
+        }
+        assert_eq!(a.fingerprint(), a.clone().fingerprint());
+    }
+
+    #[test]
+    fn new_rejects_bad_maps() {
+        assert!(matches!(
+            Partition::new(2, std::vec![0, 2], "x"),
+            Err(PartitionError::PartOutOfRange {
+                node: 1,
+                part: 2,
+                parts: 2
+            })
+        ));
+        assert!(matches!(
+            Partition::new(3, std::vec![0, 1], "x"),
+            Err(PartitionError::TooManyParts { .. })
+        ));
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(32))]
+        #[test]
+        fn every_node_in_exactly_one_part_and_cut_matches_reference(
+            n in 1usize..60,
+            parts_raw in 1u32..8,
+            edges in proptest::collection::vec((0u32..60, 0u32..60), 0..300),
+            which in 0usize..3,
+        ) {
+            let parts = parts_raw.min(n as u32);
+            let (src, dst): (Vec<u32>, Vec<u32>) =
+                edges.iter().map(|&(u, v)| (u % n as u32, v % n as u32)).unzip();
+            let adj = Adjacency::from_edges(n, &src, &dst).unwrap();
+            let method = all_methods()[which];
+            let p = partition(&adj, parts, &method).unwrap();
+            prop_assert_eq!(p.num_nodes(), n);
+            prop_assert!(p.part_of().iter().all(|&x| x < parts));
+            prop_assert_eq!(p.part_sizes().iter().sum::<u64>(), n as u64);
+            // Reference cut: the set of unordered cut pairs.
+            let cut: std::collections::BTreeSet<(u32, u32)> = src.iter().zip(&dst)
+                .filter(|(&u, &v)| p.part_of()[u as usize] != p.part_of()[v as usize])
+                .map(|(&u, &v)| (u.min(v), u.max(v)))
+                .collect();
+            prop_assert_eq!(p.edge_cut(&adj).unwrap(), cut.len() as u64);
+            if !matches!(method, Method::Metis(_)) {
+                // Contiguous and random are balanced to within one node.
+                let sizes = p.part_sizes();
+                let (lo, hi) = (sizes.iter().min().unwrap(), sizes.iter().max().unwrap());
+                prop_assert!(hi - lo <= 1, "sizes {:?}", sizes);
+            }
+            if matches!(method, Method::Contiguous) {
+                prop_assert!(p.part_of().windows(2).all(|w| w[0] <= w[1]));
+            }
+        }
+    }
+}
