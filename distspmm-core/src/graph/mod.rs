@@ -1,0 +1,189 @@
+//! Graphs as edge lists with optional node data, their readers, writers and generators.
+//!
+//! A [`Graph`] is the raw input of the pipeline: a directed edge list (`src[e] → dst[e]`) plus
+//! optional edge weights, node features, labels and train/val/test masks. Normalisation into Â,
+//! partitioning and chunk building all start from it.
+//!
+//! **Edge direction.** An edge `u → v` means *v aggregates u's features*: after normalisation
+//! `Â[v][u] ≠ 0`, so row v of Â lists v's in-neighbours. Undirected graphs store both directions.
+//!
+//! Readers ([`load`] dispatches on the file extension):
+//! - [`npz`]: NumPy `.npz` in PyTorch Geometric's field names (also the writer, [`npz::write_npz`]);
+//! - [`mtx`]: Matrix Market coordinate files;
+//! - [`metis`]: METIS `.graph` files;
+//! - [`edgelist`]: whitespace- or comma-separated edge lists (`.txt`, `.tsv`, `.csv`, `.el`);
+//!
+//! text formats may be gzip-compressed (`name.mtx.gz`). Generators live in [`generate`].
+
+mod error;
+pub mod generate;
+
+pub use error::{GraphError, GraphErrorKind, Location};
+
+use std::string::{String, ToString};
+use std::vec::Vec;
+
+/// Largest node count a [`Graph`] may have: node ids are `u32`.
+pub const MAX_NODES: usize = u32::MAX as usize;
+
+/// Dense node features, row-major `num_nodes × dim`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Features {
+    /// Feature columns per node.
+    pub dim: usize,
+    /// `num_nodes · dim` values; node i's features are `data[i·dim .. (i+1)·dim]`.
+    pub data: Vec<f32>,
+}
+
+impl Features {
+    /// Node `i`'s feature row.
+    ///
+    /// # Panics
+    /// If `i` is not a node of the matrix.
+    pub fn row(&self, i: usize) -> &[f32] {
+        &self.data[i * self.dim..(i + 1) * self.dim]
+    }
+}
+
+/// A directed graph with optional weights, features, labels and masks (PyG's `Data` fields).
+///
+/// Edge `e` goes `src[e] → dst[e]`: node `dst[e]` aggregates node `src[e]`'s features
+/// (`Â[dst][src] ≠ 0`). Undirected graphs list both directions. Self loops and duplicate edges
+/// are allowed here; normalisation merges duplicates and adds self loops once.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Graph {
+    /// Number of nodes; ids are `0..num_nodes` (at most [`MAX_NODES`]).
+    pub num_nodes: usize,
+    /// Source node of each edge.
+    pub src: Vec<u32>,
+    /// Target node of each edge (the node that aggregates).
+    pub dst: Vec<u32>,
+    /// Optional weight of each edge (finite); `None` means every edge weighs 1.
+    pub weights: Option<Vec<f32>>,
+    /// Optional node features.
+    pub features: Option<Features>,
+    /// Optional class of each node; −1 marks an unlabelled node.
+    pub labels: Option<Vec<i32>>,
+    /// Optional training-node mask.
+    pub train_mask: Option<Vec<bool>>,
+    /// Optional validation-node mask.
+    pub val_mask: Option<Vec<bool>>,
+    /// Optional test-node mask.
+    pub test_mask: Option<Vec<bool>>,
+}
+
+impl Graph {
+    /// A graph with only a topology.
+    pub fn from_edges(num_nodes: usize, src: Vec<u32>, dst: Vec<u32>) -> Self {
+        Graph {
+            num_nodes,
+            src,
+            dst,
+            ..Graph::default()
+        }
+    }
+
+    /// Number of (directed) edges.
+    pub fn num_edges(&self) -> usize {
+        self.src.len()
+    }
+
+    /// Feature columns per node, 0 without features.
+    pub fn feature_dim(&self) -> usize {
+        self.features.as_ref().map_or(0, |f| f.dim)
+    }
+
+    /// Number of classes: the largest label plus one, 0 without labels (or with none set).
+    pub fn num_classes(&self) -> usize {
+        self.labels
+            .as_ref()
+            .and_then(|l| l.iter().copied().max())
+            .map_or(0, |m| usize::try_from(m).map_or(0, |m| m + 1))
+    }
+
+    /// Checks that every part agrees with `num_nodes` and the edge count: node count within
+    /// [`MAX_NODES`], `src`/`dst` of equal length with ids below `num_nodes`, one finite weight
+    /// per edge, `num_nodes · dim` features, one label (≥ −1) and one mask entry per node.
+    pub fn validate(&self) -> Result<(), GraphError> {
+        let n = self.num_nodes;
+        if n > MAX_NODES {
+            return Err(GraphErrorKind::TooManyNodes(n as u64).into());
+        }
+        let invalid = |array: &str, msg: String| {
+            GraphError::new(
+                Location::Array(array.to_string()),
+                GraphErrorKind::LengthMismatch(msg),
+            )
+        };
+        if self.src.len() != self.dst.len() {
+            return Err(invalid(
+                "edge_index",
+                std::format!("{} sources but {} targets", self.src.len(), self.dst.len()),
+            ));
+        }
+        for (array, ids) in [("edge_index[0]", &self.src), ("edge_index[1]", &self.dst)] {
+            if let Some(&id) = ids.iter().find(|&&id| id as usize >= n) {
+                return Err(GraphError::new(
+                    Location::Array(array.to_string()),
+                    GraphErrorKind::IdOutOfRange {
+                        id: u64::from(id),
+                        num_nodes: n as u64,
+                    },
+                ));
+            }
+        }
+        if let Some(w) = &self.weights {
+            if w.len() != self.src.len() {
+                return Err(invalid(
+                    "edge_weight",
+                    std::format!("{} weights for {} edges", w.len(), self.src.len()),
+                ));
+            }
+            if let Some(&bad) = w.iter().find(|x| !x.is_finite()) {
+                return Err(GraphError::new(
+                    Location::Array("edge_weight".to_string()),
+                    GraphErrorKind::NonFinite(f64::from(bad)),
+                ));
+            }
+        }
+        if let Some(f) = &self.features {
+            if n.checked_mul(f.dim) != Some(f.data.len()) {
+                return Err(invalid(
+                    "x",
+                    std::format!("{} values for {n} nodes × {} features", f.data.len(), f.dim),
+                ));
+            }
+        }
+        if let Some(y) = &self.labels {
+            if y.len() != n {
+                return Err(invalid(
+                    "y",
+                    std::format!("{} labels for {n} nodes", y.len()),
+                ));
+            }
+            if let Some(&bad) = y.iter().find(|&&c| c < -1) {
+                return Err(GraphError::new(
+                    Location::Array("y".to_string()),
+                    GraphErrorKind::Invalid(std::format!(
+                        "label {bad} is negative (only -1, meaning unlabelled, is allowed)"
+                    )),
+                ));
+            }
+        }
+        for (array, mask) in [
+            ("train_mask", &self.train_mask),
+            ("val_mask", &self.val_mask),
+            ("test_mask", &self.test_mask),
+        ] {
+            if let Some(m) = mask {
+                if m.len() != n {
+                    return Err(invalid(
+                        array,
+                        std::format!("{} entries for {n} nodes", m.len()),
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+}
