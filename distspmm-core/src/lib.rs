@@ -10,4 +10,6 @@ extern crate alloc;
 extern crate std;
 
 #[cfg(feature = "std")]
+pub mod graph;
+#[cfg(feature = "std")]
 pub mod partition;
