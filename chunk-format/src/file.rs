@@ -1,0 +1,257 @@
+//! Chunk files (`std`): the atomic streaming writer and the memory-mapped reader.
+
+use std::format;
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, BufWriter, Seek, SeekFrom, Write};
+use std::path::{Path, PathBuf};
+use std::vec::Vec;
+
+use memmap2::Mmap;
+
+use crate::contents::{ChunkContents, Plan};
+use crate::error::ChunkError;
+use crate::view::{ChunkView, ParseOptions};
+
+/// A chunk file could not be written, read or validated. Names the file.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ChunkFileError {
+    /// An I/O operation failed.
+    #[error("cannot {action} {}", path.display())]
+    Io {
+        /// What was being done ("open", "write", "rename", …).
+        action: &'static str,
+        /// The file (or directory) concerned.
+        path: PathBuf,
+        /// The OS error.
+        source: io::Error,
+    },
+    /// The bytes are not a valid chunk (reading), or the contents break the format's rules
+    /// (writing; nothing is left under the final name).
+    #[error("{} is not a valid chunk", path.display())]
+    Invalid {
+        /// The file concerned.
+        path: PathBuf,
+        /// What is wrong.
+        source: ChunkError,
+    },
+}
+
+fn io_error<'p>(
+    action: &'static str,
+    path: &'p Path,
+) -> impl FnOnce(io::Error) -> ChunkFileError + 'p {
+    move |source| ChunkFileError::Io {
+        action,
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
+/// What [`write_chunk`] wrote.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WriteSummary {
+    /// The final path.
+    pub path: PathBuf,
+    /// Length of the file in bytes.
+    pub bytes_written: u64,
+    /// The whole-file checksum stored in its header.
+    pub file_checksum: u64,
+}
+
+/// Removes the temporary file on drop unless the write completed.
+struct TempFile {
+    path: PathBuf,
+    keep: bool,
+}
+
+impl Drop for TempFile {
+    fn drop(&mut self) {
+        if !self.keep {
+            // Best effort: the error being reported matters more than a failed cleanup.
+            let _ = fs::remove_file(&self.path);
+        }
+    }
+}
+
+const ZEROS: [u8; 4096] = [0; 4096];
+
+fn write_zeros(w: &mut impl Write, mut n: u64) -> io::Result<()> {
+    while n > 0 {
+        let k = n.min(ZEROS.len() as u64) as usize;
+        w.write_all(&ZEROS[..k])?;
+        n -= k as u64;
+    }
+    Ok(())
+}
+
+/// Writes `contents` as a chunk file at `path`, atomically: the data streams (hashed on the way)
+/// through a buffered writer into `<path>.tmp-<pid>`, the header and table follow, the
+/// temporary file is re-read with the validating reader, fsynced, renamed to `path`, and the
+/// directory is fsynced. A crash leaves the old file or the new one under `path`, never half a
+/// chunk; on any error the temporary file is removed and `path` is untouched.
+pub fn write_chunk(
+    path: impl AsRef<Path>,
+    contents: &ChunkContents<'_>,
+) -> Result<WriteSummary, ChunkFileError> {
+    let path = path.as_ref();
+    let invalid = |source| ChunkFileError::Invalid {
+        path: path.to_path_buf(),
+        source,
+    };
+    let plan = Plan::new(contents).map_err(invalid)?;
+    let file_name = path.file_name().ok_or_else(|| ChunkFileError::Io {
+        action: "write",
+        path: path.to_path_buf(),
+        source: io::Error::new(io::ErrorKind::InvalidInput, "the path has no file name"),
+    })?;
+    let mut tmp_name = file_name.to_os_string();
+    tmp_name.push(format!(".tmp-{}", std::process::id()));
+    let tmp = TempFile {
+        path: path.with_file_name(tmp_name),
+        keep: false,
+    };
+
+    let file = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(&tmp.path)
+        .map_err(io_error("create", &tmp.path))?;
+    let mut out = BufWriter::with_capacity(1 << 20, file);
+    let write_err = io_error("write", &tmp.path);
+    let mut checksums = Vec::with_capacity(plan.sections.len());
+    let stream = (|| -> io::Result<File> {
+        let mut at = 0u64;
+        for s in &plan.sections {
+            write_zeros(&mut out, s.offset - at)?;
+            let mut hasher = xxhash_rust::xxh3::Xxh3Default::new();
+            for piece in &s.pieces {
+                hasher.update(piece.bytes());
+                out.write_all(piece.bytes())?;
+            }
+            checksums.push(hasher.digest());
+            at = s.offset + s.byte_len;
+        }
+        write_zeros(&mut out, plan.header.file_len - at)?;
+        let mut file = out.into_inner().map_err(io::IntoInnerError::into_error)?;
+        let (head, _) = plan.header_and_table(&checksums);
+        file.seek(SeekFrom::Start(0))?;
+        file.write_all(&head)?;
+        Ok(file)
+    })();
+    let file = stream.map_err(write_err)?;
+
+    // SAFETY: the temporary file was created by this call under a per-process name and nothing
+    // else writes it while the map lives; the map is dropped before the rename.
+    let map = unsafe { Mmap::map(&file) }.map_err(io_error("map", &tmp.path))?;
+    let file_checksum = ChunkView::parse(&map).map_err(invalid)?.file_checksum();
+    drop(map);
+    file.sync_all().map_err(io_error("fsync", &tmp.path))?;
+    drop(file);
+    fs::rename(&tmp.path, path).map_err(io_error("rename to final name", &tmp.path))?;
+    let mut tmp = tmp;
+    tmp.keep = true;
+    sync_parent_dir(path)?;
+    tracing::debug!(
+        path = %path.display(),
+        bytes = plan.header.file_len,
+        checksum = file_checksum,
+        "wrote chunk"
+    );
+    Ok(WriteSummary {
+        path: path.to_path_buf(),
+        bytes_written: plan.header.file_len,
+        file_checksum,
+    })
+}
+
+/// Makes the rename durable (directory entries are flushed by fsyncing the directory on Unix).
+fn sync_parent_dir(path: &Path) -> Result<(), ChunkFileError> {
+    #[cfg(unix)]
+    {
+        let dir = match path.parent() {
+            Some(d) if !d.as_os_str().is_empty() => d,
+            _ => Path::new("."),
+        };
+        File::open(dir)
+            .and_then(|d| d.sync_all())
+            .map_err(io_error("fsync directory", dir))?;
+    }
+    #[cfg(not(unix))]
+    let _ = path;
+    Ok(())
+}
+
+/// A memory-mapped, validated chunk file. The view borrows the map, so no data is copied.
+pub struct MappedChunk {
+    // Declared before `map` so it is dropped first; it borrows the mapped bytes.
+    view: ChunkView<'static>,
+    map: Mmap,
+    path: PathBuf,
+}
+
+impl MappedChunk {
+    /// Maps `path` and validates it fully (see [`ChunkView::parse`]).
+    pub fn open(path: impl AsRef<Path>) -> Result<Self, ChunkFileError> {
+        Self::open_with(path, &ParseOptions::default())
+    }
+
+    /// [`MappedChunk::open`] with parse options.
+    pub fn open_with(
+        path: impl AsRef<Path>,
+        options: &ParseOptions,
+    ) -> Result<Self, ChunkFileError> {
+        let path = path.as_ref();
+        let file = File::open(path).map_err(io_error("open", path))?;
+        // SAFETY: chunk files are written once (temp + rename) and never modified in place, so
+        // the mapped bytes do not change under the view; a process truncating the file anyway
+        // is outside this crate's contract, as for any memory map.
+        let map = unsafe { Mmap::map(&file) }.map_err(io_error("map", path))?;
+        // SAFETY: the slice points into the mapping, whose address does not change when `map`
+        // moves into the struct; the view is only handed out tied to `&self` (`view`), and is
+        // dropped before `map` (field order), so it never outlives the mapping.
+        let bytes: &'static [u8] = unsafe { std::slice::from_raw_parts(map.as_ptr(), map.len()) };
+        let view =
+            ChunkView::parse_with(bytes, options).map_err(|source| ChunkFileError::Invalid {
+                path: path.to_path_buf(),
+                source,
+            })?;
+        Ok(Self {
+            view,
+            map,
+            path: path.to_path_buf(),
+        })
+    }
+
+    /// The validated view of the file.
+    pub fn view(&self) -> &ChunkView<'_> {
+        &self.view
+    }
+
+    /// The file's path.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Length of the mapping in bytes.
+    pub fn len(&self) -> usize {
+        self.map.len()
+    }
+
+    /// Whether the file is empty (never true for a valid chunk).
+    pub fn is_empty(&self) -> bool {
+        self.map.is_empty()
+    }
+}
+
+impl std::fmt::Debug for MappedChunk {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MappedChunk")
+            .field("path", &self.path)
+            .field("len", &self.map.len())
+            .field("header", self.view.header())
+            .finish()
+    }
+}
