@@ -1,1 +1,83 @@
-//! Communicators that move the bytes a distspmm schedule asks for: MPI, in-process threads, NCCL.
+//! Communicators that move the bytes a distspmm schedule asks for: MPI, in-process threads
+//! (NCCL follows with the CUDA backend).
+//!
+//! # Capabilities
+//! Communication is split into narrow traits, in the spirit of rsmpi, so a function asks only for
+//! what it uses:
+//!
+//! | trait | calls | used for |
+//! |---|---|---|
+//! | [`Group`] | `rank`, `size`, `barrier` | membership, timing fences |
+//! | [`Broadcast`] | `broadcast(buf, root)` | the broadcast schedule (rank q sends X_q to all) |
+//! | [`AllReduce`] | `all_reduce(buf, Sum/Max/Min)`, `all_reduce_sum` | gradients, accuracy, agreeing on a maximum |
+//! | [`AllGather`] | `all_gather(send, recv)`, `all_gather_vec` | agreeing on metadata (P, fingerprint, F) before any other collective |
+//! | [`AllToAllV`] | `all_to_all_v(send, layout, recv, layout)` | one-shot halo exchange |
+//! | [`PointToPoint`] | `exchange(\|ex\| …)` with `isend`/`irecv`/`wait`/`wait_any`/`test` | overlapped halo exchange: post receives, post sends, compute the local block, consume remote blocks as they arrive |
+//!
+//! [`Communicator`] bundles them all. Element types are the sealed [`Element`] set (`u8`, `i32`,
+//! `u32`, `i64`, `u64`, `f32`, `f64`); reductions apply to [`Reducible`] (all but `u8`). Every call
+//! returns [`CommError`]; a failing *peer* is an error value, not a panic, wherever the backend can
+//! tell.
+//!
+//! Nonblocking messages live inside a scope: [`PointToPoint::exchange`] lends an [`Exchange`]
+//! request set to a closure; buffers are borrowed for the scope, a receive hands its filled buffer
+//! back in its [`Completion`], and every request is completed (or cancelled, on error or panic)
+//! before the borrows end. No `unsafe` is needed to use it, and leaking a request is impossible.
+//!
+//! # Backends
+//! - [`LocalComm`] — P ranks as threads of one process (`LocalComm::run(p, |comm| …)`), for tests
+//!   and single-machine runs without MPI. Collectives are deterministic: reductions fold in rank
+//!   order, `((b0 ∘ b1) ∘ b2) ∘ …`, bit-identical to a serial loop over the ranks. The ranks check
+//!   that their collective calls agree (same collective, root, length, type; all-to-all counts
+//!   that match between sender and receiver) and all get the same [`CommError::Mismatch`]
+//!   otherwise. A rank that panics or drops its handle while others wait on it turns their wait
+//!   into [`CommError::PeerFailed`]; a panic poisons the group.
+//! - `MpiComm` (feature `mpi`, default) — over the system MPI through rsmpi's FFI. Either
+//!   initialises MPI (`MpiComm::init`, which owns `MPI_Finalize`) or adopts a communicator the host
+//!   application already has (`MpiComm::adopt`, `MpiComm::from_fortran_handle` for the `MPI_Fint`
+//!   a C ABI receives, `MpiComm::world_if_initialized`). It always works on a *duplicate* of the
+//!   given communicator, so its messages never match the host's, and sets `MPI_ERRORS_RETURN` on
+//!   that duplicate so failing calls become [`CommError::Mpi`]. MPI's reduction order is left to the
+//!   library: sums can differ in the last bits from the `local` backend for P ≥ 3 (OpenMPI gives
+//!   every rank the same result).
+//!
+//! # Thread-safety
+//! A communicator handle is used by one thread at a time: [`LocalComm`] is `Send` but not `Sync`
+//! (one thread drives one rank); `MpiComm` is neither `Send` nor `Sync`, because MPI is initialised
+//! with `MPI_THREAD_FUNNELED` — only the thread that initialised MPI makes MPI calls, while kernels
+//! may use any number of worker threads that never call MPI. Adopting a communicator from a host
+//! whose MPI provides less than `MPI_THREAD_SERIALIZED` is only allowed on MPI's main thread.
+//!
+//! # Running under `mpirun` (OpenMPI)
+//! Shared memory (`vader`, single copy through CMA) works in the project's container; the flags
+//! the integration tests use are
+//!
+//! ```text
+//! OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 \
+//!   mpirun -n 3 --oversubscribe --mca btl self,vader <program>
+//! ```
+//!
+//! (`--oversubscribe` when ranks exceed cores; the two variables only when running as root.) If a
+//! container forbids cross-process memory access (`process_vm_readv`, needed by CMA) add
+//! `--mca btl_vader_single_copy_mechanism none`; `--mca btl self,tcp` avoids shared memory
+//! altogether. The `dist-comm-selftest` binary runs every call of this crate on
+//! `MPI_COMM_WORLD` and exits non-zero on any wrong result: use it to check an MPI installation.
+
+mod capability;
+mod element;
+mod error;
+mod layout;
+mod local;
+#[cfg(feature = "mpi")]
+mod mpi_backend;
+
+pub use capability::{
+    AllGather, AllReduce, AllToAllV, Broadcast, Communicator, Completion, Exchange, Group,
+    PointToPoint, RequestId, Tag, MAX_TAG,
+};
+pub use element::{Element, ElementKind, ReduceOp, Reducible};
+pub use error::CommError;
+pub use layout::BlockLayout;
+pub use local::{LocalComm, LocalExchange};
+#[cfg(feature = "mpi")]
+pub use mpi_backend::{MpiComm, MpiExchange};
