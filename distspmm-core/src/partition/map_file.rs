@@ -140,7 +140,7 @@ pub(crate) fn write_atomically(path: &Path, bytes: &[u8]) -> Result<(), Partitio
 }
 
 /// The temp name `write_atomically` uses for `path` (same directory, so the rename is atomic).
-pub(crate) fn temp_path(path: &Path) -> PathBuf {
+fn temp_path(path: &Path) -> PathBuf {
     let mut name = path
         .file_name()
         .map(|n| n.to_os_string())

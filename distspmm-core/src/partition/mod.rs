@@ -16,6 +16,7 @@ use std::string::String;
 use std::vec::Vec;
 
 pub use adjacency::Adjacency;
+pub(crate) use map_file::{sync_parent_dir, write_atomically};
 pub use map_file::{MAP_MAGIC, MAP_VERSION};
 pub use renumber::Renumbering;
 

@@ -1,0 +1,241 @@
+//! `manifest.json`: what a chunk directory holds, written last so that its presence means every
+//! file it names is complete.
+
+use std::string::String;
+use std::vec::Vec;
+
+use serde::{Deserialize, Serialize};
+
+/// The `format` value of every manifest.
+pub const MANIFEST_FORMAT: &str = "distspmm-chunks";
+/// The manifest layout version this code writes and reads.
+pub const MANIFEST_VERSION: u32 = 1;
+/// File name of the manifest inside a chunk directory.
+pub const MANIFEST_FILE: &str = "manifest.json";
+/// File name of the saved partition map inside a chunk directory.
+pub const PARTITION_MAP_FILE: &str = "partition.map";
+
+/// The manifest of a chunk directory (serialised as JSON).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Manifest {
+    /// Always [`MANIFEST_FORMAT`].
+    pub format: String,
+    /// Manifest layout version ([`MANIFEST_VERSION`]).
+    pub format_version: u32,
+    /// Version of the chunk file format the chunks were written with (`major.minor`).
+    pub chunk_format_version: String,
+    /// The distspmm version that wrote the directory.
+    pub distspmm_version: String,
+    /// Parts P (= chunk files = ranks).
+    pub parts: u32,
+    /// Nodes N.
+    pub nodes: u64,
+    /// Edges of the input graph as given (directed, before normalisation).
+    pub edges: u64,
+    /// Non-zeros of Â (self loops added, duplicates merged).
+    pub nnz: u64,
+    /// Feature columns F (0 without features).
+    pub feature_dim: u32,
+    /// Classes C (0 without labels).
+    pub classes: u32,
+    /// Normalisation of Â: `gcn`, `row` or `none`.
+    pub normalization: String,
+    /// The partition method tag (e.g. `metis:seed=1:ufactor=30:objective=cut`).
+    pub partition_method: String,
+    /// The partition fingerprint every chunk carries, 32 hex digits.
+    pub fingerprint: String,
+    /// Part offsets `[P+1]` in renumbered ids.
+    pub part_offsets: Vec<u64>,
+    /// Undirected cut edges, each counted once (METIS's edge cut).
+    pub edge_cut: u64,
+    /// Largest part over the mean part size.
+    pub max_imbalance: f64,
+    /// Halo rows (rows received from all peers) per part.
+    pub halo_rows: Vec<u64>,
+    /// The saved partition map.
+    pub partition_map: ManifestFile,
+    /// One entry per part, in part order.
+    pub chunks: Vec<ManifestChunk>,
+    /// The command line that made the directory.
+    pub command_line: Vec<String>,
+}
+
+/// A file the manifest names, with its size and checksum.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ManifestFile {
+    /// File name, relative to the directory.
+    pub file: String,
+    /// Length in bytes.
+    pub bytes: u64,
+    /// xxh3-64 of the file's bytes, 16 hex digits.
+    pub checksum: String,
+}
+
+/// A chunk file entry.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ManifestChunk {
+    /// The part p.
+    pub part: u32,
+    /// File name, relative to the directory.
+    pub file: String,
+    /// Length in bytes.
+    pub bytes: u64,
+    /// The chunk's whole-file checksum (header `file_checksum`, which covers the header, the
+    /// section table and through it every section's checksum), 16 hex digits.
+    pub checksum: String,
+    /// Local rows n_p.
+    pub nodes: u64,
+    /// Non-zeros over the chunk's blocks.
+    pub nnz: u64,
+}
+
+impl Manifest {
+    /// The fingerprint as bytes.
+    pub fn fingerprint_bytes(&self) -> Result<[u8; 16], String> {
+        let mut out = [0u8; 16];
+        decode_hex(&self.fingerprint, &mut out).ok_or_else(|| {
+            std::format!("fingerprint {:?} is not 32 hex digits", self.fingerprint)
+        })?;
+        Ok(out)
+    }
+
+    /// Checks the manifest on its own: format and version, P ≥ 1, one chunk entry per part in
+    /// order, offsets `[P+1]` from 0 to N, plain file names, well-formed checksums.
+    pub fn validate(&self) -> Result<(), String> {
+        if self.format != MANIFEST_FORMAT {
+            return Err(std::format!(
+                "format is {:?}, expected {MANIFEST_FORMAT:?}",
+                self.format
+            ));
+        }
+        if self.format_version != MANIFEST_VERSION {
+            return Err(std::format!(
+                "format_version {} is not supported (this build reads {MANIFEST_VERSION})",
+                self.format_version
+            ));
+        }
+        let parts = self.parts as usize;
+        if parts == 0 {
+            return Err("parts is 0".into());
+        }
+        self.fingerprint_bytes()?;
+        if self.part_offsets.len() != parts + 1 {
+            return Err(std::format!(
+                "part_offsets has {} entries, expected parts + 1 = {}",
+                self.part_offsets.len(),
+                parts + 1
+            ));
+        }
+        if self.part_offsets[0] != 0
+            || self.part_offsets.windows(2).any(|w| w[0] > w[1])
+            || self.part_offsets[parts] != self.nodes
+        {
+            return Err(std::format!(
+                "part_offsets must rise from 0 to nodes = {}",
+                self.nodes
+            ));
+        }
+        if self.halo_rows.len() != parts {
+            return Err(std::format!(
+                "halo_rows has {} entries, expected {parts}",
+                self.halo_rows.len()
+            ));
+        }
+        if self.chunks.len() != parts {
+            return Err(std::format!(
+                "{} chunk entries for {parts} parts",
+                self.chunks.len()
+            ));
+        }
+        check_file_name(&self.partition_map.file)?;
+        check_checksum(&self.partition_map.checksum, "partition_map")?;
+        for (p, c) in self.chunks.iter().enumerate() {
+            if c.part as usize != p {
+                return Err(std::format!("chunk entry {p} is for part {}", c.part));
+            }
+            check_file_name(&c.file)?;
+            check_checksum(&c.checksum, &c.file)?;
+            let n_p = self.part_offsets[p + 1] - self.part_offsets[p];
+            if c.nodes != n_p {
+                return Err(std::format!(
+                    "chunk {} has {} nodes but part_offsets give part {p} {n_p}",
+                    c.file,
+                    c.nodes
+                ));
+            }
+        }
+        if self.chunks.iter().map(|c| c.nnz).sum::<u64>() != self.nnz {
+            return Err(std::format!(
+                "the chunks' non-zeros do not add up to nnz = {}",
+                self.nnz
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// A file name inside the directory: no separators, not `.`/`..`, not empty.
+fn check_file_name(name: &str) -> Result<(), String> {
+    if name.is_empty() || name == "." || name == ".." || name.contains(['/', '\\', '\0']) {
+        return Err(std::format!(
+            "file name {name:?} is not a plain name inside the directory"
+        ));
+    }
+    Ok(())
+}
+
+fn check_checksum(hex: &str, what: &str) -> Result<(), String> {
+    parse_checksum(hex)
+        .map(|_| ())
+        .ok_or_else(|| std::format!("{what}: checksum {hex:?} is not 16 hex digits"))
+}
+
+/// 16 lowercase hex digits.
+pub(crate) fn format_checksum(value: u64) -> String {
+    std::format!("{value:016x}")
+}
+
+/// Parses [`format_checksum`]'s output.
+pub(crate) fn parse_checksum(hex: &str) -> Option<u64> {
+    let mut bytes = [0u8; 8];
+    decode_hex(hex, &mut bytes)?;
+    Some(u64::from_be_bytes(bytes))
+}
+
+/// Lowercase hex of `bytes`.
+pub(crate) fn encode_hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| std::format!("{b:02x}")).collect()
+}
+
+fn decode_hex(hex: &str, out: &mut [u8]) -> Option<()> {
+    if hex.len() != 2 * out.len() || !hex.is_ascii() {
+        return None;
+    }
+    for (i, byte) in out.iter_mut().enumerate() {
+        *byte = u8::from_str_radix(&hex[2 * i..2 * i + 2], 16).ok()?;
+    }
+    Some(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hex_round_trips() {
+        for v in [0u64, 1, 0xdead_beef, u64::MAX] {
+            assert_eq!(parse_checksum(&format_checksum(v)), Some(v));
+        }
+        assert_eq!(parse_checksum("123"), None);
+        assert_eq!(parse_checksum("zz00000000000000"), None);
+        assert_eq!(encode_hex(&[0, 15, 255]), "000fff");
+    }
+
+    #[test]
+    fn file_names_must_stay_inside_the_directory() {
+        for bad in ["", ".", "..", "../x", "a/b", "a\\b"] {
+            assert!(check_file_name(bad).is_err(), "{bad:?}");
+        }
+        assert!(check_file_name("part-00000.chunk").is_ok());
+    }
+}

@@ -1,0 +1,107 @@
+//! From a partitioned graph to chunk files and back.
+//!
+//! [`ChunkBuilder`] takes the [`Graph`](crate::graph::Graph) (node data), Â in original ids
+//! (from [`crate::normalize`]) and a [`Partition`](crate::partition::Partition); it renumbers
+//! the nodes part by part, finds the halo lists ([`HaloLists`]) and builds each part's
+//! [`PartChunk`]: its rows of Â split by source part into blocks over compacted columns (CSR and
+//! CSC), halo receive and send lists, and its nodes' features, labels, masks and original ids.
+//! [`write_chunk_dir`] writes all chunks plus the partition map and `manifest.json`;
+//! [`ChunkDir`] opens such a directory, loads chunks (memory-mapped, validated against the
+//! manifest), checks them together and reassembles Â.
+//!
+//! Time and memory are linear in the non-zeros of Â (plus P·N/64 bitmap words for the halo
+//! scan); parts are built in parallel.
+
+mod build;
+mod dir;
+mod manifest;
+
+use std::path::PathBuf;
+use std::string::String;
+
+pub use build::{ChunkBuilder, HaloLists, PartChunk};
+pub use dir::{
+    check_consistency, chunk_file_name, reassemble, write_chunk_dir, ChunkDir, WriteOptions,
+};
+pub use manifest::{
+    Manifest, ManifestChunk, ManifestFile, MANIFEST_FILE, MANIFEST_FORMAT, MANIFEST_VERSION,
+    PARTITION_MAP_FILE,
+};
+
+/// The graph, Â and partition given to [`ChunkBuilder::new`] do not fit together.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ChunkBuildError {
+    /// The graph itself is invalid.
+    #[error(transparent)]
+    Graph(#[from] crate::graph::GraphError),
+    /// Sizes disagree (Â vs graph vs partition) or a count exceeds the chunk format's types.
+    #[error("{0}")]
+    Mismatch(String),
+}
+
+/// Writing, opening or validating a chunk directory failed. Messages name the file and, for
+/// inconsistencies, the chunk section or header field.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ChunkDirError {
+    /// A file operation failed.
+    #[error("{}: {source}", path.display())]
+    Io {
+        /// The file or directory.
+        path: PathBuf,
+        /// The OS error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// `manifest.json` is missing, not JSON, or breaks its rules.
+    #[error("{}: {reason}", path.display())]
+    Manifest {
+        /// The manifest's path.
+        path: PathBuf,
+        /// What is wrong.
+        reason: String,
+    },
+    /// The directory holds a different partition and `force` was not given.
+    #[error(
+        "{} already holds a different partition ({existing}); pass --force to replace it, \
+         or choose another directory",
+        dir.display()
+    )]
+    DifferentPartition {
+        /// The directory.
+        dir: PathBuf,
+        /// What it holds.
+        existing: String,
+    },
+    /// A part outside `0..P` was asked for.
+    #[error("part {part} does not exist: the directory has {parts} parts")]
+    NoSuchPart {
+        /// The part asked for.
+        part: u32,
+        /// P.
+        parts: u32,
+    },
+    /// A chunk file is unreadable or invalid on its own.
+    #[error(transparent)]
+    Chunk(#[from] chunk_format::ChunkFileError),
+    /// A chunk disagrees with the manifest or with another chunk.
+    #[error("{}, {section}: {detail}", file.display())]
+    Inconsistent {
+        /// The chunk (or map) file at fault.
+        file: PathBuf,
+        /// The section or header field.
+        section: &'static str,
+        /// What disagrees.
+        detail: String,
+    },
+    /// Building the chunks failed.
+    #[error(transparent)]
+    Build(#[from] ChunkBuildError),
+    /// The partition map could not be written or read.
+    #[error(transparent)]
+    Partition(#[from] crate::partition::PartitionError),
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,347 @@
+//! Chunk building against set and dense references, and chunk directories end to end.
+
+use std::collections::BTreeSet;
+use std::path::Path;
+use std::vec::Vec;
+
+use chunk_format::{encode, AlignedBuf, ChunkView};
+use proptest::prelude::*;
+
+use super::*;
+use crate::graph::{Features, Graph};
+use crate::partition::{partition, Adjacency, Method, MetisOptions, Partition};
+use crate::sparse::CsrOwned;
+
+/// A graph with random node data, and a stand-in Â with the structure `normalize` gives
+/// (row v = v's in-neighbours plus a self loop) but arbitrary values: the builder only moves
+/// entries, so any N × N CSR exercises it.
+fn graph_and_a_hat(
+    n: usize,
+    edges: &[(u32, u32)],
+    dim: usize,
+    seed: u32,
+) -> (Graph, CsrOwned<f32>) {
+    let (src, dst): (Vec<u32>, Vec<u32>) = edges.iter().copied().unzip();
+    let mut g = Graph::from_edges(n, src, dst);
+    let val = |i: usize| ((i as u32).wrapping_mul(2654435761) ^ seed) as f32 / 1.0e9;
+    if dim > 0 {
+        g.features = Some(Features {
+            dim,
+            data: (0..n * dim).map(val).collect(),
+        });
+    }
+    g.labels = Some((0..n).map(|v| (v as i32 + seed as i32) % 4 - 1).collect());
+    g.train_mask = Some((0..n).map(|v| v % 3 == 0).collect());
+    g.test_mask = Some((0..n).map(|v| v % 5 == 1).collect());
+    let mut rows: Vec<u32> = g.dst.clone();
+    let mut cols: Vec<u32> = g.src.clone();
+    rows.extend(0..n as u32);
+    cols.extend(0..n as u32);
+    let values: Vec<f32> = (0..rows.len()).map(val).collect();
+    let a_hat = CsrOwned::from_triplets(n, n, &rows, &cols, &values).unwrap();
+    (g, a_hat)
+}
+
+fn encode_all(builder: &ChunkBuilder<'_>) -> Vec<AlignedBuf> {
+    (0..builder.partition().parts())
+        .map(|p| encode(&builder.build(p).contents()).unwrap())
+        .collect()
+}
+
+/// Â permuted into renumbered ids, as a dense matrix.
+fn permuted_dense(a_hat: &CsrOwned<f32>, old_to_new: &[u32]) -> Vec<f32> {
+    let n = a_hat.nrows();
+    let mut dense = std::vec![0f32; n * n];
+    for v in 0..n {
+        let (cols, vals) = a_hat.row(v);
+        for (&u, &x) in cols.iter().zip(vals) {
+            dense[old_to_new[v] as usize * n + old_to_new[u as usize] as usize] = x;
+        }
+    }
+    dense
+}
+
+fn check_chunks(g: &Graph, a_hat: &CsrOwned<f32>, part: &Partition) {
+    let builder = ChunkBuilder::new(g, a_hat.view(), part).unwrap();
+    let bufs = encode_all(&builder);
+    let views: Vec<ChunkView<'_>> = bufs
+        .iter()
+        .map(|b| ChunkView::parse(b.as_bytes()).unwrap())
+        .collect();
+    let named: Vec<(&Path, &ChunkView<'_>)> = views.iter().map(|v| (Path::new("mem"), v)).collect();
+    check_consistency(&named).unwrap();
+
+    // Reassembling all chunks gives Â exactly (bit-identical values).
+    let renumbering = part.renumbering();
+    let back = reassemble(&named).unwrap();
+    assert_eq!(
+        back.to_dense(),
+        permuted_dense(a_hat, renumbering.old_to_new())
+    );
+
+    let off = renumbering.offsets();
+    for (p, view) in views.iter().enumerate() {
+        let nodes = renumbering.part_nodes(p as u32);
+        // Halo lists minimal and complete: exactly the referenced columns of each peer.
+        for (q, &base) in off.iter().enumerate().take(part.parts() as usize) {
+            let mut want = BTreeSet::new();
+            if q != p {
+                for &v in nodes {
+                    for &u in a_hat.row(v as usize).0 {
+                        if part.part_of()[u as usize] as usize == q {
+                            want.insert(renumbering.old_to_new()[u as usize] - base as u32);
+                        }
+                    }
+                }
+            }
+            let got: Vec<u32> = view.halo_recv(q).to_vec();
+            assert_eq!(got, want.into_iter().collect::<Vec<_>>(), "recv {p} <- {q}");
+            assert_eq!(
+                view.block_for_source(q as u32).is_some(),
+                q == p || !got.is_empty()
+            );
+        }
+        // Node data follows its nodes.
+        let ids: Vec<u64> = nodes.iter().map(|&v| u64::from(v)).collect();
+        assert_eq!(view.original_ids(), ids.as_slice());
+        for (i, &v) in nodes.iter().enumerate() {
+            let v = v as usize;
+            if let Some(f) = &g.features {
+                let row = &view.features().unwrap()[i * f.dim..(i + 1) * f.dim];
+                assert_eq!(row, f.row(v));
+            }
+            assert_eq!(view.labels().unwrap()[i], g.labels.as_ref().unwrap()[v]);
+            let m = view.masks().unwrap()[i];
+            assert_eq!(m & 1 != 0, g.train_mask.as_ref().unwrap()[v]);
+            assert_eq!(m & 2, 0);
+            assert_eq!(m & 4 != 0, g.test_mask.as_ref().unwrap()[v]);
+        }
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(48))]
+    #[test]
+    fn chunks_match_references(
+        n in 1usize..40,
+        parts_raw in 1u32..6,
+        edges in proptest::collection::vec((0u32..40, 0u32..40), 0..160),
+        dim in 0usize..4,
+        method in 0usize..3,
+        seed in 0u32..1000,
+    ) {
+        let parts = parts_raw.min(n as u32);
+        let edges: Vec<(u32, u32)> =
+            edges.iter().map(|&(u, v)| (u % n as u32, v % n as u32)).collect();
+        let (g, a_hat) = graph_and_a_hat(n, &edges, dim, seed);
+        let adj = Adjacency::from_edges(n, &g.src, &g.dst).unwrap();
+        let method = [
+            Method::Metis(MetisOptions { seed: u64::from(seed), ..MetisOptions::default() }),
+            Method::Contiguous,
+            Method::Random { seed: u64::from(seed) },
+        ][method];
+        let part = partition(&adj, parts, &method).unwrap();
+        check_chunks(&g, &a_hat, &part);
+    }
+}
+
+#[test]
+fn one_part_has_no_halo_and_disconnected_graphs_work() {
+    // Two components and an isolated node, P = 1 and P = 3.
+    let edges = [(0, 1), (1, 0), (1, 2), (2, 1), (4, 5), (5, 4)];
+    let (g, a_hat) = graph_and_a_hat(7, &edges, 2, 3);
+    let adj = Adjacency::from_edges(7, &g.src, &g.dst).unwrap();
+    for parts in [1, 3] {
+        let part = partition(&adj, parts, &Method::Metis(MetisOptions::default())).unwrap();
+        check_chunks(&g, &a_hat, &part);
+    }
+    let part = partition(&adj, 1, &Method::Contiguous).unwrap();
+    let builder = ChunkBuilder::new(&g, a_hat.view(), &part).unwrap();
+    let chunk = builder.build(0);
+    assert_eq!(chunk.halo_rows(), 0);
+    assert_eq!(chunk.contents().blocks.len(), 1);
+}
+
+#[test]
+fn builder_rejects_mismatched_inputs() {
+    let (g, a_hat) = graph_and_a_hat(5, &[(0, 1)], 0, 0);
+    let wrong = Partition::new(2, std::vec![0, 1, 0, 1], "x").unwrap();
+    assert!(matches!(
+        ChunkBuilder::new(&g, a_hat.view(), &wrong),
+        Err(ChunkBuildError::Mismatch(_))
+    ));
+    let (_, small) = graph_and_a_hat(4, &[], 0, 0);
+    let part = Partition::new(1, std::vec![0; 5], "x").unwrap();
+    assert!(matches!(
+        ChunkBuilder::new(&g, small.view(), &part),
+        Err(ChunkBuildError::Mismatch(_))
+    ));
+}
+
+fn ring(n: u32) -> Vec<(u32, u32)> {
+    (0..n)
+        .flat_map(|v| [(v, (v + 1) % n), ((v + 1) % n, v)])
+        .collect()
+}
+
+fn write_dir(
+    dir: &Path,
+    g: &Graph,
+    a_hat: &CsrOwned<f32>,
+    part: &Partition,
+    force: bool,
+) -> Result<Manifest, ChunkDirError> {
+    let builder = ChunkBuilder::new(g, a_hat.view(), part).unwrap();
+    let options = WriteOptions {
+        force,
+        command_line: std::vec!["test".into()],
+        ..WriteOptions::default()
+    };
+    write_chunk_dir(dir, &builder, &options)
+}
+
+#[test]
+fn directory_round_trip_and_overwrite_rules() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("chunks");
+    let (g, a_hat) = graph_and_a_hat(30, &ring(30), 3, 1);
+    let adj = Adjacency::from_edges(30, &g.src, &g.dst).unwrap();
+    let metis = partition(&adj, 4, &Method::Metis(MetisOptions::default())).unwrap();
+    let m = write_dir(&dir, &g, &a_hat, &metis, false).unwrap();
+    assert_eq!(m.parts, 4);
+    assert_eq!(m.edge_cut, metis.edge_cut(&adj).unwrap());
+    assert_eq!(m.nnz, a_hat.nnz() as u64);
+    assert_eq!(m.edges, 60);
+
+    let opened = ChunkDir::open(&dir).unwrap();
+    assert_eq!(opened.manifest(), &m);
+    assert_eq!(opened.fingerprint(), metis.fingerprint());
+    assert_eq!(opened.load_partition().unwrap(), metis);
+    assert_eq!(opened.validate_all().unwrap().len(), 4);
+    let back = opened.reassemble().unwrap();
+    assert_eq!(
+        back.to_dense(),
+        permuted_dense(&a_hat, metis.renumbering().old_to_new())
+    );
+
+    // Same partition again: fine (idempotent).
+    assert_eq!(write_dir(&dir, &g, &a_hat, &metis, false).unwrap(), m);
+    // Another partition: refused without force, and the directory is untouched.
+    let random = partition(&adj, 2, &Method::Random { seed: 5 }).unwrap();
+    let err = write_dir(&dir, &g, &a_hat, &random, false).unwrap_err();
+    assert!(
+        matches!(err, ChunkDirError::DifferentPartition { .. }),
+        "{err}"
+    );
+    assert!(std::format!("{err}").contains("--force"));
+    ChunkDir::open(&dir).unwrap().validate_all().unwrap();
+    // With force: replaced, and the chunk files of the 4-part run are gone.
+    write_dir(&dir, &g, &a_hat, &random, true).unwrap();
+    let opened = ChunkDir::open(&dir).unwrap();
+    assert_eq!(opened.parts(), 2);
+    opened.validate_all().unwrap();
+    assert!(!dir.join(chunk_file_name(2)).exists());
+    assert!(!dir.join(chunk_file_name(3)).exists());
+}
+
+#[test]
+fn corrupted_and_foreign_chunks_are_detected() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (g, a_hat) = graph_and_a_hat(24, &ring(24), 2, 2);
+    let adj = Adjacency::from_edges(24, &g.src, &g.dst).unwrap();
+    let a = partition(&adj, 3, &Method::Metis(MetisOptions::default())).unwrap();
+    let b = partition(&adj, 3, &Method::Random { seed: 1 }).unwrap();
+    let (dir_a, dir_b) = (tmp.path().join("a"), tmp.path().join("b"));
+    write_dir(&dir_a, &g, &a_hat, &a, false).unwrap();
+    write_dir(&dir_b, &g, &a_hat, &b, false).unwrap();
+
+    // A chunk of another partition run mixed in.
+    let victim = dir_a.join(chunk_file_name(1));
+    let original = std::fs::read(&victim).unwrap();
+    std::fs::copy(dir_b.join(chunk_file_name(1)), &victim).unwrap();
+    let err = ChunkDir::open(&dir_a).unwrap().validate_all().unwrap_err();
+    let msg = std::format!("{err}");
+    assert!(
+        msg.contains("part-00001.chunk") && msg.contains("another partition"),
+        "{msg}"
+    );
+
+    // Same partition, different contents (re-normalised values): the manifest checksum catches it.
+    let (_, other_values) = graph_and_a_hat(24, &ring(24), 2, 99);
+    let builder = ChunkBuilder::new(&g, other_values.view(), &a).unwrap();
+    chunk_format::write_chunk(&victim, &builder.build(1).contents()).unwrap();
+    let err = ChunkDir::open(&dir_a).unwrap().load(1).unwrap_err();
+    assert!(std::format!("{err}").contains("file_checksum"), "{err}");
+
+    // A flipped byte.
+    let mut bytes = original.clone();
+    let at = bytes.len() / 2;
+    bytes[at] ^= 0x40;
+    std::fs::write(&victim, &bytes).unwrap();
+    let err = ChunkDir::open(&dir_a).unwrap().validate_all().unwrap_err();
+    assert!(matches!(err, ChunkDirError::Chunk(_)), "{err}");
+    assert!(std::format!("{err}").contains("part-00001.chunk"), "{err}");
+
+    // Restored: valid again. A damaged manifest or partition map is reported.
+    std::fs::write(&victim, &original).unwrap();
+    ChunkDir::open(&dir_a).unwrap().validate_all().unwrap();
+    let map = dir_a.join(PARTITION_MAP_FILE);
+    let mut map_bytes = std::fs::read(&map).unwrap();
+    map_bytes[30] ^= 1;
+    std::fs::write(&map, &map_bytes).unwrap();
+    let err = ChunkDir::open(&dir_a).unwrap().validate_all().unwrap_err();
+    assert!(std::format!("{err}").contains("partition map"), "{err}");
+    std::fs::write(dir_a.join(MANIFEST_FILE), b"{\"format\": 1}").unwrap();
+    assert!(matches!(
+        ChunkDir::open(&dir_a),
+        Err(ChunkDirError::Manifest { .. })
+    ));
+    std::fs::remove_file(dir_a.join(MANIFEST_FILE)).unwrap();
+    let err = ChunkDir::open(&dir_a).unwrap_err();
+    assert!(
+        std::format!("{err}").contains("never completely written"),
+        "{err}"
+    );
+}
+
+#[test]
+fn halo_scan_across_bitmap_words() {
+    // Part ranges that start and end inside 64-bit words, many words per part.
+    let n = 700u32;
+    let mut state = 12345u64;
+    let mut next = move || {
+        state = state
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        (state >> 33) as u32 % n
+    };
+    let edges: Vec<(u32, u32)> = (0..3000).map(|_| (next(), next())).collect();
+    let (g, a_hat) = graph_and_a_hat(n as usize, &edges, 1, 7);
+    let adj = Adjacency::from_edges(n as usize, &g.src, &g.dst).unwrap();
+    for method in [Method::Random { seed: 3 }, Method::Contiguous] {
+        let part = partition(&adj, 7, &method).unwrap();
+        check_chunks(&g, &a_hat, &part);
+    }
+}
+
+#[test]
+fn range_mask_selects_exactly_the_range() {
+    for base in [0usize, 64, 128] {
+        for start in 0..200 {
+            for end in start + 1..start + 70 {
+                if base >= end {
+                    continue;
+                }
+                let mask = build::range_mask(base, start, end);
+                for bit in 0..64 {
+                    let id = base + bit;
+                    assert_eq!(
+                        mask >> bit & 1 == 1,
+                        (start..end).contains(&id),
+                        "{base} {start} {end} {bit}"
+                    );
+                }
+            }
+        }
+    }
+}
