@@ -1,0 +1,242 @@
+//! The CUDA driver primitives, through cudarc: context, stream, module, buffers, launches.
+
+use std::collections::HashMap;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::Arc;
+
+use cudarc::driver::{
+    sys, CudaContext, CudaFunction, CudaModule, CudaSlice, CudaStream, DevicePtr, DeviceRepr,
+    DriverError, LaunchConfig, PushKernelArg, ValidAsZeroBits,
+};
+use cudarc::nvrtc::Ptx;
+
+use super::{Arg, RawStream};
+use crate::error::{CudaError, Result};
+use crate::strategy::{BLOCK_THREADS, KERNELS};
+
+/// The fatbin that build.rs compiled from `kernels/*.cu` (SASS sm_80, sm_90, PTX compute_90).
+static FATBIN: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/spmm.fatbin"));
+
+/// Element types that can live in device buffers.
+pub(crate) trait Elem: DeviceRepr + ValidAsZeroBits + Copy + Default {}
+impl<T: DeviceRepr + ValidAsZeroBits + Copy + Default> Elem for T {}
+
+fn driver(call: &'static str) -> impl FnOnce(DriverError) -> CudaError {
+    move |e| CudaError::Driver {
+        call,
+        message: e.to_string(),
+    }
+}
+
+fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
+    payload
+        .downcast_ref::<String>()
+        .cloned()
+        .or_else(|| payload.downcast_ref::<&str>().map(|s| (*s).to_owned()))
+        .unwrap_or_else(|| "unknown panic in the CUDA driver bindings".to_owned())
+}
+
+/// Runs `f`, turning a panic of cudarc's dynamic loader (missing library or symbol) into
+/// `NoDevice`: cudarc panics on the first call into a driver it cannot load.
+fn guarded<T>(what: &str, f: impl FnOnce() -> Result<T>) -> Result<T> {
+    catch_unwind(AssertUnwindSafe(f)).unwrap_or_else(|payload| {
+        Err(CudaError::NoDevice(format!(
+            "{what}: {}",
+            panic_message(payload.as_ref())
+        )))
+    })
+}
+
+/// Checks that the driver library can be loaded at all, before cudarc is asked to.
+fn probe_driver() -> Result<()> {
+    // SAFETY: `is_culib_present` only dlopens the usual libcuda names and closes them again;
+    // loading the driver library runs no code of ours.
+    if unsafe { sys::is_culib_present() } {
+        Ok(())
+    } else {
+        Err(CudaError::NoDevice(
+            "the CUDA driver library (libcuda.so) is not installed or not on the loader path"
+                .into(),
+        ))
+    }
+}
+
+/// Number of CUDA devices the driver reports.
+pub(crate) fn device_count() -> Result<usize> {
+    probe_driver()?;
+    guarded("driver initialisation", || {
+        let n = CudaContext::device_count()
+            .map_err(|e| CudaError::NoDevice(format!("driver initialisation failed: {e}")))?;
+        Ok(usize::try_from(n).unwrap_or(0))
+    })
+}
+
+/// One device's context, the stream all work of this crate runs on, and the kernels.
+pub(crate) struct Context {
+    ctx: Arc<CudaContext>,
+    stream: Arc<CudaStream>,
+    _module: Arc<CudaModule>,
+    functions: HashMap<&'static str, CudaFunction>,
+}
+
+impl std::fmt::Debug for Context {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Context")
+            .field("ordinal", &self.ctx.ordinal())
+            .finish_non_exhaustive()
+    }
+}
+
+/// A device allocation of `len` elements of `T`, freed in stream order on drop.
+#[derive(Debug)]
+pub(crate) struct Buffer<T> {
+    slice: CudaSlice<T>,
+}
+
+impl<T> Buffer<T> {
+    pub(crate) fn len(&self) -> usize {
+        self.slice.len()
+    }
+}
+
+impl Context {
+    pub(crate) fn open(ordinal: usize) -> Result<Context> {
+        let count = device_count()?;
+        if ordinal >= count {
+            return Err(CudaError::NoDevice(format!(
+                "device {ordinal} requested but the driver reports {count} device(s)"
+            )));
+        }
+        guarded("opening the device", || {
+            let ctx = CudaContext::new(ordinal).map_err(driver("cuDevicePrimaryCtxRetain"))?;
+            // SAFETY: every buffer and launch of this crate uses `stream` alone (raw launches
+            // on a caller's stream are ordered by the caller, as documented on spmm_raw), so
+            // cudarc's cross-stream event tracking has nothing to order.
+            unsafe { ctx.disable_event_tracking() };
+            let stream = ctx.new_stream().map_err(driver("cuStreamCreate"))?;
+            let module = ctx
+                .load_module(Ptx::from_binary(FATBIN.to_vec()))
+                .map_err(driver("cuModuleLoadData"))?;
+            let mut functions = HashMap::with_capacity(KERNELS.len());
+            for name in KERNELS {
+                let f = module
+                    .load_function(name)
+                    .map_err(|_| CudaError::MissingKernel(name))?;
+                functions.insert(name, f);
+            }
+            Ok(Context {
+                ctx,
+                stream,
+                _module: module,
+                functions,
+            })
+        })
+    }
+
+    pub(crate) fn ordinal(&self) -> usize {
+        self.ctx.ordinal()
+    }
+
+    pub(crate) fn name(&self) -> Result<String> {
+        self.ctx.name().map_err(driver("cuDeviceGetName"))
+    }
+
+    pub(crate) fn compute_capability(&self) -> Result<(u32, u32)> {
+        let (major, minor) = self
+            .ctx
+            .compute_capability()
+            .map_err(driver("cuDeviceGetAttribute"))?;
+        Ok((major.unsigned_abs(), minor.unsigned_abs()))
+    }
+
+    pub(crate) fn upload<T: Elem>(&self, data: &[T]) -> Result<Buffer<T>> {
+        let slice = self
+            .stream
+            .clone_htod(data)
+            .map_err(driver("cuMemcpyHtoDAsync"))?;
+        Ok(Buffer { slice })
+    }
+
+    pub(crate) fn zeros<T: Elem>(&self, len: usize) -> Result<Buffer<T>> {
+        let slice = self
+            .stream
+            .alloc_zeros(len)
+            .map_err(driver("cuMemAllocAsync"))?;
+        Ok(Buffer { slice })
+    }
+
+    pub(crate) fn download<T: Elem>(&self, buf: &Buffer<T>) -> Result<Vec<T>> {
+        let host = self
+            .stream
+            .clone_dtoh(&buf.slice)
+            .map_err(driver("cuMemcpyDtoHAsync"))?;
+        self.synchronize()?;
+        Ok(host)
+    }
+
+    pub(crate) fn device_ptr<T>(&self, buf: &Buffer<T>) -> u64 {
+        // Event tracking is off, so the guard records nothing and can drop at once.
+        let (ptr, _guard) = buf.slice.device_ptr(&self.stream);
+        ptr
+    }
+
+    pub(crate) fn synchronize(&self) -> Result<()> {
+        self.stream
+            .synchronize()
+            .map_err(driver("cuStreamSynchronize"))
+    }
+
+    /// Launches `kernel` with `blocks` blocks of `BLOCK_THREADS` threads on `stream` (this
+    /// context's stream when `None`).
+    ///
+    /// # Safety
+    /// `args` must match the kernel's parameter list in type and order, and every pointer in
+    /// them must address device memory of this context that is large enough for the launch
+    /// and stays alive until the kernel has finished on its stream.
+    pub(crate) unsafe fn launch(
+        &self,
+        kernel: &'static str,
+        blocks: u64,
+        args: &[Arg],
+        stream: Option<RawStream>,
+    ) -> Result<()> {
+        let function = self
+            .functions
+            .get(kernel)
+            .ok_or(CudaError::MissingKernel(kernel))?;
+        let grid = u32::try_from(blocks)
+            .ok()
+            .filter(|&b| b <= i32::MAX as u32)
+            .ok_or_else(|| CudaError::Shape {
+                op: kernel,
+                reason: format!("{blocks} blocks exceed the grid limit"),
+            })?;
+        let borrowed;
+        let stream: &CudaStream = match stream {
+            Some(RawStream(handle)) => {
+                // SAFETY: the caller of spmm_raw guarantees that the handle is a live stream of
+                // this context; the wrapper does not destroy it on drop.
+                borrowed = unsafe { self.ctx.wrap_borrowed_stream(handle as sys::CUstream) };
+                &borrowed
+            }
+            None => &self.stream,
+        };
+        let cfg = LaunchConfig {
+            grid_dim: (grid, 1, 1),
+            block_dim: (BLOCK_THREADS, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        let mut builder = stream.launch_builder(function);
+        for arg in args {
+            match arg {
+                Arg::U32(v) => builder.arg(v),
+                Arg::U64(v) => builder.arg(v),
+                Arg::F32(v) => builder.arg(v),
+            };
+        }
+        // SAFETY: the caller guarantees that the arguments match the kernel's signature and
+        // that the pointers are valid for the launch (see this function's contract).
+        unsafe { builder.launch(cfg) }.map_err(driver("cuLaunchKernel"))?;
+        Ok(())
+    }
+}
