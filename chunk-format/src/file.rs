@@ -255,3 +255,121 @@ impl std::fmt::Debug for MappedChunk {
             .finish()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testing::small_full_chunk;
+    use crate::SectionKind;
+    use std::string::{String, ToString};
+
+    fn dir_entries(dir: &Path) -> Vec<String> {
+        let mut names: Vec<String> = fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        names
+    }
+
+    #[test]
+    fn written_file_maps_back_to_the_same_contents() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("part-1.chunk");
+        let chunk = small_full_chunk();
+        let summary = write_chunk(&path, &chunk.contents()).unwrap();
+        assert_eq!(dir_entries(dir.path()), ["part-1.chunk"]);
+        assert_eq!(summary.bytes_written, fs::metadata(&path).unwrap().len());
+
+        let mapped = MappedChunk::open(&path).unwrap();
+        assert_eq!(mapped.view().contents(), chunk.contents());
+        assert_eq!(mapped.view().file_checksum(), summary.file_checksum);
+        assert_eq!(mapped.path(), path);
+        // Same bytes as the in-memory encoder.
+        let encoded = crate::encode(&chunk.contents()).unwrap();
+        assert_eq!(fs::read(&path).unwrap(), encoded.as_bytes());
+        let read = crate::AlignedBuf::read_file(&path).unwrap();
+        assert_eq!(
+            ChunkView::parse(&read).unwrap().contents(),
+            chunk.contents()
+        );
+    }
+
+    #[test]
+    fn invalid_contents_leave_the_old_file_and_no_temporary() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("c.chunk");
+        let chunk = small_full_chunk();
+        write_chunk(&path, &chunk.contents()).unwrap();
+        let before = fs::read(&path).unwrap();
+
+        let mut broken = chunk.clone();
+        broken.masks.as_mut().unwrap()[0] = 0xff;
+        let err = write_chunk(&path, &broken.contents()).unwrap_err();
+        match &err {
+            ChunkFileError::Invalid { path: p, source } => {
+                assert_eq!(p, &path);
+                assert!(matches!(
+                    source,
+                    ChunkError::Section {
+                        section: SectionKind::MASKS,
+                        ..
+                    }
+                ));
+            }
+            other => panic!("expected Invalid, got {other:?}"),
+        }
+        assert!(err.to_string().contains("c.chunk"));
+        assert_eq!(fs::read(&path).unwrap(), before);
+        assert_eq!(dir_entries(dir.path()), ["c.chunk"]);
+
+        let fresh = dir.path().join("never.chunk");
+        assert!(write_chunk(&fresh, &broken.contents()).is_err());
+        assert_eq!(dir_entries(dir.path()), ["c.chunk"]);
+    }
+
+    #[test]
+    fn io_and_format_errors_name_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let missing = dir.path().join("missing.chunk");
+        let err = MappedChunk::open(&missing).unwrap_err();
+        assert!(matches!(err, ChunkFileError::Io { action: "open", .. }));
+        assert!(err.to_string().contains("missing.chunk"), "{err}");
+
+        let junk = dir.path().join("junk.chunk");
+        fs::write(
+            &junk,
+            b"definitely not a chunk file, but long enough?".repeat(4),
+        )
+        .unwrap();
+        let err = MappedChunk::open(&junk).unwrap_err();
+        assert!(matches!(
+            err,
+            ChunkFileError::Invalid {
+                source: ChunkError::BadMagic { .. },
+                ..
+            }
+        ));
+        assert!(err.to_string().contains("junk.chunk"));
+
+        let empty = dir.path().join("empty.chunk");
+        fs::write(&empty, b"").unwrap();
+        assert!(matches!(
+            MappedChunk::open(&empty),
+            Err(ChunkFileError::Invalid {
+                source: ChunkError::TooShort { len: 0 },
+                ..
+            })
+        ));
+
+        let no_dir = dir.path().join("no/such/dir/c.chunk");
+        let err = write_chunk(&no_dir, &small_full_chunk().contents()).unwrap_err();
+        assert!(matches!(
+            err,
+            ChunkFileError::Io {
+                action: "create",
+                ..
+            }
+        ));
+    }
+}

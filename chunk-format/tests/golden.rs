@@ -1,0 +1,184 @@
+//! Golden test vector: a small chunk built by hand must encode to the committed fixture bytes,
+//! and the fixture must decode to the hand-written contents. An accidental format change fails
+//! here. After an intended change (and a version bump), regenerate with
+//! `UPDATE_GOLDEN=1 cargo test -p chunk-format --test golden`.
+
+use std::path::PathBuf;
+use std::sync::Once;
+
+use chunk_format::{
+    encode_to_vec, AlignedBuf, BlockView, ChunkContents, ChunkView, SectionKind, FORMAT_VERSION,
+    HEADER_LEN, SECTION_ENTRY_LEN,
+};
+
+fn fixture_path() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/golden/small-v1.chunk")
+}
+
+// P = 3 parts of sizes 2, 3, 2; this is part 1 (global nodes 2, 3, 4). Its rows of Â:
+//   row 0 (node 2): node 0 → 0.5, node 2 → 1.0, node 3 → 0.25
+//   row 1 (node 3): node 3 → 2.0, node 6 → -1.5
+//   row 2 (node 4): node 1 → 0.75, node 4 → 3.0, node 6 → 0.125
+// Received: from part 0 its nodes 0 and 1, from part 2 its node 1 (global 6).
+const PART_OFFSETS: [u64; 4] = [0, 2, 5, 7];
+const RECV_OFFSETS: [u64; 4] = [0, 2, 2, 3];
+const RECV: [u32; 3] = [0, 1, 1];
+const SEND_OFFSETS: [u64; 4] = [0, 2, 2, 3];
+const SEND: [u32; 3] = [0, 2, 1];
+const FEATURES: [f32; 6] = [1.5, -2.0, 0.0, 4.25, -0.5, 8.0];
+const LABELS: [i32; 3] = [2, -1, 0];
+const MASKS: [u8; 3] = [0b001, 0b010, 0b100];
+const ORIGINAL_IDS: [u64; 3] = [6, 0, 3];
+const FINGERPRINT: [u8; 16] = *b"golden-chunk-v1!";
+
+fn blocks() -> Vec<BlockView<'static>> {
+    vec![
+        BlockView {
+            src_part: 0,
+            nrows: 3,
+            ncols: 2,
+            csr_rowptr: &[0, 1, 1, 2],
+            csr_cols: &[0, 1],
+            csr_vals: &[0.5, 0.75],
+            csc_colptr: &[0, 1, 2],
+            csc_rows: &[0, 2],
+            csc_vals: &[0.5, 0.75],
+        },
+        BlockView {
+            src_part: 1,
+            nrows: 3,
+            ncols: 3,
+            csr_rowptr: &[0, 2, 3, 4],
+            csr_cols: &[0, 1, 1, 2],
+            csr_vals: &[1.0, 0.25, 2.0, 3.0],
+            csc_colptr: &[0, 1, 3, 4],
+            csc_rows: &[0, 0, 1, 2],
+            csc_vals: &[1.0, 0.25, 2.0, 3.0],
+        },
+        BlockView {
+            src_part: 2,
+            nrows: 3,
+            ncols: 1,
+            csr_rowptr: &[0, 0, 1, 2],
+            csr_cols: &[0, 0],
+            csr_vals: &[-1.5, 0.125],
+            csc_colptr: &[0, 2],
+            csc_rows: &[1, 2],
+            csc_vals: &[-1.5, 0.125],
+        },
+    ]
+}
+
+fn contents() -> ChunkContents<'static> {
+    ChunkContents {
+        part_id: 1,
+        fingerprint: FINGERPRINT,
+        part_offsets: &PART_OFFSETS,
+        blocks: blocks(),
+        halo_recv_offsets: &RECV_OFFSETS,
+        halo_recv: &RECV,
+        halo_send_offsets: &SEND_OFFSETS,
+        halo_send: &SEND,
+        feature_dim: 2,
+        features: Some(&FEATURES),
+        num_classes: 3,
+        labels: Some(&LABELS),
+        masks: Some(&MASKS),
+        original_ids: &ORIGINAL_IDS,
+    }
+}
+
+/// The fixture's bytes; with `UPDATE_GOLDEN=1` it is first rewritten (once per process, before
+/// any test reads it).
+fn fixture() -> AlignedBuf {
+    static UPDATE: Once = Once::new();
+    let path = fixture_path();
+    if std::env::var_os("UPDATE_GOLDEN").is_some_and(|v| v == "1") {
+        UPDATE.call_once(|| std::fs::write(&path, encode_to_vec(&contents()).unwrap()).unwrap());
+    }
+    let bytes = std::fs::read(&path).unwrap_or_else(|e| {
+        panic!(
+            "cannot read {} ({e}); generate it with UPDATE_GOLDEN=1",
+            path.display()
+        )
+    });
+    AlignedBuf::from_bytes(&bytes)
+}
+
+#[test]
+fn encoder_output_matches_the_committed_fixture() {
+    let bytes = encode_to_vec(&contents()).unwrap();
+    let path = fixture_path();
+    let fixture = fixture().to_vec();
+    assert!(
+        fixture == bytes,
+        "the encoder no longer produces the committed bytes of {}: the chunk format changed. \
+         If intended, bump the format version and regenerate with UPDATE_GOLDEN=1",
+        path.display()
+    );
+}
+
+#[test]
+fn fixture_decodes_to_the_hand_written_contents() {
+    let fixture = fixture();
+    let view = ChunkView::parse(fixture.as_bytes()).unwrap();
+    let h = view.header();
+    assert_eq!(h.version, FORMAT_VERSION);
+    assert_eq!(
+        (
+            h.num_parts,
+            h.part_id,
+            h.num_global_nodes,
+            h.num_local_nodes
+        ),
+        (3, 1, 7, 3)
+    );
+    assert_eq!(
+        (h.num_halo_rows, h.nnz, h.feature_dim, h.num_classes),
+        (3, 8, 2, 3)
+    );
+    assert_eq!(h.fingerprint, FINGERPRINT);
+    assert_eq!(h.file_len as usize, fixture.len());
+
+    assert_eq!(view.part_offsets(), PART_OFFSETS);
+    assert_eq!(view.block_sources(), [0, 1, 2]);
+    assert_eq!(view.blocks().collect::<Vec<_>>(), blocks());
+    assert_eq!(view.diagonal_block(), blocks()[1]);
+    assert_eq!(view.block_for_source(2), Some(blocks()[2]));
+    assert_eq!(
+        (view.halo_recv(0), view.halo_recv(1), view.halo_recv(2)),
+        (&[0u32, 1][..], &[][..], &[1u32][..])
+    );
+    assert_eq!(
+        (view.halo_send(0), view.halo_send(1), view.halo_send(2)),
+        (&[0u32, 2][..], &[][..], &[1u32][..])
+    );
+    assert_eq!(view.features(), Some(&FEATURES[..]));
+    assert_eq!(view.labels(), Some(&LABELS[..]));
+    assert_eq!(view.masks(), Some(&MASKS[..]));
+    assert_eq!(view.original_ids(), ORIGINAL_IDS);
+    assert_eq!(view.contents(), contents());
+}
+
+#[test]
+fn fixture_layout_follows_the_spec() {
+    let fixture = fixture();
+    let view = ChunkView::parse(fixture.as_bytes()).unwrap();
+    let h = view.header();
+    // The reference writer: table right after the header, then the sections in kind order,
+    // each 64-aligned, the file padded to a multiple of 64.
+    assert_eq!(h.section_table_offset, HEADER_LEN as u64);
+    assert_eq!(h.section_count, 18);
+    let kinds: Vec<u32> = view.sections().map(|s| s.kind.0).collect();
+    assert_eq!(kinds, (1..=18).collect::<Vec<u32>>());
+    let mut expected_offset = (HEADER_LEN + 18 * SECTION_ENTRY_LEN).div_ceil(64) as u64 * 64;
+    for s in view.sections() {
+        assert_eq!(s.offset, expected_offset, "{}", s.kind);
+        expected_offset = (s.offset + s.byte_len).div_ceil(64) * 64;
+    }
+    assert_eq!(h.file_len, expected_offset);
+    let counts: Vec<(SectionKind, u64)> = view.sections().map(|s| (s.kind, s.elem_count)).collect();
+    assert_eq!(counts[4], (SectionKind::CSR_ROWPTR, 12));
+    assert_eq!(counts[7], (SectionKind::CSC_COLPTR, 9));
+    assert_eq!(counts[15], (SectionKind::FEATURES, 6));
+}
