@@ -15,11 +15,20 @@
 //!
 //! text formats may be gzip-compressed (`name.mtx.gz`). Generators live in [`generate`].
 
+pub mod edgelist;
 mod error;
 pub mod generate;
+pub mod metis;
+pub mod mtx;
+pub mod npz;
+mod text;
 
 pub use error::{GraphError, GraphErrorKind, Location};
 
+use std::boxed::Box;
+use std::fs::File;
+use std::io::{BufRead, BufReader};
+use std::path::Path;
 use std::string::{String, ToString};
 use std::vec::Vec;
 
@@ -187,3 +196,93 @@ impl Graph {
         Ok(())
     }
 }
+
+/// The file formats [`load`] understands.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Format {
+    /// NumPy `.npz`, PyG field names.
+    Npz,
+    /// Matrix Market coordinate `.mtx`.
+    MatrixMarket,
+    /// METIS `.graph` / `.metis`.
+    Metis,
+    /// Edge list `.txt`, `.tsv`, `.csv`, `.el`, `.edges`.
+    EdgeList,
+}
+
+impl Format {
+    /// The format named by a path's extension, and whether the file is gzip-compressed
+    /// (`.gz` after a text format's extension). `None` for an unknown extension.
+    pub fn from_path(path: &Path) -> Option<(Format, bool)> {
+        let name = path.file_name()?.to_str()?.to_ascii_lowercase();
+        let (name, gz) = match name.strip_suffix(".gz") {
+            Some(inner) => (inner.to_string(), true),
+            None => (name, false),
+        };
+        let ext = name.rsplit_once('.')?.1;
+        let format = match ext {
+            "npz" if !gz => Format::Npz,
+            "mtx" => Format::MatrixMarket,
+            "graph" | "metis" => Format::Metis,
+            "txt" | "tsv" | "csv" | "el" | "edges" => Format::EdgeList,
+            _ => return None,
+        };
+        Some((format, gz))
+    }
+}
+
+/// Reads a graph file, choosing the reader by extension (see [`Format::from_path`]), and
+/// validates it. Errors name the file and the line or array at fault.
+///
+/// Edge lists are read with [`edgelist::EdgeListOptions::default`] (0-based ids, node count =
+/// largest id + 1); call [`edgelist::read_edgelist`] directly for other settings.
+pub fn load(path: impl AsRef<Path>) -> Result<Graph, GraphError> {
+    let path = path.as_ref();
+    let graph = load_inner(path).map_err(|e| e.in_file(path))?;
+    tracing::info!(
+        path = %path.display(),
+        nodes = graph.num_nodes,
+        edges = graph.num_edges(),
+        features = graph.feature_dim(),
+        "graph loaded"
+    );
+    Ok(graph)
+}
+
+fn load_inner(path: &Path) -> Result<Graph, GraphError> {
+    let Some((format, gz)) = Format::from_path(path) else {
+        let ext = path
+            .extension()
+            .map_or_else(String::new, |e| e.to_string_lossy().into_owned());
+        return Err(GraphErrorKind::UnknownFormat(ext).into());
+    };
+    let graph = match format {
+        Format::Npz => return npz::read_npz(path),
+        Format::MatrixMarket => mtx::read_mtx(open_text(path, gz)?)?,
+        Format::Metis => metis::read_metis(open_text(path, gz)?)?,
+        Format::EdgeList => {
+            edgelist::read_edgelist(open_text(path, gz)?, &edgelist::EdgeListOptions::default())?
+        }
+    };
+    graph.validate()?;
+    Ok(graph)
+}
+
+/// A buffered reader over a text file, decompressing gzip when `gz`.
+fn open_text(path: &Path, gz: bool) -> Result<Box<dyn BufRead>, GraphError> {
+    const BUF: usize = 1 << 16;
+    let file = File::open(path)?;
+    Ok(if gz {
+        Box::new(BufReader::with_capacity(
+            BUF,
+            flate2::read::MultiGzDecoder::new(BufReader::with_capacity(BUF, file)),
+        ))
+    } else {
+        Box::new(BufReader::with_capacity(BUF, file))
+    })
+}
+
+#[cfg(test)]
+mod test_support;
+#[cfg(test)]
+mod tests;

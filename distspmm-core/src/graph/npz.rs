@@ -1,0 +1,823 @@
+//! NumPy `.npz` graphs in PyTorch Geometric's field names: reader and writer.
+//!
+//! An `.npz` is a zip of `.npy` files (stored or deflate-compressed). The arrays read, by the
+//! names `numpy.savez` gives them (`<name>.npy`):
+//!
+//! | array | dtypes | shape | becomes |
+//! |---|---|---|---|
+//! | `edge_index` (required) | `<i8`, `<i4` | (2, E): row 0 sources, row 1 targets | `src`, `dst` |
+//! | `num_nodes` | `<i8`, `<i4` | () or (1,) | `num_nodes` |
+//! | `edge_weight` | `<f4`, `<f8` | (E,) | `weights` |
+//! | `x` | `<f4`, `<f8` | (N, F) or (N,) | `features` |
+//! | `y` | `<i8`, `<i4` | (N,) or (N, 1) | `labels` (−1 = unlabelled) |
+//! | `train_mask`, `val_mask`, `test_mask` | `\|b1`, `\|u1` (0/1) | (N,) | masks |
+//!
+//! Other arrays are ignored. Without `num_nodes` the node count is the row count of `x`, else
+//! the length of `y` or a mask, else the largest id plus one.
+//!
+//! The `.npy` header is parsed here (a few dozen lines, strict: only the dtypes above, C order,
+//! the three keys numpy writes) rather than through a crate: the format is tiny and fixed, the
+//! reader must reject rather than coerce, and element data is decoded in 64 KiB chunks straight
+//! into the target vectors (no intermediate copy of an `int64` edge array twice the size of the
+//! `u32` result).
+
+use super::{Features, Graph, GraphError, GraphErrorKind, MAX_NODES};
+use std::fs::File;
+use std::io::{self, BufReader, BufWriter, Cursor, Read, Seek, Write};
+use std::path::{Path, PathBuf};
+use std::string::{String, ToString};
+use std::vec::Vec;
+use std::{format, vec};
+use zip::result::ZipError;
+use zip::write::SimpleFileOptions;
+use zip::{CompressionMethod, ZipArchive, ZipWriter};
+
+/// Element types an array may have.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Dtype {
+    I64,
+    I32,
+    F32,
+    F64,
+    Bool,
+    U8,
+}
+
+impl Dtype {
+    fn from_descr(descr: &str) -> Option<Dtype> {
+        Some(match descr {
+            "<i8" => Dtype::I64,
+            "<i4" => Dtype::I32,
+            "<f4" => Dtype::F32,
+            "<f8" => Dtype::F64,
+            "|b1" => Dtype::Bool,
+            "|u1" => Dtype::U8,
+            _ => return None,
+        })
+    }
+
+    fn descr(self) -> &'static str {
+        match self {
+            Dtype::I64 => "<i8",
+            Dtype::I32 => "<i4",
+            Dtype::F32 => "<f4",
+            Dtype::F64 => "<f8",
+            Dtype::Bool => "|b1",
+            Dtype::U8 => "|u1",
+        }
+    }
+
+    fn size(self) -> usize {
+        match self {
+            Dtype::I64 | Dtype::F64 => 8,
+            Dtype::I32 | Dtype::F32 => 4,
+            Dtype::Bool | Dtype::U8 => 1,
+        }
+    }
+}
+
+/// A parsed `.npy` header.
+#[derive(Debug, PartialEq)]
+struct NpyHeader {
+    dtype: Dtype,
+    shape: Vec<u64>,
+    /// Column-major element order (`fortran_order: True`; PyG's `edge_index.numpy()` often is,
+    /// being a transposed view).
+    fortran: bool,
+    /// Bytes before the element data (magic, version, length, dict).
+    prefix_len: u64,
+}
+
+impl NpyHeader {
+    fn count(&self) -> Option<u64> {
+        self.shape.iter().try_fold(1u64, |a, &d| a.checked_mul(d))
+    }
+}
+
+const MAGIC: &[u8; 6] = b"\x93NUMPY";
+const MAX_HEADER: usize = 1 << 16;
+
+fn bad(msg: String) -> GraphErrorKind {
+    GraphErrorKind::BadHeader(msg)
+}
+
+fn read_npy_header<R: Read + ?Sized>(r: &mut R) -> Result<NpyHeader, GraphErrorKind> {
+    let mut lead = [0u8; 8];
+    read_exact(r, &mut lead, "the .npy header")?;
+    if &lead[..6] != MAGIC {
+        return Err(bad("not a .npy array (bad magic bytes)".into()));
+    }
+    let (len, len_bytes) = match lead[6] {
+        1 => {
+            let mut b = [0u8; 2];
+            read_exact(r, &mut b, "the .npy header")?;
+            (usize::from(u16::from_le_bytes(b)), 2)
+        }
+        2 | 3 => {
+            let mut b = [0u8; 4];
+            read_exact(r, &mut b, "the .npy header")?;
+            (u32::from_le_bytes(b) as usize, 4)
+        }
+        v => return Err(bad(format!(".npy format version {v} is not supported"))),
+    };
+    if len > MAX_HEADER {
+        return Err(bad(format!("header of {len} bytes is implausibly long")));
+    }
+    let mut text = vec![0u8; len];
+    read_exact(r, &mut text, "the .npy header")?;
+    let (descr, fortran, shape) = parse_header_dict(&text)?;
+    let dtype = Dtype::from_descr(&descr).ok_or(GraphErrorKind::Dtype {
+        found: descr,
+        expected: "one of <i8 <i4 <f4 <f8 |b1 |u1 (little-endian)",
+    })?;
+    if fortran && shape.len() > 2 {
+        return Err(bad(
+            "Fortran-order arrays of more than 2 dimensions are not supported".into(),
+        ));
+    }
+    Ok(NpyHeader {
+        dtype,
+        // Order only matters for 2-D arrays.
+        fortran: fortran && shape.len() == 2,
+        shape,
+        prefix_len: (8 + len_bytes + len) as u64,
+    })
+}
+
+/// Parses numpy's header dict, e.g. `{'descr': '<i8', 'fortran_order': False, 'shape': (2, 5), }`.
+fn parse_header_dict(text: &[u8]) -> Result<(String, bool, Vec<u64>), GraphErrorKind> {
+    let mut p = DictParser { s: text, i: 0 };
+    let (mut descr, mut fortran, mut shape) = (None, None, None);
+    p.expect(b'{')?;
+    loop {
+        p.skip_ws();
+        if p.eat(b'}') {
+            break;
+        }
+        let key = p.string()?;
+        p.skip_ws();
+        p.expect(b':')?;
+        p.skip_ws();
+        match key.as_str() {
+            "descr" => descr = Some(p.string()?),
+            "fortran_order" => fortran = Some(p.boolean()?),
+            "shape" => shape = Some(p.tuple()?),
+            other => return Err(bad(format!("unexpected key {other:?} in the .npy header"))),
+        }
+        p.skip_ws();
+        if !p.eat(b',') {
+            p.skip_ws();
+            p.expect(b'}')?;
+            break;
+        }
+    }
+    if !p.s[p.i..].iter().all(u8::is_ascii_whitespace) {
+        return Err(bad("trailing characters after the .npy header dict".into()));
+    }
+    match (descr, fortran, shape) {
+        (Some(d), Some(f), Some(s)) => Ok((d, f, s)),
+        _ => Err(bad(
+            "the .npy header needs 'descr', 'fortran_order' and 'shape'".into(),
+        )),
+    }
+}
+
+struct DictParser<'a> {
+    s: &'a [u8],
+    i: usize,
+}
+
+impl DictParser<'_> {
+    fn skip_ws(&mut self) {
+        while self.s.get(self.i).is_some_and(u8::is_ascii_whitespace) {
+            self.i += 1;
+        }
+    }
+
+    fn eat(&mut self, c: u8) -> bool {
+        let hit = self.s.get(self.i) == Some(&c);
+        self.i += usize::from(hit);
+        hit
+    }
+
+    fn expect(&mut self, c: u8) -> Result<(), GraphErrorKind> {
+        self.skip_ws();
+        if self.eat(c) {
+            Ok(())
+        } else {
+            Err(bad(format!(
+                "malformed .npy header dict: expected {:?} at byte {}",
+                char::from(c),
+                self.i
+            )))
+        }
+    }
+
+    fn string(&mut self) -> Result<String, GraphErrorKind> {
+        let quote = match self.s.get(self.i) {
+            Some(&q @ (b'\'' | b'"')) => q,
+            _ => return Err(bad(format!("expected a quoted string at byte {}", self.i))),
+        };
+        let start = self.i + 1;
+        let len = self.s[start..]
+            .iter()
+            .position(|&c| c == quote)
+            .ok_or_else(|| bad("unterminated string in the .npy header".into()))?;
+        self.i = start + len + 1;
+        Ok(String::from_utf8_lossy(&self.s[start..start + len]).into_owned())
+    }
+
+    fn boolean(&mut self) -> Result<bool, GraphErrorKind> {
+        for (word, value) in [(&b"True"[..], true), (&b"False"[..], false)] {
+            if self.s[self.i..].starts_with(word) {
+                self.i += word.len();
+                return Ok(value);
+            }
+        }
+        Err(bad(format!("expected True or False at byte {}", self.i)))
+    }
+
+    fn tuple(&mut self) -> Result<Vec<u64>, GraphErrorKind> {
+        self.expect(b'(')?;
+        let mut dims = Vec::new();
+        loop {
+            self.skip_ws();
+            if self.eat(b')') {
+                return Ok(dims);
+            }
+            let start = self.i;
+            while self.s.get(self.i).is_some_and(u8::is_ascii_digit) {
+                self.i += 1;
+            }
+            let digits = &self.s[start..self.i];
+            let dim = core::str::from_utf8(digits)
+                .ok()
+                .and_then(|d| d.parse::<u64>().ok())
+                .ok_or_else(|| bad(format!("expected a dimension at byte {start}")))?;
+            self.eat(b'L'); // Python 2 long literals.
+            dims.push(dim);
+            if dims.len() > 32 {
+                return Err(bad("more than 32 dimensions".into()));
+            }
+            self.skip_ws();
+            if !self.eat(b',') {
+                self.expect(b')')?;
+                return Ok(dims);
+            }
+        }
+    }
+}
+
+fn read_exact<R: Read + ?Sized>(
+    r: &mut R,
+    buf: &mut [u8],
+    what: &str,
+) -> Result<(), GraphErrorKind> {
+    r.read_exact(buf).map_err(|e| match e.kind() {
+        io::ErrorKind::UnexpectedEof => GraphErrorKind::Invalid(format!("{what} is truncated")),
+        _ => GraphErrorKind::Io(e),
+    })
+}
+
+/// Streams an array body of `count` elements of `dtype` in chunks of whole elements, then
+/// checks nothing follows.
+fn for_each_chunk<R: Read + ?Sized>(
+    r: &mut R,
+    header: &NpyHeader,
+    count: u64,
+    mut f: impl FnMut(&[u8]) -> Result<(), GraphErrorKind>,
+) -> Result<(), GraphErrorKind> {
+    const CHUNK: usize = 1 << 16; // a multiple of every element size
+    let mut buf = vec![0u8; CHUNK];
+    let mut remaining = count
+        .checked_mul(header.dtype.size() as u64)
+        .ok_or_else(|| GraphErrorKind::Invalid("array size overflows".into()))?;
+    while remaining > 0 {
+        let take = remaining.min(CHUNK as u64) as usize;
+        read_exact(r, &mut buf[..take], "the array data")?;
+        f(&buf[..take])?;
+        remaining -= take as u64;
+    }
+    let mut extra = [0u8; 1];
+    if r.read(&mut extra).map_err(GraphErrorKind::Io)? != 0 {
+        return Err(GraphErrorKind::LengthMismatch(
+            "the entry holds more data than its shape".into(),
+        ));
+    }
+    Ok(())
+}
+
+fn le<const N: usize>(c: &[u8]) -> [u8; N] {
+    let mut a = [0u8; N];
+    a.copy_from_slice(c);
+    a
+}
+
+/// Calls `f` on every integer of a chunk.
+fn decode_ints(
+    dtype: Dtype,
+    bytes: &[u8],
+    mut f: impl FnMut(i64) -> Result<(), GraphErrorKind>,
+) -> Result<(), GraphErrorKind> {
+    match dtype {
+        Dtype::I64 => bytes
+            .chunks_exact(8)
+            .try_for_each(|c| f(i64::from_le_bytes(le(c)))),
+        Dtype::I32 => bytes
+            .chunks_exact(4)
+            .try_for_each(|c| f(i64::from(i32::from_le_bytes(le(c))))),
+        Dtype::Bool | Dtype::U8 => bytes.iter().try_for_each(|&b| f(i64::from(b))),
+        Dtype::F32 | Dtype::F64 => Err(GraphErrorKind::Invalid("not an integer array".into())),
+    }
+}
+
+/// Appends every float of a chunk to `out` as `f32`, rejecting NaN and infinities.
+fn decode_floats(dtype: Dtype, bytes: &[u8], out: &mut Vec<f32>) -> Result<(), GraphErrorKind> {
+    let start = out.len();
+    match dtype {
+        Dtype::F32 => out.extend(bytes.chunks_exact(4).map(|c| f32::from_le_bytes(le(c)))),
+        Dtype::F64 => out.extend(
+            bytes
+                .chunks_exact(8)
+                .map(|c| f64::from_le_bytes(le(c)) as f32),
+        ),
+        _ => return Err(GraphErrorKind::Invalid("not a float array".into())),
+    }
+    match out[start..].iter().position(|x| !x.is_finite()) {
+        None => Ok(()),
+        Some(k) => {
+            // Report the stored value (an f64 may be finite but overflow f32).
+            let i = k * dtype.size();
+            let stored = if dtype == Dtype::F64 {
+                f64::from_le_bytes(le(&bytes[i..i + 8]))
+            } else {
+                f64::from(out[start + k])
+            };
+            Err(GraphErrorKind::NonFinite(stored))
+        }
+    }
+}
+
+/// The zip archive under the reader, with errors mapped to [`GraphError`].
+struct Npz<R> {
+    archive: ZipArchive<R>,
+}
+
+fn zip_error(e: ZipError) -> GraphErrorKind {
+    match e {
+        ZipError::Io(e) => GraphErrorKind::Io(e),
+        other => GraphErrorKind::Invalid(format!("not a valid .npz (zip) archive: {other}")),
+    }
+}
+
+impl<R: Read + Seek> Npz<R> {
+    fn open(reader: R) -> Result<Self, GraphError> {
+        let archive = ZipArchive::new(reader).map_err(zip_error)?;
+        Ok(Npz { archive })
+    }
+
+    fn has(&self, name: &str) -> bool {
+        self.archive
+            .index_for_name(&format!("{name}.npy"))
+            .is_some()
+    }
+
+    /// Opens array `name`, checks its dtype and header, and hands the body reader to `read`.
+    fn with_array<T>(
+        &mut self,
+        name: &str,
+        allowed: &[Dtype],
+        read: impl FnOnce(&mut dyn Read, &NpyHeader) -> Result<T, GraphErrorKind>,
+    ) -> Result<T, GraphError> {
+        let at = |kind| GraphError::in_array(name, kind);
+        let mut entry = self
+            .archive
+            .by_name(&format!("{name}.npy"))
+            .map_err(|e| at(zip_error(e)))?;
+        let header = read_npy_header(&mut entry).map_err(at)?;
+        if !allowed.contains(&header.dtype) {
+            let expected = allowed_names(allowed);
+            return Err(at(GraphErrorKind::Dtype {
+                found: header.dtype.descr().to_string(),
+                expected,
+            }));
+        }
+        let bytes = header
+            .count()
+            .and_then(|c| c.checked_mul(header.dtype.size() as u64))
+            .and_then(|b| b.checked_add(header.prefix_len));
+        if bytes != Some(entry.size()) {
+            return Err(at(GraphErrorKind::LengthMismatch(format!(
+                "shape {:?} of {} needs {} bytes with the header, the entry has {}",
+                header.shape,
+                header.dtype.descr(),
+                bytes.map_or_else(|| "too many".to_string(), |b| b.to_string()),
+                entry.size()
+            ))));
+        }
+        read(&mut entry, &header).map_err(at)
+    }
+}
+
+fn allowed_names(allowed: &[Dtype]) -> &'static str {
+    match allowed.first() {
+        Some(Dtype::I64 | Dtype::I32) => "<i8 or <i4",
+        Some(Dtype::F32 | Dtype::F64) => "<f4 or <f8",
+        _ => "|b1 or |u1",
+    }
+}
+
+const INTS: &[Dtype] = &[Dtype::I64, Dtype::I32];
+const FLOATS: &[Dtype] = &[Dtype::F32, Dtype::F64];
+const BOOLS: &[Dtype] = &[Dtype::Bool, Dtype::U8];
+
+fn shape_error(header: &NpyHeader, expected: &str) -> GraphErrorKind {
+    GraphErrorKind::LengthMismatch(format!("shape {:?} should be {expected}", header.shape))
+}
+
+/// Reserves `n` elements, failing cleanly where a header asks for absurd sizes.
+fn vec_with_capacity<T>(n: u64) -> Result<Vec<T>, GraphErrorKind> {
+    let mut v = Vec::new();
+    usize::try_from(n)
+        .ok()
+        .and_then(|n| v.try_reserve_exact(n).ok())
+        .ok_or_else(|| GraphErrorKind::Invalid(format!("cannot allocate {n} elements")))?;
+    Ok(v)
+}
+
+fn read_archive<R: Read + Seek>(mut npz: Npz<R>) -> Result<Graph, GraphError> {
+    let declared = if npz.has("num_nodes") {
+        Some(npz.with_array("num_nodes", INTS, |r, h| {
+            if h.count() != Some(1) || h.shape.len() > 1 {
+                return Err(shape_error(h, "() or (1,)"));
+            }
+            let mut value = 0i64;
+            for_each_chunk(r, h, 1, |b| {
+                decode_ints(h.dtype, b, |v| {
+                    value = v;
+                    Ok(())
+                })
+            })?;
+            match u64::try_from(value) {
+                Ok(n) if n <= MAX_NODES as u64 => Ok(n as usize),
+                Ok(n) => Err(GraphErrorKind::TooManyNodes(n)),
+                Err(_) => Err(GraphErrorKind::Invalid(format!(
+                    "negative node count {value}"
+                ))),
+            }
+        })?)
+    } else {
+        None
+    };
+
+    if !npz.has("edge_index") {
+        return Err(GraphError::in_array(
+            "edge_index",
+            GraphErrorKind::MissingArray,
+        ));
+    }
+    let (src, dst) = npz.with_array("edge_index", INTS, |r, h| {
+        let [2, e] = h.shape[..] else {
+            return Err(shape_error(h, "(2, E)"));
+        };
+        let limit = declared.map_or(MAX_NODES as u64, |n| n as u64);
+        let mut src: Vec<u32> = vec_with_capacity(e)?;
+        let mut dst: Vec<u32> = vec_with_capacity(e)?;
+        let mut seen = 0u64;
+        for_each_chunk(r, h, 2 * e, |b| {
+            decode_ints(h.dtype, b, |v| {
+                let id = u64::try_from(v).map_err(|_| GraphErrorKind::NegativeId(v))?;
+                if id >= limit {
+                    return Err(match declared {
+                        Some(n) => GraphErrorKind::IdOutOfRange {
+                            id,
+                            num_nodes: n as u64,
+                        },
+                        None => GraphErrorKind::TooManyNodes(id + 1),
+                    });
+                }
+                // C order: all sources, then all targets; Fortran order: (src, dst) pairs.
+                let to_src = if h.fortran { seen % 2 == 0 } else { seen < e };
+                if to_src { &mut src } else { &mut dst }.push(id as u32);
+                seen += 1;
+                Ok(())
+            })
+        })?;
+        Ok((src, dst))
+    })?;
+    let edges = src.len() as u64;
+
+    let weights = if npz.has("edge_weight") {
+        Some(npz.with_array("edge_weight", FLOATS, |r, h| {
+            if h.shape[..] != [edges] {
+                return Err(shape_error(h, &format!("({edges},), one per edge")));
+            }
+            let mut w = vec_with_capacity(edges)?;
+            for_each_chunk(r, h, edges, |b| decode_floats(h.dtype, b, &mut w))?;
+            Ok(w)
+        })?)
+    } else {
+        None
+    };
+
+    let features = if npz.has("x") {
+        Some(npz.with_array("x", FLOATS, |r, h| {
+            let (rows, dim) = match h.shape[..] {
+                [rows, dim] => (rows, dim),
+                [rows] => (rows, 1),
+                _ => return Err(shape_error(h, "(N, F)")),
+            };
+            let count = h.count().unwrap_or(u64::MAX);
+            let mut data = vec_with_capacity(count)?;
+            if h.fortran {
+                // Column-major on disk: scatter each column into the row-major matrix.
+                data.resize(count as usize, 0.0);
+                let (rows, dim) = (rows as usize, dim as usize);
+                let mut column = Vec::new();
+                let mut k = 0usize;
+                for_each_chunk(r, h, count, |b| {
+                    column.clear();
+                    decode_floats(h.dtype, b, &mut column)?;
+                    for &v in &column {
+                        data[(k % rows) * dim + k / rows] = v;
+                        k += 1;
+                    }
+                    Ok(())
+                })?;
+            } else {
+                for_each_chunk(r, h, count, |b| decode_floats(h.dtype, b, &mut data))?;
+            }
+            Ok((
+                rows,
+                Features {
+                    dim: dim as usize,
+                    data,
+                },
+            ))
+        })?)
+    } else {
+        None
+    };
+
+    let labels = if npz.has("y") {
+        Some(npz.with_array("y", INTS, |r, h| {
+            let n = match h.shape[..] {
+                [n] | [n, 1] => n,
+                _ => return Err(shape_error(h, "(N,)")),
+            };
+            let mut y = vec_with_capacity(n)?;
+            for_each_chunk(r, h, n, |b| {
+                decode_ints(h.dtype, b, |v| {
+                    let label = i32::try_from(v).ok().filter(|&l| l >= -1).ok_or_else(|| {
+                        GraphErrorKind::Invalid(format!(
+                            "label {v} is not a class id (0..2^31) or -1 for unlabelled"
+                        ))
+                    })?;
+                    y.push(label);
+                    Ok(())
+                })
+            })?;
+            Ok(y)
+        })?)
+    } else {
+        None
+    };
+
+    let mut masks: [Option<Vec<bool>>; 3] = [None, None, None];
+    for (slot, name) in masks
+        .iter_mut()
+        .zip(["train_mask", "val_mask", "test_mask"])
+    {
+        if npz.has(name) {
+            *slot = Some(npz.with_array(name, BOOLS, |r, h| {
+                let [n] = h.shape[..] else {
+                    return Err(shape_error(h, "(N,)"));
+                };
+                let mut m = vec_with_capacity(n)?;
+                for_each_chunk(r, h, n, |b| {
+                    decode_ints(h.dtype, b, |v| {
+                        match v {
+                            0 | 1 => m.push(v == 1),
+                            _ => {
+                                return Err(GraphErrorKind::Invalid(format!(
+                                    "mask value {v} is neither 0 nor 1"
+                                )))
+                            }
+                        }
+                        Ok(())
+                    })
+                })?;
+                Ok(m)
+            })?);
+        }
+    }
+
+    let max_id = src.iter().chain(&dst).copied().max();
+    let num_nodes = declared
+        .or(features.as_ref().map(|(rows, _)| *rows as usize))
+        .or(labels.as_ref().map(Vec::len))
+        .or(masks.iter().flatten().map(Vec::len).next())
+        .unwrap_or_else(|| max_id.map_or(0, |m| m as usize + 1));
+    let [train_mask, val_mask, test_mask] = masks;
+    let graph = Graph {
+        num_nodes,
+        src,
+        dst,
+        weights,
+        features: features.map(|(_, f)| f),
+        labels,
+        train_mask,
+        val_mask,
+        test_mask,
+    };
+    graph.validate()?;
+    Ok(graph)
+}
+
+/// Reads an `.npz` graph held in memory (see the module docs). For fuzzing and tests; errors
+/// name the array at fault.
+pub fn read_npz_bytes(bytes: &[u8]) -> Result<Graph, GraphError> {
+    read_archive(Npz::open(Cursor::new(bytes))?)
+}
+
+/// Reads an `.npz` graph file (see the module docs). Errors name the file and the array.
+pub fn read_npz(path: impl AsRef<Path>) -> Result<Graph, GraphError> {
+    let path = path.as_ref();
+    let inner = || -> Result<Graph, GraphError> {
+        let file = File::open(path)?;
+        read_archive(Npz::open(BufReader::with_capacity(1 << 16, file))?)
+    };
+    inner().map_err(|e| e.in_file(path))
+}
+
+/// The `.npy` header (format 1.0) for `dtype` and `shape`, padded to a multiple of 64 bytes.
+fn npy_header(dtype: Dtype, shape: &[u64]) -> Vec<u8> {
+    npy_header_text(dtype.descr(), false, shape)
+}
+
+/// A format-1.0 header for any `descr` (tests also build invalid ones with it).
+fn npy_header_text(descr: &str, fortran: bool, shape: &[u64]) -> Vec<u8> {
+    let dims = match shape {
+        [] => "()".to_string(),
+        [d] => format!("({d},)"),
+        _ => format!(
+            "({})",
+            shape
+                .iter()
+                .map(u64::to_string)
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+    };
+    let fortran = if fortran { "True" } else { "False" };
+    let mut dict = format!("{{'descr': '{descr}', 'fortran_order': {fortran}, 'shape': {dims}, }}");
+    let unpadded = MAGIC.len() + 2 + 2 + dict.len() + 1;
+    dict.extend(core::iter::repeat_n(
+        ' ',
+        unpadded.next_multiple_of(64) - unpadded,
+    ));
+    dict.push('\n');
+    let mut out = Vec::with_capacity(10 + dict.len());
+    out.extend_from_slice(MAGIC);
+    out.extend_from_slice(&[1, 0]);
+    out.extend_from_slice(&(dict.len() as u16).to_le_bytes());
+    out.extend_from_slice(dict.as_bytes());
+    out
+}
+
+/// Writes one array: header, then the elements encoded by `encode` in chunks.
+fn write_array<W: Write + Seek, T: Copy>(
+    zip: &mut ZipWriter<W>,
+    name: &str,
+    dtype: Dtype,
+    shape: &[u64],
+    values: impl Iterator<Item = T>,
+    encode: impl Fn(T, &mut Vec<u8>),
+) -> Result<(), GraphError> {
+    let at = |kind| GraphError::in_array(name, kind);
+    let header = npy_header(dtype, shape);
+    let data_bytes = shape.iter().product::<u64>() * dtype.size() as u64;
+    let options = SimpleFileOptions::default()
+        .compression_method(CompressionMethod::Deflated)
+        .compression_level(Some(1))
+        .large_file(data_bytes + header.len() as u64 >= u64::from(u32::MAX));
+    zip.start_file(format!("{name}.npy"), options)
+        .map_err(|e| at(zip_error(e)))?;
+    zip.write_all(&header)
+        .map_err(|e| at(GraphErrorKind::Io(e)))?;
+    let mut buf = Vec::with_capacity(1 << 16);
+    for v in values {
+        encode(v, &mut buf);
+        if buf.len() >= (1 << 16) - 8 {
+            zip.write_all(&buf).map_err(|e| at(GraphErrorKind::Io(e)))?;
+            buf.clear();
+        }
+    }
+    zip.write_all(&buf).map_err(|e| at(GraphErrorKind::Io(e)))
+}
+
+fn write_archive<W: Write + Seek>(zip: &mut ZipWriter<W>, g: &Graph) -> Result<(), GraphError> {
+    let n = g.num_nodes as u64;
+    let e = g.num_edges() as u64;
+    let i64_le = |v: i64, out: &mut Vec<u8>| out.extend_from_slice(&v.to_le_bytes());
+    let ids = g.src.iter().chain(&g.dst).map(|&v| i64::from(v));
+    write_array(zip, "edge_index", Dtype::I64, &[2, e], ids, i64_le)?;
+    write_array(
+        zip,
+        "num_nodes",
+        Dtype::I64,
+        &[],
+        core::iter::once(n as i64),
+        i64_le,
+    )?;
+    let f32_le = |v: f32, out: &mut Vec<u8>| out.extend_from_slice(&v.to_le_bytes());
+    if let Some(w) = &g.weights {
+        write_array(
+            zip,
+            "edge_weight",
+            Dtype::F32,
+            &[e],
+            w.iter().copied(),
+            f32_le,
+        )?;
+    }
+    if let Some(f) = &g.features {
+        let shape = [n, f.dim as u64];
+        write_array(zip, "x", Dtype::F32, &shape, f.data.iter().copied(), f32_le)?;
+    }
+    if let Some(y) = &g.labels {
+        write_array(
+            zip,
+            "y",
+            Dtype::I64,
+            &[n],
+            y.iter().map(|&c| i64::from(c)),
+            i64_le,
+        )?;
+    }
+    for (name, mask) in [
+        ("train_mask", &g.train_mask),
+        ("val_mask", &g.val_mask),
+        ("test_mask", &g.test_mask),
+    ] {
+        if let Some(m) = mask {
+            let bytes = m.iter().map(|&b| u8::from(b));
+            write_array(zip, name, Dtype::Bool, &[n], bytes, |b, out| out.push(b))?;
+        }
+    }
+    Ok(())
+}
+
+/// Writes `graph` as an `.npz` in PyG's layout (deflate-compressed; `edge_index`, `num_nodes`
+/// and whichever of `edge_weight`, `x`, `y`, masks the graph has), atomically: the archive is
+/// written to a temporary file beside `path`, fsynced and renamed over it, so `path` holds the
+/// old file or the complete new one, never a part. The output is byte-for-byte reproducible.
+pub fn write_npz(path: impl AsRef<Path>, graph: &Graph) -> Result<(), GraphError> {
+    let path = path.as_ref();
+    graph.validate().map_err(|e| e.in_file(path))?;
+    let tmp = temp_path(path);
+    let result = (|| -> Result<(), GraphError> {
+        let file = File::options().write(true).create_new(true).open(&tmp)?;
+        let mut zip = ZipWriter::new(BufWriter::with_capacity(1 << 20, file));
+        write_archive(&mut zip, graph)?;
+        let file = zip
+            .finish()
+            .map_err(zip_error)?
+            .into_inner()
+            .map_err(|e| GraphErrorKind::Io(e.into_error()))?;
+        file.sync_all()?;
+        drop(file);
+        std::fs::rename(&tmp, path)?;
+        sync_parent(path);
+        Ok(())
+    })();
+    if result.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    result.map_err(|e| e.in_file(path))
+}
+
+/// A fresh name in `path`'s directory for the file being written.
+fn temp_path(path: &Path) -> PathBuf {
+    let name = path
+        .file_name()
+        .map_or_else(|| "graph.npz".into(), |n| n.to_string_lossy().into_owned());
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_nanos());
+    path.with_file_name(format!(".{name}.{}.{nanos}.tmp", std::process::id()))
+}
+
+/// Makes the rename durable; directories that cannot be opened (some platforms) are skipped.
+fn sync_parent(path: &Path) {
+    let parent = match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    };
+    if let Ok(dir) = File::open(parent) {
+        let _ = dir.sync_all();
+    }
+}
+
+#[cfg(test)]
+mod tests;

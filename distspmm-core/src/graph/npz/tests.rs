@@ -1,0 +1,518 @@
+use super::super::generate::{csbm, rmat, CsbmParams};
+use super::super::{load, Location};
+use super::*;
+use std::vec;
+
+/// One array of a hand-built archive: name, descr, shape, raw little-endian data.
+struct Array {
+    name: &'static str,
+    descr: &'static str,
+    shape: Vec<u64>,
+    data: Vec<u8>,
+}
+
+fn array(name: &'static str, descr: &'static str, shape: &[u64], data: Vec<u8>) -> Array {
+    Array {
+        name,
+        descr,
+        shape: shape.to_vec(),
+        data,
+    }
+}
+
+fn i64s(v: &[i64]) -> Vec<u8> {
+    v.iter().flat_map(|x| x.to_le_bytes()).collect()
+}
+
+fn i32s(v: &[i32]) -> Vec<u8> {
+    v.iter().flat_map(|x| x.to_le_bytes()).collect()
+}
+
+fn f64s(v: &[f64]) -> Vec<u8> {
+    v.iter().flat_map(|x| x.to_le_bytes()).collect()
+}
+
+fn f32s(v: &[f32]) -> Vec<u8> {
+    v.iter().flat_map(|x| x.to_le_bytes()).collect()
+}
+
+fn header_for(descr: &str, shape: &[u64], fortran: bool) -> Vec<u8> {
+    npy_header_text(descr, fortran, shape)
+}
+
+fn archive_with(entries: Vec<(String, Vec<u8>)>, method: CompressionMethod) -> Vec<u8> {
+    let mut zip = ZipWriter::new(Cursor::new(Vec::new()));
+    let options = SimpleFileOptions::default().compression_method(method);
+    for (name, bytes) in entries {
+        zip.start_file(name, options).unwrap();
+        zip.write_all(&bytes).unwrap();
+    }
+    zip.finish().unwrap().into_inner()
+}
+
+fn archive(arrays: Vec<Array>, method: CompressionMethod) -> Vec<u8> {
+    let entries = arrays
+        .into_iter()
+        .map(|a| {
+            let mut bytes = header_for(a.descr, &a.shape, false);
+            bytes.extend_from_slice(&a.data);
+            (format!("{}.npy", a.name), bytes)
+        })
+        .collect();
+    archive_with(entries, method)
+}
+
+fn triangle_edges() -> Array {
+    array("edge_index", "<i8", &[2, 3], i64s(&[0, 1, 2, 1, 2, 0]))
+}
+
+#[test]
+fn reads_stored_entries_and_narrow_dtypes() {
+    let bytes = archive(
+        vec![
+            array("edge_index", "<i4", &[2, 3], i32s(&[0, 1, 2, 1, 2, 0])),
+            array("num_nodes", "<i8", &[1], i64s(&[4])),
+            array(
+                "x",
+                "<f8",
+                &[4, 2],
+                f64s(&[1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0]),
+            ),
+            array("y", "<i4", &[4], i32s(&[0, 1, -1, 2])),
+            array("train_mask", "|u1", &[4], vec![1, 0, 0, 1]),
+            array("edge_weight", "<f8", &[3], f64s(&[0.5, 1.0, 2.0])),
+            array("unrelated", "<f4", &[1], f32s(&[1.0])),
+        ],
+        CompressionMethod::Stored,
+    );
+    let g = read_npz_bytes(&bytes).unwrap();
+    assert_eq!(g.num_nodes, 4);
+    assert_eq!(
+        (g.src.clone(), g.dst.clone()),
+        (vec![0, 1, 2], vec![1, 2, 0])
+    );
+    let f = g.features.as_ref().unwrap();
+    assert_eq!((f.dim, f.row(3)), (2, &[7.0f32, 8.0][..]));
+    assert_eq!(g.labels, Some(vec![0, 1, -1, 2]));
+    assert_eq!(g.num_classes(), 3);
+    assert_eq!(g.train_mask, Some(vec![true, false, false, true]));
+    assert_eq!(g.weights, Some(vec![0.5, 1.0, 2.0]));
+    assert!(g.val_mask.is_none() && g.test_mask.is_none());
+}
+
+/// Writes a `.npy` entry whose data is in column-major order.
+fn fortran_entry(name: &str, descr: &str, shape: &[u64], data: Vec<u8>) -> (String, Vec<u8>) {
+    let mut bytes = header_for(descr, shape, true);
+    bytes.extend(data);
+    (format!("{name}.npy"), bytes)
+}
+
+#[test]
+fn reads_fortran_order_2d_arrays() {
+    // edge_index (2, 3) column-major: pairs (src, dst); x (3, 2) column-major: column by column.
+    let bytes = archive_with(
+        vec![
+            fortran_entry("edge_index", "<i8", &[2, 3], i64s(&[0, 1, 1, 2, 2, 0])),
+            fortran_entry(
+                "x",
+                "<f4",
+                &[3, 2],
+                f32s(&[1.0, 2.0, 3.0, 10.0, 20.0, 30.0]),
+            ),
+            fortran_entry("y", "<i8", &[3], i64s(&[2, 1, 0])),
+        ],
+        CompressionMethod::Deflated,
+    );
+    let g = read_npz_bytes(&bytes).unwrap();
+    assert_eq!((g.src, g.dst), (vec![0, 1, 2], vec![1, 2, 0]));
+    assert_eq!(
+        g.features.unwrap().data,
+        vec![1.0, 10.0, 2.0, 20.0, 3.0, 30.0]
+    );
+    assert_eq!(g.labels, Some(vec![2, 1, 0]));
+}
+
+#[test]
+fn node_count_falls_back_to_x_then_ids() {
+    let with_x = archive(
+        vec![
+            triangle_edges(),
+            array("x", "<f4", &[5, 1], f32s(&[0.0; 5])),
+        ],
+        CompressionMethod::Deflated,
+    );
+    assert_eq!(read_npz_bytes(&with_x).unwrap().num_nodes, 5);
+    let bare = archive(vec![triangle_edges()], CompressionMethod::Deflated);
+    assert_eq!(read_npz_bytes(&bare).unwrap().num_nodes, 3);
+}
+
+#[test]
+fn round_trip_with_every_field() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("g.npz");
+    let mut g = csbm(&CsbmParams {
+        nodes: 300,
+        ..CsbmParams::default()
+    })
+    .unwrap();
+    g.weights = Some((0..g.num_edges()).map(|e| e as f32 * 0.25 - 3.0).collect());
+    g.labels.as_mut().unwrap()[7] = -1;
+    write_npz(&path, &g).unwrap();
+    assert_eq!(read_npz(&path).unwrap(), g);
+    assert_eq!(load(&path).unwrap(), g);
+    // Deterministic bytes, and no temporary file left behind.
+    let first = std::fs::read(&path).unwrap();
+    write_npz(&path, &g).unwrap();
+    assert_eq!(std::fs::read(&path).unwrap(), first);
+    assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1);
+}
+
+#[test]
+fn round_trip_topology_only_and_empty() {
+    let dir = tempfile::tempdir().unwrap();
+    for g in [
+        rmat(8, 4, 1).unwrap(),
+        Graph::default(),
+        Graph::from_edges(3, vec![], vec![]),
+    ] {
+        let path = dir.path().join("t.npz");
+        write_npz(&path, &g).unwrap();
+        assert_eq!(read_npz(&path).unwrap(), g);
+    }
+}
+
+#[test]
+fn header_format_matches_numpy() {
+    let h = npy_header(Dtype::I64, &[2, 10556]);
+    assert_eq!(h.len() % 64, 0);
+    assert!(h.ends_with(b"\n"));
+    let text = std::str::from_utf8(&h[10..]).unwrap();
+    assert!(text.starts_with("{'descr': '<i8', 'fortran_order': False, 'shape': (2, 10556), }"));
+    let parsed = read_npy_header(&mut &h[..]).unwrap();
+    assert_eq!(parsed.shape, vec![2, 10556]);
+    assert_eq!(parsed.prefix_len, h.len() as u64);
+    let scalar = read_npy_header(&mut &npy_header(Dtype::I64, &[])[..]).unwrap();
+    assert!(scalar.shape.is_empty() && scalar.count() == Some(1));
+}
+
+#[test]
+fn header_parser_is_strict() {
+    for text in [
+        "{'descr': '<i8', 'fortran_order': False}",
+        "{'descr': '<i8', 'fortran_order': Maybe, 'shape': (1,)}",
+        "{'descr': '<i8', 'fortran_order': False, 'shape': (1,), 'extra': 1}",
+        "{'descr': '<i8', 'fortran_order': False, 'shape': (x,)}",
+        "{'descr': '<i8, 'fortran_order': False, 'shape': (1,)}",
+        "{'descr': '<i8', 'fortran_order': False, 'shape': (1,)} junk",
+        "['descr']",
+    ] {
+        assert!(parse_header_dict(text.as_bytes()).is_err(), "{text}");
+    }
+    let (d, f, s) =
+        parse_header_dict(b"{\"descr\":\"<f4\",\"fortran_order\":True,\"shape\":(3L,4L)}  \n")
+            .unwrap();
+    assert_eq!((d.as_str(), f, s), ("<f4", true, vec![3, 4]));
+}
+
+/// Reads `bytes` and returns the error, which must name `array`.
+fn error_in(bytes: &[u8], array: &str) -> GraphError {
+    let e = read_npz_bytes(bytes).unwrap_err();
+    assert_eq!(e.location(), &Location::Array(array.into()), "{e}");
+    assert!(format!("{e}").contains(&format!("array {array:?}")), "{e}");
+    e
+}
+
+#[test]
+fn missing_edge_index() {
+    let bytes = archive(
+        vec![array("x", "<f4", &[1, 1], f32s(&[1.0]))],
+        CompressionMethod::Stored,
+    );
+    let e = error_in(&bytes, "edge_index");
+    assert!(matches!(e.kind(), GraphErrorKind::MissingArray));
+}
+
+#[test]
+fn unsupported_dtypes() {
+    for (descr, name) in [
+        (">i8", "edge_index"),
+        ("<f4", "edge_index"),
+        ("<U4", "edge_index"),
+    ] {
+        let bytes = archive(
+            vec![array(name, descr, &[2, 1], vec![0; 16])],
+            CompressionMethod::Stored,
+        );
+        let e = error_in(&bytes, name);
+        assert!(
+            matches!(e.kind(), GraphErrorKind::Dtype { .. }),
+            "{descr}: {e}"
+        );
+    }
+    let bytes = archive(
+        vec![triangle_edges(), array("y", "<f8", &[3], f64s(&[0.0; 3]))],
+        CompressionMethod::Stored,
+    );
+    assert!(matches!(
+        error_in(&bytes, "y").kind(),
+        GraphErrorKind::Dtype { .. }
+    ));
+}
+
+#[test]
+fn bad_npy_headers() {
+    let mut not_npy = b"PK not numpy at all".to_vec();
+    not_npy.resize(64, b' ');
+    let fortran_3d = {
+        let mut b = header_for("<i8", &[2, 1, 1], true);
+        b.extend(i64s(&[0, 0]));
+        b
+    };
+    for entry in [not_npy, fortran_3d] {
+        let bytes = archive_with(
+            vec![("edge_index.npy".into(), entry)],
+            CompressionMethod::Stored,
+        );
+        let e = error_in(&bytes, "edge_index");
+        assert!(matches!(e.kind(), GraphErrorKind::BadHeader(_)), "{e}");
+    }
+}
+
+#[test]
+fn shapes_and_lengths_must_agree() {
+    // Wrong rank for edge_index.
+    let bytes = archive(
+        vec![array("edge_index", "<i8", &[3, 1], i64s(&[0, 0, 0]))],
+        CompressionMethod::Stored,
+    );
+    assert!(matches!(
+        error_in(&bytes, "edge_index").kind(),
+        GraphErrorKind::LengthMismatch(_)
+    ));
+    // Data shorter than the shape (truncated entry).
+    let bytes = archive(
+        vec![array("edge_index", "<i8", &[2, 3], i64s(&[0, 1, 2]))],
+        CompressionMethod::Deflated,
+    );
+    assert!(matches!(
+        error_in(&bytes, "edge_index").kind(),
+        GraphErrorKind::LengthMismatch(_)
+    ));
+    // One weight per edge.
+    let bytes = archive(
+        vec![
+            triangle_edges(),
+            array("edge_weight", "<f4", &[2], f32s(&[1.0, 1.0])),
+        ],
+        CompressionMethod::Stored,
+    );
+    assert!(matches!(
+        error_in(&bytes, "edge_weight").kind(),
+        GraphErrorKind::LengthMismatch(_)
+    ));
+    // Labels for a different node count than x (caught by validation, still naming the array).
+    let bytes = archive(
+        vec![
+            triangle_edges(),
+            array("x", "<f4", &[3, 1], f32s(&[0.0; 3])),
+            array("y", "<i8", &[2], i64s(&[0, 1])),
+        ],
+        CompressionMethod::Stored,
+    );
+    assert!(matches!(
+        error_in(&bytes, "y").kind(),
+        GraphErrorKind::LengthMismatch(_)
+    ));
+}
+
+#[test]
+fn negative_and_out_of_range_ids() {
+    let bytes = archive(
+        vec![array("edge_index", "<i8", &[2, 2], i64s(&[0, -4, 1, 1]))],
+        CompressionMethod::Deflated,
+    );
+    assert!(matches!(
+        error_in(&bytes, "edge_index").kind(),
+        GraphErrorKind::NegativeId(-4)
+    ));
+    let bytes = archive(
+        vec![triangle_edges(), array("num_nodes", "<i8", &[], i64s(&[2]))],
+        CompressionMethod::Deflated,
+    );
+    let e = error_in(&bytes, "edge_index");
+    assert!(
+        matches!(
+            e.kind(),
+            GraphErrorKind::IdOutOfRange {
+                id: 2,
+                num_nodes: 2
+            }
+        ),
+        "{e}"
+    );
+    let bytes = archive(
+        vec![array("edge_index", "<i8", &[2, 1], i64s(&[1 << 33, 0]))],
+        CompressionMethod::Stored,
+    );
+    assert!(matches!(
+        error_in(&bytes, "edge_index").kind(),
+        GraphErrorKind::TooManyNodes(_)
+    ));
+    // Ids beyond x's rows are caught by validation and named by row of edge_index.
+    let bytes = archive(
+        vec![
+            triangle_edges(),
+            array("x", "<f4", &[2, 1], f32s(&[0.0; 2])),
+        ],
+        CompressionMethod::Stored,
+    );
+    let e = error_in(&bytes, "edge_index[0]");
+    assert!(matches!(
+        e.kind(),
+        GraphErrorKind::IdOutOfRange {
+            id: 2,
+            num_nodes: 2
+        }
+    ));
+}
+
+#[test]
+fn non_finite_values() {
+    let bytes = archive(
+        vec![
+            triangle_edges(),
+            array("x", "<f4", &[3, 1], f32s(&[0.0, f32::NAN, 1.0])),
+        ],
+        CompressionMethod::Stored,
+    );
+    assert!(matches!(
+        error_in(&bytes, "x").kind(),
+        GraphErrorKind::NonFinite(_)
+    ));
+    let bytes = archive(
+        vec![
+            triangle_edges(),
+            array("edge_weight", "<f8", &[3], f64s(&[1.0, 1e300, 1.0])),
+        ],
+        CompressionMethod::Stored,
+    );
+    let e = error_in(&bytes, "edge_weight");
+    assert!(
+        matches!(e.kind(), GraphErrorKind::NonFinite(v) if *v == 1e300),
+        "{e}"
+    );
+}
+
+#[test]
+fn invalid_labels_and_masks() {
+    let bytes = archive(
+        vec![triangle_edges(), array("y", "<i8", &[3], i64s(&[0, -2, 1]))],
+        CompressionMethod::Stored,
+    );
+    assert!(matches!(
+        error_in(&bytes, "y").kind(),
+        GraphErrorKind::Invalid(_)
+    ));
+    let bytes = archive(
+        vec![
+            triangle_edges(),
+            array("val_mask", "|u1", &[3], vec![0, 2, 1]),
+        ],
+        CompressionMethod::Stored,
+    );
+    assert!(matches!(
+        error_in(&bytes, "val_mask").kind(),
+        GraphErrorKind::Invalid(_)
+    ));
+}
+
+#[test]
+fn not_a_zip_and_empty_input() {
+    for bytes in [&b""[..], b"definitely not a zip archive"] {
+        let e = read_npz_bytes(bytes).unwrap_err();
+        assert!(matches!(e.kind(), GraphErrorKind::Invalid(_)), "{e}");
+    }
+}
+
+#[test]
+fn file_errors_name_the_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("broken.npz");
+    std::fs::write(
+        &path,
+        archive(
+            vec![array("x", "<f4", &[1], f32s(&[1.0]))],
+            CompressionMethod::Stored,
+        ),
+    )
+    .unwrap();
+    let msg = format!("{}", load(&path).unwrap_err());
+    assert!(
+        msg.contains("broken.npz") && msg.contains("\"edge_index\""),
+        "{msg}"
+    );
+    let missing = format!("{}", load(dir.path().join("absent.npz")).unwrap_err());
+    assert!(missing.contains("absent.npz"), "{missing}");
+}
+
+#[test]
+fn write_refuses_invalid_graphs_and_leaves_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("bad.npz");
+    let g = Graph::from_edges(2, vec![0, 5], vec![1, 0]);
+    let e = write_npz(&path, &g).unwrap_err();
+    assert!(matches!(e.kind(), GraphErrorKind::IdOutOfRange { .. }));
+    assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
+    // A directory that does not exist: an I/O error naming the file.
+    let e = write_npz(dir.path().join("no/such/dir/g.npz"), &Graph::default()).unwrap_err();
+    assert!(matches!(e.kind(), GraphErrorKind::Io(_)) && format!("{e}").contains("g.npz"));
+}
+
+fn cora_path() -> Option<PathBuf> {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/datasets/cora.npz");
+    if path.exists() {
+        return Some(path);
+    }
+    assert!(
+        std::env::var("CI").as_deref() != Ok("true"),
+        "CI=true but the Cora dataset is missing at {}",
+        path.display()
+    );
+    std::eprintln!(
+        "skipping: {} not found (set CI=true to make this fail)",
+        path.display()
+    );
+    None
+}
+
+#[test]
+fn loads_cora() {
+    let Some(path) = cora_path() else { return };
+    let g = load(&path).unwrap();
+    assert_eq!((g.num_nodes, g.num_edges()), (2708, 10556));
+    let x = g.features.as_ref().unwrap();
+    assert_eq!((x.dim, x.data.len()), (1433, 2708 * 1433));
+    assert!(x.data.iter().all(|&v| v == 0.0 || v == 1.0));
+    assert_eq!(g.num_classes(), 7);
+    let count = |m: &Option<Vec<bool>>| m.as_ref().unwrap().iter().filter(|&&b| b).count();
+    assert_eq!(
+        (
+            count(&g.train_mask),
+            count(&g.val_mask),
+            count(&g.test_mask)
+        ),
+        (140, 500, 1000)
+    );
+    // Both directions of every citation, no self loops.
+    let mut fwd: Vec<(u32, u32)> = g.src.iter().copied().zip(g.dst.iter().copied()).collect();
+    let mut rev: Vec<(u32, u32)> = fwd.iter().map(|&(u, v)| (v, u)).collect();
+    fwd.sort_unstable();
+    rev.sort_unstable();
+    assert_eq!(fwd, rev);
+    assert!(fwd.iter().all(|(u, v)| u != v));
+    // And it survives our writer.
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("cora.npz");
+    write_npz(&out, &g).unwrap();
+    assert_eq!(read_npz(&out).unwrap(), g);
+}
