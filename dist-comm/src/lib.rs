@@ -64,6 +64,7 @@
 //! `MPI_COMM_WORLD` and exits non-zero on any wrong result: use it to check an MPI installation.
 
 mod capability;
+pub mod conformance;
 mod element;
 mod error;
 mod layout;

@@ -105,6 +105,15 @@ fn comm_null() -> ffi::MPI_Comm {
     unsafe { ffi::RSMPI_COMM_NULL }
 }
 
+/// Whether `raw` is `MPI_COMM_NULL` or the all-zero handle (what OpenMPI's `MPI_Comm_f2c`
+/// returns for an out-of-range Fortran handle; never a valid handle in OpenMPI or MPICH).
+fn is_null_comm(raw: ffi::MPI_Comm) -> bool {
+    // SAFETY: MPI_Comm is a pointer (OpenMPI) or an integer (MPICH); all-zero is a valid value
+    // of either, used only for comparison.
+    let zero: ffi::MPI_Comm = unsafe { std::mem::zeroed() };
+    raw == comm_null() || raw == zero
+}
+
 fn request_null() -> ffi::MPI_Request {
     // SAFETY: reading an immutable handle constant exported by rsmpi's C shim.
     unsafe { ffi::RSMPI_REQUEST_NULL }
@@ -194,7 +203,7 @@ impl MpiComm {
     /// not MPI's main thread; [`CommError::Mpi`] from the duplication.
     pub unsafe fn adopt(raw: ffi::MPI_Comm) -> Result<Self, CommError> {
         environment_ready()?;
-        if raw == comm_null() {
+        if is_null_comm(raw) {
             return Err(CommError::Environment(
                 "the communicator to adopt is MPI_COMM_NULL".into(),
             ));
@@ -231,11 +240,11 @@ impl MpiComm {
     /// As [`MpiComm::adopt`]; [`CommError::Environment`] when the handle names no communicator.
     pub fn from_fortran_handle(handle: ffi::RSMPI_Fint) -> Result<Self, CommError> {
         environment_ready()?;
-        // SAFETY: MPI is initialised; MPI_Comm_f2c takes any integer and returns either the
-        // communicator it names or MPI_COMM_NULL (OpenMPI checks the handle table bounds;
-        // MPICH validates handles in the calls that use them).
+        // SAFETY: MPI is initialised; MPI_Comm_f2c takes any integer and returns the
+        // communicator it names or an invalid handle (OpenMPI checks the handle table bounds
+        // and returns a null handle; MPICH validates handles in the calls that use them).
         let raw = unsafe { ffi::RSMPI_Comm_f2c(handle) };
-        if raw == comm_null() {
+        if is_null_comm(raw) {
             return Err(CommError::Environment(format!(
                 "Fortran handle {handle} names no MPI communicator"
             )));

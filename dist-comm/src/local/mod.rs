@@ -750,3 +750,6 @@ impl PointToPoint for LocalComm {
         Ok(out)
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,125 @@
+//! Launches `dist-comm-selftest` under a real `mpirun` (OpenMPI) with 2 and 3 ranks, both with
+//! dist-comm initialising MPI and with MPI initialised by the "host" and adopted.
+//!
+//! Skipped with a message when `mpirun` is not on `PATH`, unless `CI=true` (then it fails).
+//! Each launch is killed after 60 s so a hang fails the test instead of blocking CI.
+
+use std::io::Read;
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+const TIMEOUT: Duration = Duration::from_secs(60);
+
+/// One `mpirun` at a time: oversubscribed ranks of parallel launches would crowd two cores.
+static SERIAL: Mutex<()> = Mutex::new(());
+
+fn mpirun() -> Option<PathBuf> {
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path)
+        .map(|dir| dir.join("mpirun"))
+        .find(|candidate| candidate.is_file())
+}
+
+fn launch(ranks: usize, args: &[&str]) {
+    let _serial = SERIAL
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let Some(mpirun) = mpirun() else {
+        assert!(
+            std::env::var("CI").as_deref() != Ok("true"),
+            "mpirun is not on PATH (install OpenMPI: apt-get install openmpi-bin libopenmpi-dev)"
+        );
+        eprintln!("skipping: mpirun is not on PATH");
+        return;
+    };
+    let mut child = Command::new(mpirun)
+        .args([
+            "-n",
+            &ranks.to_string(),
+            "--oversubscribe",
+            "--mca",
+            "btl",
+            "self,vader",
+        ])
+        .arg(env!("CARGO_BIN_EXE_dist-comm-selftest"))
+        .args(args)
+        .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
+        .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn mpirun");
+    let mut stdout = child.stdout.take().expect("piped stdout");
+    let mut stderr = child.stderr.take().expect("piped stderr");
+    let out_reader = std::thread::spawn(move || {
+        let mut s = String::new();
+        stdout.read_to_string(&mut s).map(|_| s)
+    });
+    let err_reader = std::thread::spawn(move || {
+        let mut s = String::new();
+        stderr.read_to_string(&mut s).map(|_| s)
+    });
+    let start = Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("poll mpirun") {
+            break Some(status);
+        }
+        if start.elapsed() > TIMEOUT {
+            child.kill().expect("kill mpirun");
+            child.wait().expect("reap mpirun");
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let out = out_reader
+        .join()
+        .expect("stdout reader")
+        .expect("read stdout");
+    let err = err_reader
+        .join()
+        .expect("stderr reader")
+        .expect("read stderr");
+    let Some(status) = status else {
+        panic!("mpirun -n {ranks} {args:?} hung for {TIMEOUT:?}; stdout:\n{out}\nstderr:\n{err}");
+    };
+    assert!(
+        status.success(),
+        "mpirun -n {ranks} {args:?}: {status}\nstdout:\n{out}\nstderr:\n{err}"
+    );
+    let mode = if args.contains(&"--adopt") {
+        "adopt"
+    } else {
+        "init"
+    };
+    for rank in 0..ranks {
+        let line = format!("rank {rank} of {ranks}: ");
+        assert!(
+            out.lines()
+                .any(|l| l.contains(&line) && l.ends_with(&format!("checks passed ({mode})"))),
+            "rank {rank} did not report success; stdout:\n{out}\nstderr:\n{err}"
+        );
+    }
+}
+
+#[test]
+fn selftest_two_ranks() {
+    launch(2, &[]);
+}
+
+#[test]
+fn selftest_three_ranks() {
+    launch(3, &[]);
+}
+
+#[test]
+fn adopted_communicator_two_ranks() {
+    launch(2, &["--adopt"]);
+}
+
+#[test]
+fn adopted_communicator_three_ranks() {
+    launch(3, &["--adopt"]);
+}
