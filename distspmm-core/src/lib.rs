@@ -13,3 +13,7 @@ extern crate std;
 pub mod graph;
 #[cfg(feature = "std")]
 pub mod partition;
+pub mod kernel;
+#[cfg(feature = "std")]
+pub mod normalize;
+pub mod sparse;

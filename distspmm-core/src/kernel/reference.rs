@@ -1,0 +1,70 @@
+//! Reference products in plain loops: one output element at a time, summed in the order of the
+//! stored entries. The tests compare the fast kernels against these (exactly for the portable
+//! path, within rounding for the FMA paths).
+
+use crate::sparse::{Compressed, CscView, CsrView, DenseView, DenseViewMut, Orientation, Scalar};
+
+use super::{check_shapes, KernelError};
+
+/// Y = α·A·X + β·Y with A in CSR form; `β = 0` does not read Y, `α = 0` does not read A or X.
+pub fn spmm<T: Scalar>(
+    alpha: T,
+    a: &CsrView<'_, T>,
+    x: DenseView<'_, T>,
+    beta: T,
+    y: DenseViewMut<'_, T>,
+) -> Result<(), KernelError> {
+    check_shapes("A", a.nrows(), a.ncols(), &x, &y)?;
+    gather(alpha, a, x, beta, y);
+    Ok(())
+}
+
+/// Y = α·Aᵀ·X + β·Y with A in CSC form: row `j` of the result sums column `j` of A.
+pub fn spmm_transpose<T: Scalar>(
+    alpha: T,
+    a: &CscView<'_, T>,
+    x: DenseView<'_, T>,
+    beta: T,
+    y: DenseViewMut<'_, T>,
+) -> Result<(), KernelError> {
+    check_shapes("Aᵀ", a.ncols(), a.nrows(), &x, &y)?;
+    gather(alpha, a, x, beta, y);
+    Ok(())
+}
+
+/// Row `o` of Y gathers the entries of outer index `o` of `a` (a row of A for a CSR, a column
+/// of A — a row of Aᵀ — for a CSC).
+fn gather<T: Scalar, O: Orientation>(
+    alpha: T,
+    a: &Compressed<T, &[u64], &[u32], &[T], O>,
+    x: DenseView<'_, T>,
+    beta: T,
+    mut y: DenseViewMut<'_, T>,
+) {
+    for o in 0..a.outer_dim() {
+        let (idx, vals) = a.outer_view(o);
+        for f in 0..x.cols() {
+            let mut sum = T::ZERO;
+            for (&c, &v) in idx.iter().zip(vals) {
+                sum += v * x.row(c as usize)[f];
+            }
+            store(&mut y.row_mut(o)[f], alpha, sum, beta);
+        }
+    }
+}
+
+/// `y = α·sum + β·y`, where `β = 0` does not read `y` and `α = 0` does not use `sum` (as in
+/// BLAS: A and X are then not referenced, so NaN or ∞ in X do not matter).
+fn store<T: Scalar>(y: &mut T, alpha: T, sum: T, beta: T) {
+    *y = if alpha == T::ZERO {
+        if beta == T::ZERO {
+            T::ZERO
+        } else {
+            beta * *y
+        }
+    } else if beta == T::ZERO {
+        alpha * sum
+    } else {
+        alpha * sum + beta * *y
+    };
+}

@@ -1,0 +1,446 @@
+//! Kernel tests against the plain-loop reference and a dense product.
+
+use alloc::vec;
+use alloc::vec::Vec;
+
+use proptest::prelude::*;
+
+use super::*;
+use crate::sparse::{CscOwned, CsrOwned};
+
+/// Every instruction set this CPU can run.
+fn isas() -> Vec<Isa> {
+    [Isa::Portable, Isa::Avx2, Isa::Avx512]
+        .into_iter()
+        .filter(|&i| i <= Isa::supported())
+        .collect()
+}
+
+/// A random `rows × cols` matrix from triplets (duplicates included) with about `density`
+/// of the cells set; some rows and columns stay empty.
+fn random_csr(rows: usize, cols: usize, entries: &[(u32, u32, f32)]) -> CsrOwned<f32> {
+    let r: Vec<u32> = entries.iter().map(|e| e.0).collect();
+    let c: Vec<u32> = entries.iter().map(|e| e.1).collect();
+    let v: Vec<f32> = entries.iter().map(|e| e.2).collect();
+    CsrOwned::from_triplets(rows, cols, &r, &c, &v).unwrap()
+}
+
+/// Dense `rows × ld` buffer whose first `cols` columns hold the values.
+fn dense(rows: usize, ld: usize, seed: u64) -> Vec<f32> {
+    let mut s = seed | 1;
+    (0..rows * ld)
+        .map(|_| {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            (s % 2001) as f32 / 1000.0 - 1.0
+        })
+        .collect()
+}
+
+/// Checks `got` against the exact product α·A·X + β·Y0 computed in f64 from the dense A.
+#[allow(clippy::too_many_arguments)]
+fn assert_close_to_dense(
+    a: &CsrOwned<f32>,
+    x: &DenseView<'_, f32>,
+    alpha: f32,
+    beta: f32,
+    y0: &[f32],
+    got: &[f32],
+    ldy: usize,
+) -> Result<(), TestCaseError> {
+    let ad = a.to_dense();
+    let (m, k, f) = (a.nrows(), a.ncols(), x.cols());
+    for i in 0..m {
+        let row_nnz = a.row(i).0.len() as f64;
+        for j in 0..f {
+            let (mut exact, mut bound) = (0.0f64, 0.0f64);
+            for c in 0..k {
+                let p = f64::from(ad[i * k + c]) * f64::from(x.row(c)[j]);
+                exact += p;
+                bound += p.abs();
+            }
+            exact *= f64::from(alpha);
+            bound *= f64::from(alpha).abs();
+            if beta != 0.0 {
+                let old = f64::from(beta) * f64::from(y0[i * ldy + j]);
+                exact += old;
+                bound += old.abs();
+            }
+            let g = f64::from(got[i * ldy + j]);
+            let tol = (row_nnz + 3.0) * f64::from(f32::EPSILON) * bound + 1e-30;
+            prop_assert!(
+                (g - exact).abs() <= tol,
+                "Y[{i}][{j}] = {g}, expected {exact} (tolerance {tol})"
+            );
+        }
+    }
+    Ok(())
+}
+
+fn problem() -> impl Strategy<Value = (usize, usize, Vec<(u32, u32, f32)>)> {
+    (0usize..24, 0usize..24).prop_flat_map(|(r, c)| {
+        let entries = if r == 0 || c == 0 {
+            Just(Vec::new()).boxed()
+        } else {
+            proptest::collection::vec((0..r as u32, 0..c as u32, -1.0f32..1.0), 0..r * c + 8)
+                .boxed()
+        };
+        (Just(r), Just(c), entries)
+    })
+}
+
+fn features() -> impl Strategy<Value = usize> {
+    prop_oneof![
+        Just(1usize),
+        Just(16),
+        Just(17),
+        Just(64),
+        1usize..80,
+        250usize..300,
+    ]
+}
+
+fn scalars() -> impl Strategy<Value = f32> {
+    prop_oneof![Just(0.0f32), Just(1.0), Just(-0.5), Just(2.25)]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(96))]
+
+    #[test]
+    fn spmm_matches_reference_and_dense(
+        (m, k, entries) in problem(),
+        f in features(),
+        pad_x in 0usize..5,
+        pad_y in 0usize..5,
+        alpha in scalars(),
+        beta in scalars(),
+        seed in any::<u64>(),
+    ) {
+        let a = random_csr(m, k, &entries);
+        let (ldx, ldy) = (f + pad_x, f + pad_y);
+        let xbuf = dense(k, ldx, seed);
+        let x = DenseView::new(&xbuf, k, f, ldx).unwrap();
+        let mut y0 = dense(m, ldy, seed ^ 0x9e37);
+        if beta == 0.0 {
+            // β = 0 must overwrite without reading: NaN in Y must not survive.
+            y0.iter_mut().step_by(3).for_each(|v| *v = f32::NAN);
+        }
+
+        let mut want = y0.clone();
+        reference::spmm(alpha, &a.view(), x, beta, DenseViewMut::new(&mut want, m, f, ldy).unwrap())
+            .unwrap();
+        assert_close_to_dense(&a, &x, alpha, beta, &y0, &want, ldy)?;
+
+        for isa in isas() {
+            let mut got = y0.clone();
+            let op = Operand { indptr: a.indptr(), indices: a.indices(), data: a.data() };
+            run(isa, alpha, op, x, beta, DenseViewMut::new(&mut got, m, f, ldy).unwrap());
+            if isa == Isa::Avx512 {
+                assert_close_to_dense(&a, &x, alpha, beta, &y0, &got, ldy)?;
+            } else {
+                // Same operations in the same order as the reference: identical bits.
+                for (g, w) in got.iter().zip(&want) {
+                    prop_assert!(g.to_bits() == w.to_bits() || (g.is_nan() && w.is_nan()));
+                }
+            }
+            // The padding between F and ld belongs to someone else: untouched.
+            for i in 0..m {
+                for j in f..ldy {
+                    let (g, o) = (got[i * ldy + j], y0[i * ldy + j]);
+                    prop_assert!(g.to_bits() == o.to_bits(), "padding Y[{i}][{j}] changed");
+                }
+            }
+        }
+
+        // The public entry point agrees with the run it dispatches to.
+        let mut got = y0.clone();
+        spmm(alpha, &a.view(), x, beta, DenseViewMut::new(&mut got, m, f, ldy).unwrap()).unwrap();
+        assert_close_to_dense(&a, &x, alpha, beta, &y0, &got, ldy)?;
+    }
+
+    #[test]
+    fn transpose_of_csc_equals_spmm_of_transpose(
+        (m, k, entries) in problem(),
+        f in features(),
+        alpha in scalars(),
+        beta in scalars(),
+        seed in any::<u64>(),
+    ) {
+        // A is m × k; Aᵀ·X needs X with m rows and gives k rows.
+        let a = random_csr(m, k, &entries);
+        let csc: CscOwned<f32> = a.to_csc().unwrap();
+        let swapped: Vec<(u32, u32, f32)> = entries.iter().map(|&(r, c, v)| (c, r, v)).collect();
+        let at = random_csr(k, m, &swapped);
+        let xbuf = dense(m, f, seed);
+        let x = DenseView::from_row_major(&xbuf, m, f).unwrap();
+        let y0 = dense(k, f, seed ^ 7);
+
+        let mut via_csc = y0.clone();
+        spmm_transpose(alpha, &csc.view(), x, beta, DenseViewMut::from_row_major(&mut via_csc, k, f).unwrap())
+            .unwrap();
+        let mut via_csr = y0.clone();
+        spmm(alpha, &at.view(), x, beta, DenseViewMut::from_row_major(&mut via_csr, k, f).unwrap())
+            .unwrap();
+        prop_assert_eq!(&via_csc, &via_csr);
+
+        let mut want = y0.clone();
+        reference::spmm_transpose(
+            alpha, &csc.view(), x, beta, DenseViewMut::from_row_major(&mut want, k, f).unwrap(),
+        )
+        .unwrap();
+        assert_close_to_dense(&at, &x, alpha, beta, &y0, &via_csc, f)?;
+        assert_close_to_dense(&at, &x, alpha, beta, &y0, &want, f)?;
+    }
+}
+
+/// A power-law-ish matrix large enough to be split into many blocks.
+fn skewed(rows: usize, cols: usize) -> CsrOwned<f32> {
+    let mut s = 0x2545_f491_4f6c_dd1du64;
+    let mut next = move || {
+        s ^= s << 13;
+        s ^= s >> 7;
+        s ^= s << 17;
+        s
+    };
+    let (mut r, mut c, mut v) = (Vec::new(), Vec::new(), Vec::new());
+    for i in 0..rows {
+        // Degrees from 0 to ~2000, heavy-tailed.
+        let deg = (1u64 << (next() % 12)) as usize / 2;
+        for _ in 0..deg {
+            r.push(i as u32);
+            c.push((next() % cols as u64) as u32);
+            v.push((next() % 1000) as f32 / 997.0 - 0.5);
+        }
+    }
+    CsrOwned::from_triplets(rows, cols, &r, &c, &v).unwrap()
+}
+
+#[test]
+fn results_are_bit_identical_for_one_to_four_threads() {
+    let a = skewed(3000, 2500);
+    assert!(
+        a.nnz() > 4 * MIN_GRAIN as usize,
+        "must be split into blocks"
+    );
+    let csc = a.to_csc().unwrap();
+    for f in [1usize, 16, 17, 64, 300] {
+        let xbuf = dense(2500, f, f as u64);
+        let x = DenseView::from_row_major(&xbuf, 2500, f).unwrap();
+        let xtbuf = dense(3000, f, f as u64 + 1);
+        let xt = DenseView::from_row_major(&xtbuf, 3000, f).unwrap();
+        let mut first: Option<(Vec<f32>, Vec<f32>)> = None;
+        for threads in 1..=4 {
+            let pool = rayon::ThreadPoolBuilder::new()
+                .num_threads(threads)
+                .build()
+                .unwrap();
+            let (y, yt) = pool.install(|| {
+                let mut y = dense(3000, f, 3);
+                spmm(
+                    0.75,
+                    &a.view(),
+                    x,
+                    0.5,
+                    DenseViewMut::from_row_major(&mut y, 3000, f).unwrap(),
+                )
+                .unwrap();
+                let mut yt = vec![f32::NAN; 2500 * f];
+                spmm_transpose(
+                    1.0,
+                    &csc.view(),
+                    xt,
+                    0.0,
+                    DenseViewMut::from_row_major(&mut yt, 2500, f).unwrap(),
+                )
+                .unwrap();
+                (y, yt)
+            });
+            let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+            match &first {
+                None => first = Some((y, yt)),
+                Some((y1, yt1)) => {
+                    assert_eq!(bits(y1), bits(&y), "CSR, F = {f}, {threads} threads");
+                    assert_eq!(bits(yt1), bits(&yt), "CSC, F = {f}, {threads} threads");
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn column_slices_of_wider_matrices() {
+    // Y[:, 3..10] = A · X[:, 5..12], leaving the rest of Y alone.
+    let a = skewed(50, 40);
+    let xbuf = dense(40, 20, 1);
+    let xfull = DenseView::from_row_major(&xbuf, 40, 20).unwrap();
+    let x = xfull.column_slice(5..12).unwrap();
+    let mut ybuf = dense(50, 16, 2);
+    let before = ybuf.clone();
+    let y = DenseViewMut::from_row_major(&mut ybuf, 50, 16).unwrap();
+    spmm(1.0, &a.view(), x, 0.0, y.column_slice_mut(3..10).unwrap()).unwrap();
+    let xs = x.to_vec();
+    let mut want = vec![0.0f32; 50 * 7];
+    reference::spmm(
+        1.0,
+        &a.view(),
+        DenseView::from_row_major(&xs, 40, 7).unwrap(),
+        0.0,
+        DenseViewMut::from_row_major(&mut want, 50, 7).unwrap(),
+    )
+    .unwrap();
+    for i in 0..50 {
+        for j in 0..16 {
+            let got = ybuf[i * 16 + j];
+            if (3..10).contains(&j) {
+                let w = want[i * 7 + j - 3];
+                assert!((got - w).abs() <= 1e-4 * (1.0 + w.abs()), "Y[{i}][{j}]");
+            } else {
+                assert_eq!(
+                    got.to_bits(),
+                    before[i * 16 + j].to_bits(),
+                    "Y[{i}][{j}] outside the slice"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn shape_errors_name_the_mismatch() {
+    let a = skewed(5, 4);
+    let xbuf = vec![0.0f32; 4 * 3];
+    let mut ybuf = [0.0f32; 6 * 3];
+    let x = DenseView::from_row_major(&xbuf, 4, 3).unwrap();
+    let bad_x = DenseView::from_row_major(&xbuf, 3, 4).unwrap();
+    let y = DenseViewMut::from_row_major(&mut ybuf[..15], 5, 3).unwrap();
+    assert!(matches!(
+        spmm(1.0, &a.view(), bad_x, 0.0, y),
+        Err(KernelError::InnerDimension {
+            op_cols: 4,
+            x_rows: 3,
+            ..
+        })
+    ));
+    let mut y6 = vec![0.0f32; 18];
+    assert!(matches!(
+        spmm(
+            1.0,
+            &a.view(),
+            x,
+            0.0,
+            DenseViewMut::from_row_major(&mut y6, 6, 3).unwrap()
+        ),
+        Err(KernelError::OutputRows {
+            op_rows: 5,
+            y_rows: 6,
+            ..
+        })
+    ));
+    let mut y2 = vec![0.0f32; 10];
+    assert!(matches!(
+        spmm(
+            1.0,
+            &a.view(),
+            x,
+            0.0,
+            DenseViewMut::from_row_major(&mut y2, 5, 2).unwrap()
+        ),
+        Err(KernelError::FeatureColumns {
+            x_cols: 3,
+            y_cols: 2
+        })
+    ));
+    let csc = a.to_csc().unwrap();
+    assert!(matches!(
+        spmm_transpose(
+            1.0,
+            &csc.view(),
+            x,
+            0.0,
+            DenseViewMut::from_row_major(&mut y6[..12], 4, 3).unwrap()
+        ),
+        Err(KernelError::InnerDimension {
+            op: "Aᵀ",
+            op_cols: 5,
+            x_rows: 4
+        })
+    ));
+}
+
+#[test]
+fn empty_operands_and_alpha_zero() {
+    // 0 × 0 matrix, no features, no rows.
+    let empty = CsrOwned::<f32>::new(0, 0, vec![0], vec![], vec![]).unwrap();
+    spmm(
+        1.0,
+        &empty.view(),
+        DenseView::new(&[], 0, 5, 5).unwrap(),
+        0.0,
+        DenseViewMut::new(&mut [], 0, 5, 5).unwrap(),
+    )
+    .unwrap();
+    // Rows without entries: Y = β·Y, or 0 when β = 0 even over NaN.
+    let a = CsrOwned::<f32>::new(3, 2, vec![0, 0, 0, 0], vec![], vec![]).unwrap();
+    let xbuf = vec![f32::NAN; 4];
+    let x = DenseView::from_row_major(&xbuf, 2, 2).unwrap();
+    let mut y = vec![1.0, 2.0, f32::NAN, 4.0, 5.0, 6.0];
+    spmm(
+        1.0,
+        &a.view(),
+        x,
+        0.0,
+        DenseViewMut::from_row_major(&mut y, 3, 2).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(y, vec![0.0; 6]);
+    // α = 0: A and X are not used, Y = β·Y.
+    let b = skewed(3, 2);
+    let mut y = vec![1.0, 2.0, 3.0, 4.0, 5.0, 6.0];
+    spmm(
+        0.0,
+        &b.view(),
+        x,
+        2.0,
+        DenseViewMut::from_row_major(&mut y, 3, 2).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(y, vec![2.0, 4.0, 6.0, 8.0, 10.0, 12.0]);
+}
+
+#[test]
+fn f64_products_match_the_reference_exactly() {
+    let a32 = skewed(200, 150);
+    let a = CsrOwned::<f64>::new(
+        200,
+        150,
+        a32.indptr().to_vec(),
+        a32.indices().to_vec(),
+        a32.data().iter().map(|&v| f64::from(v)).collect(),
+    )
+    .unwrap();
+    for f in [1usize, 7, 32, 33, 100] {
+        let xbuf: Vec<f64> = dense(150, f, 9).into_iter().map(f64::from).collect();
+        let x = DenseView::from_row_major(&xbuf, 150, f).unwrap();
+        let y0: Vec<f64> = dense(200, f, 10).into_iter().map(f64::from).collect();
+        let (mut got, mut want) = (y0.clone(), y0);
+        spmm(
+            1.5,
+            &a.view(),
+            x,
+            -1.0,
+            DenseViewMut::from_row_major(&mut got, 200, f).unwrap(),
+        )
+        .unwrap();
+        reference::spmm(
+            1.5,
+            &a.view(),
+            x,
+            -1.0,
+            DenseViewMut::from_row_major(&mut want, 200, f).unwrap(),
+        )
+        .unwrap();
+        assert_eq!(got, want, "F = {f}");
+    }
+}

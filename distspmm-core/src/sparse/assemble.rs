@@ -1,0 +1,135 @@
+//! Building compressed arrays from unordered entries: a counting sort by outer index, then a
+//! sort and duplicate merge within each (short) outer index, in parallel under `std`.
+
+use alloc::vec;
+use alloc::vec::Vec;
+use core::ops::Range;
+
+use super::par::{for_each_block, grain_for, SplitRows};
+use super::Scalar;
+
+/// Entries `(outer, inner, value)` that can be visited twice (count, then place).
+pub(crate) trait TripletSource<T> {
+    /// The number of entries [`TripletSource::for_each`] yields.
+    fn len(&self) -> usize;
+    /// Calls `f(outer, inner, value)` for every entry, always in the same order. Every `outer`
+    /// must be below the `outer` dimension passed to [`assemble`].
+    fn for_each(&self, f: impl FnMut(u32, u32, T));
+}
+
+/// Triplets held in three slices of equal length.
+pub(crate) struct SliceTriplets<'a, T> {
+    pub(crate) outer: &'a [u32],
+    pub(crate) inner: &'a [u32],
+    pub(crate) values: &'a [T],
+}
+
+impl<T: Copy> TripletSource<T> for SliceTriplets<'_, T> {
+    fn len(&self) -> usize {
+        self.outer.len()
+    }
+
+    fn for_each(&self, mut f: impl FnMut(u32, u32, T)) {
+        for ((&o, &i), &v) in self.outer.iter().zip(self.inner).zip(self.values) {
+            f(o, i, v);
+        }
+    }
+}
+
+/// Entries of a block of outer indices plus the merged length of each outer index.
+struct Block<'a, T> {
+    entries: &'a mut [(u32, T)],
+    merged: &'a mut [u64],
+}
+
+impl<T: Send> SplitRows for Block<'_, T> {
+    fn split_rows(self, indptr: &[u64], rows: &Range<usize>, mid: usize) -> (Self, Self) {
+        let cut = (indptr[mid] - indptr[rows.start]) as usize;
+        let (e1, e2) = self.entries.split_at_mut(cut);
+        let (m1, m2) = self.merged.split_at_mut(mid - rows.start);
+        (
+            Block {
+                entries: e1,
+                merged: m1,
+            },
+            Block {
+                entries: e2,
+                merged: m2,
+            },
+        )
+    }
+}
+
+/// Sorts each outer index's entries by inner index (stable: duplicates keep input order),
+/// sums duplicates in place and records how many entries remain.
+fn sort_and_merge<T: Scalar>(indptr: &[u64], rows: Range<usize>, block: Block<'_, T>) {
+    let base = indptr[rows.start];
+    for (r, merged) in rows.zip(block.merged.iter_mut()) {
+        let (s, e) = ((indptr[r] - base) as usize, (indptr[r + 1] - base) as usize);
+        let seg = &mut block.entries[s..e];
+        seg.sort_by_key(|&(j, _)| j);
+        let mut len = 0usize;
+        for k in 0..seg.len() {
+            if len > 0 && seg[len - 1].0 == seg[k].0 {
+                let v = seg[k].1;
+                seg[len - 1].1 += v;
+            } else {
+                seg[len] = seg[k];
+                len += 1;
+            }
+        }
+        *merged = len as u64;
+    }
+}
+
+/// The compressed arrays `(indptr, indices, data)` of `outer` outer indices holding the entries
+/// of `source`, sorted within each outer index, duplicates summed in input order.
+///
+/// Time O(nnz + outer) plus the per-row sorts; memory: the entries once as pairs, then once in
+/// the output arrays.
+pub(crate) fn assemble<T: Scalar>(
+    outer: usize,
+    source: &impl TripletSource<T>,
+) -> (Vec<u64>, Vec<u32>, Vec<T>) {
+    let mut indptr = vec![0u64; outer + 1];
+    source.for_each(|o, _, _| indptr[o as usize + 1] += 1);
+    for o in 0..outer {
+        indptr[o + 1] += indptr[o];
+    }
+    let mut cursor = indptr[..outer].to_vec();
+    let mut entries = vec![(0u32, T::ZERO); source.len()];
+    source.for_each(|o, i, v| {
+        let c = &mut cursor[o as usize];
+        entries[*c as usize] = (i, v);
+        *c += 1;
+    });
+    drop(cursor);
+
+    let mut merged = vec![0u64; outer];
+    for_each_block(
+        &indptr,
+        0..outer,
+        4,
+        grain_for(indptr[outer] + 4 * outer as u64, 1 << 16),
+        Block {
+            entries: &mut entries,
+            merged: &mut merged,
+        },
+        &|rows, block| sort_and_merge(&indptr, rows, block),
+    );
+
+    // Compact in place: every outer index moves its merged entries down, never up.
+    let mut write = 0usize;
+    for o in 0..outer {
+        let start = indptr[o] as usize;
+        let len = merged[o] as usize;
+        entries.copy_within(start..start + len, write);
+        indptr[o] = write as u64;
+        write += len;
+    }
+    indptr[outer] = write as u64;
+    entries.truncate(write);
+    let indices = entries.iter().map(|&(j, _)| j).collect();
+    let data = entries.iter().map(|&(_, v)| v).collect();
+    (indptr, indices, data)
+}
