@@ -590,3 +590,55 @@ fn table_may_sit_after_the_sections() {
     let view = ChunkView::parse(moved.as_bytes()).unwrap();
     assert_eq!(view.contents(), ChunkView::parse(bytes).unwrap().contents());
 }
+
+/// The fuzz seeds (`fuzz/seeds/chunk_reader/`) are valid chunks of the current format; with
+/// `UPDATE_FUZZ_SEEDS=1` they are regenerated from the generator.
+#[cfg(feature = "std")]
+#[test]
+fn fuzz_seeds_are_valid_chunks() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../fuzz/seeds/chunk_reader");
+    if std::env::var_os("UPDATE_FUZZ_SEEDS").is_some_and(|v| v == "1") {
+        std::fs::create_dir_all(&dir).unwrap();
+        let seeds = [
+            ("three-parts-all-sections", small_full_chunk()),
+            (
+                "one-part",
+                build(&testing::ChunkParams {
+                    seed: 11,
+                    part_sizes: vec![4],
+                    part_id: 0,
+                    density_percent: 50,
+                    feature_dim: 1,
+                    num_classes: 2,
+                    masks: true,
+                }),
+            ),
+            (
+                "four-parts-no-node-data",
+                build(&testing::ChunkParams {
+                    seed: 12,
+                    part_sizes: vec![2, 3, 1, 2],
+                    part_id: 2,
+                    density_percent: 45,
+                    feature_dim: 0,
+                    num_classes: 0,
+                    masks: false,
+                }),
+            ),
+        ];
+        for (name, chunk) in seeds {
+            std::fs::write(dir.join(name), encode_ok(&chunk).as_bytes()).unwrap();
+        }
+    }
+    let Ok(entries) = std::fs::read_dir(&dir) else {
+        return; // Packaged without the fuzz directory.
+    };
+    let mut seen = 0;
+    for entry in entries {
+        let path = entry.unwrap().path();
+        let bytes = AlignedBuf::from_bytes(&std::fs::read(&path).unwrap());
+        ChunkView::parse(bytes.as_bytes()).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        seen += 1;
+    }
+    assert!(seen >= 3, "expected at least 3 seeds in {}", dir.display());
+}
