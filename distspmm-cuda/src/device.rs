@@ -1,5 +1,6 @@
 //! Devices, device-resident operands and the SpMM launches.
 
+use std::marker::PhantomData;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use crate::driver::{self, Arg, Buffer, Context, Elem, RawStream};
@@ -176,12 +177,12 @@ impl GpuDevice {
             y,
         } = *op;
         let f = y.cols;
-        let aligned = |d: &RawDense| d.ld % 4 == 0 && d.ptr % 16 == 0;
+        let aligned = |d: &RawDense| d.ld.is_multiple_of(4) && d.ptr.is_multiple_of(16);
         let workspace_aligned = match split {
-            SplitInput::Plan(_, w) => w.ptr % 16 == 0,
+            SplitInput::Plan(_, w) => w.ptr.is_multiple_of(16),
             _ => true,
         };
-        let vec4 = f % 4 == 0 && aligned(&x) && aligned(&y) && workspace_aligned;
+        let vec4 = f.is_multiple_of(4) && aligned(&x) && aligned(&y) && workspace_aligned;
         let state = match split {
             SplitInput::Missing => PlanState::Missing,
             SplitInput::NoLongRows => PlanState::NoLongRows,
@@ -510,147 +511,145 @@ impl Compressed {
     }
 }
 
-/// A CSR matrix on the device (u64 row pointers, u32 column indices, f32 values) with its
-/// row-splitting plan.
-#[derive(Debug)]
-pub struct DeviceCsr(Compressed);
+/// Which way a compressed sparse matrix is stored; the marker of [`DeviceSparse`].
+pub trait Layout: std::fmt::Debug + private::Sealed {
+    /// `"CSR"` or `"CSC"`, for error messages.
+    const FORMAT: &'static str;
+    /// Whether the pointer array runs over A's rows (CSR) rather than its columns (CSC).
+    const ROW_MAJOR: bool;
+}
 
-/// The host arrays of a CSR matrix, as `distspmm-core`'s `Csr` stores them.
+mod private {
+    pub trait Sealed {}
+    impl Sealed for super::RowMajor {}
+    impl Sealed for super::ColMajor {}
+}
+
+/// CSR: row pointers, column indices.
+#[derive(Debug)]
+pub enum RowMajor {}
+
+/// CSC: column pointers, row indices.
+#[derive(Debug)]
+pub enum ColMajor {}
+
+impl Layout for RowMajor {
+    const FORMAT: &'static str = "CSR";
+    const ROW_MAJOR: bool = true;
+}
+
+impl Layout for ColMajor {
+    const FORMAT: &'static str = "CSC";
+    const ROW_MAJOR: bool = false;
+}
+
+/// A compressed sparse matrix A on the device (u64 pointers, u32 indices, f32 values) with the
+/// row-splitting plan of its pointer array. A CSC is the CSR of Aᵀ, which is what
+/// [`spmm_transpose`] runs the CSR kernels over.
+#[derive(Debug)]
+pub struct DeviceSparse<L: Layout> {
+    inner: Compressed,
+    _layout: PhantomData<L>,
+}
+
+/// A CSR matrix on the device.
+pub type DeviceCsr = DeviceSparse<RowMajor>;
+/// A CSC matrix on the device.
+pub type DeviceCsc = DeviceSparse<ColMajor>;
+
+/// The host arrays of a compressed sparse matrix, as `distspmm-core`'s `Csr`/`Csc` store them:
+/// `indptr` has one entry more than A has rows (CSR) or columns (CSC).
 #[derive(Clone, Copy, Debug)]
-pub struct CsrParts<'a> {
-    /// Rows.
+pub struct SparseParts<'a> {
+    /// Rows of A.
     pub nrows: usize,
-    /// Columns.
+    /// Columns of A.
     pub ncols: usize,
-    /// `nrows + 1` row pointers.
+    /// Row pointers (CSR) or column pointers (CSC).
     pub indptr: &'a [u64],
-    /// Column index of each non-zero.
+    /// Column indices (CSR) or row indices (CSC) of the non-zeros.
     pub indices: &'a [u32],
-    /// Value of each non-zero.
+    /// Values of the non-zeros.
     pub values: &'a [f32],
 }
 
-impl DeviceCsr {
+impl<L: Layout> DeviceSparse<L> {
     /// Checks and uploads `parts`, with the default row-splitting piece size.
-    pub fn new(dev: &GpuDevice, parts: CsrParts<'_>) -> Result<DeviceCsr> {
+    pub fn new(dev: &GpuDevice, parts: SparseParts<'_>) -> Result<Self> {
         Self::with_piece_nnz(dev, parts, None)
     }
 
-    /// Checks and uploads `parts`; rows with more than `piece_nnz` non-zeros are split
-    /// (`None`: [`RowSplitPlan::default_piece_nnz`]).
+    /// Checks and uploads `parts`; rows (CSR) or columns (CSC) with more than `piece_nnz`
+    /// non-zeros are split (`None`: [`RowSplitPlan::default_piece_nnz`]).
     pub fn with_piece_nnz(
         dev: &GpuDevice,
-        parts: CsrParts<'_>,
+        parts: SparseParts<'_>,
         piece_nnz: Option<u64>,
-    ) -> Result<DeviceCsr> {
-        let CsrParts {
+    ) -> Result<Self> {
+        let SparseParts {
             nrows,
             ncols,
             indptr,
             indices,
             values,
         } = parts;
-        Compressed::upload(dev, "CSR", nrows, ncols, indptr, indices, values, piece_nnz)
-            .map(DeviceCsr)
+        let (nmajor, nminor) = if L::ROW_MAJOR {
+            (nrows, ncols)
+        } else {
+            (ncols, nrows)
+        };
+        let inner = Compressed::upload(
+            dev,
+            L::FORMAT,
+            nmajor,
+            nminor,
+            indptr,
+            indices,
+            values,
+            piece_nnz,
+        )?;
+        Ok(DeviceSparse {
+            inner,
+            _layout: PhantomData,
+        })
     }
 
-    /// Rows.
+    /// Rows of A.
     pub fn nrows(&self) -> usize {
-        self.0.nmajor
+        if L::ROW_MAJOR {
+            self.inner.nmajor
+        } else {
+            self.inner.nminor
+        }
     }
 
-    /// Columns.
+    /// Columns of A.
     pub fn ncols(&self) -> usize {
-        self.0.nminor
+        if L::ROW_MAJOR {
+            self.inner.nminor
+        } else {
+            self.inner.nmajor
+        }
     }
 
     /// Stored non-zeros.
     pub fn nnz(&self) -> usize {
-        self.0.nnz
+        self.inner.nnz
     }
 
-    /// The row-splitting plan built at upload.
+    /// The row-splitting plan built at upload (over A's columns for a CSC).
     pub fn plan(&self) -> &RowSplitPlan {
-        &self.0.plan
+        &self.inner.plan
     }
 
-    /// Device pointers, for [`GpuDevice::spmm_raw`] and foreign libraries.
-    pub fn raw(&self) -> RawCsr {
-        self.0.raw()
-    }
-
-    /// The plan on the device (`None` when no row is long).
+    /// The plan on the device (`None` when nothing is long enough to split).
     pub fn row_split(&self) -> Option<&DeviceRowSplit> {
-        self.0.split.as_ref()
-    }
-}
-
-/// A CSC matrix A on the device (u64 column pointers, u32 row indices, f32 values): the CSR of
-/// Aᵀ, which is what [`spmm_transpose`] runs the CSR kernels over.
-#[derive(Debug)]
-pub struct DeviceCsc(Compressed);
-
-/// The host arrays of a CSC matrix, as `distspmm-core`'s `Csc` stores them.
-#[derive(Clone, Copy, Debug)]
-pub struct CscParts<'a> {
-    /// Rows of A.
-    pub nrows: usize,
-    /// Columns of A.
-    pub ncols: usize,
-    /// `ncols + 1` column pointers.
-    pub indptr: &'a [u64],
-    /// Row index of each non-zero.
-    pub indices: &'a [u32],
-    /// Value of each non-zero.
-    pub values: &'a [f32],
-}
-
-impl DeviceCsc {
-    /// Checks and uploads `parts`, with the default row-splitting piece size.
-    pub fn new(dev: &GpuDevice, parts: CscParts<'_>) -> Result<DeviceCsc> {
-        Self::with_piece_nnz(dev, parts, None)
+        self.inner.split.as_ref()
     }
 
-    /// Checks and uploads `parts`; columns with more than `piece_nnz` non-zeros are split.
-    pub fn with_piece_nnz(
-        dev: &GpuDevice,
-        parts: CscParts<'_>,
-        piece_nnz: Option<u64>,
-    ) -> Result<DeviceCsc> {
-        let CscParts {
-            nrows,
-            ncols,
-            indptr,
-            indices,
-            values,
-        } = parts;
-        Compressed::upload(dev, "CSC", ncols, nrows, indptr, indices, values, piece_nnz)
-            .map(DeviceCsc)
-    }
-
-    /// Rows of A.
-    pub fn nrows(&self) -> usize {
-        self.0.nminor
-    }
-
-    /// Columns of A.
-    pub fn ncols(&self) -> usize {
-        self.0.nmajor
-    }
-
-    /// Stored non-zeros.
-    pub fn nnz(&self) -> usize {
-        self.0.nnz
-    }
-
-    /// The row-splitting plan of Aᵀ (its rows are A's columns).
-    pub fn plan(&self) -> &RowSplitPlan {
-        &self.0.plan
-    }
-
-    /// Device pointers of Aᵀ as a CSR (`nrows` = A's columns).
-    pub fn raw_transpose(&self) -> RawCsr {
-        self.0.raw()
+    /// Device pointers of the CSR these arrays describe: A for a CSR, Aᵀ for a CSC.
+    pub fn raw(&self) -> RawCsr {
+        self.inner.raw()
     }
 }
 
@@ -738,6 +737,13 @@ impl DeviceDense {
             .collect())
     }
 
+    /// Downloads all `rows × ld` elements, padding columns included.
+    pub fn to_host_strided(&self) -> Result<Vec<f32>> {
+        let mut all = self.dev.inner.ctx.download(&self.buf)?;
+        all.truncate(self.rows * self.ld);
+        Ok(all)
+    }
+
     /// Rows.
     pub fn rows(&self) -> usize {
         self.rows
@@ -798,7 +804,7 @@ pub fn spmm_with(
     beta: f32,
     y: &mut DeviceDense,
 ) -> Result<KernelChoice> {
-    a.0.product("spmm", strategy, alpha, x, beta, y)
+    a.inner.product("spmm", strategy, alpha, x, beta, y)
 }
 
 /// Y = αAᵀX + βY from the CSC of A (the CSR kernels over the CSC arrays), [`Strategy::Auto`].
@@ -821,5 +827,6 @@ pub fn spmm_transpose_with(
     beta: f32,
     y: &mut DeviceDense,
 ) -> Result<KernelChoice> {
-    a.0.product("spmm_transpose", strategy, alpha, x, beta, y)
+    a.inner
+        .product("spmm_transpose", strategy, alpha, x, beta, y)
 }

@@ -30,11 +30,11 @@
 //! `cuda` build on a machine without a GPU reports an error instead of crashing.
 //!
 //! ```no_run
-//! use distspmm_cuda::{spmm, CsrParts, DeviceCsr, DeviceDense, GpuDevice};
+//! use distspmm_cuda::{spmm, DeviceCsr, DeviceDense, GpuDevice, SparseParts};
 //! # fn main() -> Result<(), distspmm_cuda::CudaError> {
 //! let dev = GpuDevice::open(0)?;
 //! // A = [[1, 2], [0, 3]]
-//! let a = DeviceCsr::new(&dev, CsrParts {
+//! let a = DeviceCsr::new(&dev, SparseParts {
 //!     nrows: 2, ncols: 2, indptr: &[0, 2, 3], indices: &[0, 1, 1], values: &[1.0, 2.0, 3.0],
 //! })?;
 //! let x = DeviceDense::from_host(&dev, 2, 1, &[1.0, 1.0])?;
@@ -56,8 +56,9 @@ pub mod ptxas;
 pub mod strategy;
 
 pub use device::{
-    spmm, spmm_transpose, spmm_transpose_with, spmm_with, CscParts, CsrParts, DeviceCsc, DeviceCsr,
-    DeviceDense, DeviceRowSplit, GpuDevice, RawCsr, RawDense, RawSplit, RawSpmm, RawWorkspace,
+    spmm, spmm_transpose, spmm_transpose_with, spmm_with, ColMajor, DeviceCsc, DeviceCsr,
+    DeviceDense, DeviceRowSplit, DeviceSparse, GpuDevice, Layout, RawCsr, RawDense, RawSplit,
+    RawSpmm, RawWorkspace, RowMajor, SparseParts,
 };
 pub use driver::RawStream;
 pub use error::{CudaError, Result};
@@ -65,7 +66,9 @@ pub use plan::RowSplitPlan;
 pub use strategy::{GroupLanes, KernelChoice, Strategy};
 
 /// Whether this build carries compiled kernels (the `cuda` feature).
-pub const BUILT_WITH_CUDA: bool = cfg!(feature = "cuda");
+pub fn built_with_cuda() -> bool {
+    cfg!(feature = "cuda")
+}
 
 /// The raw `nvcc -Xptxas -v` log of the embedded kernels, as the build captured it.
 #[cfg(feature = "cuda")]

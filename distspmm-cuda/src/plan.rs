@@ -294,7 +294,9 @@ mod tests {
         assert!(RowSplitPlan::new(&[0, 5, 3], 4).is_err());
         let ok = validate_compressed("CSR", 2, 3, &[0, 1, 2], &[0, 2], &[1.0, 2.0]);
         assert!(ok.is_ok());
-        let cases: [(&[u64], &[u32], &[f32], &str); 5] = [
+        /// Pointers, indices, values, and a piece of the expected message.
+        type Case = (&'static [u64], &'static [u32], &'static [f32], &'static str);
+        let cases: [Case; 5] = [
             (&[0, 1], &[0], &[1.0], "entries"),
             (&[1, 1, 2], &[0, 2], &[1.0, 2.0], "starts at 1"),
             (&[0, 2, 1], &[0, 2], &[1.0, 2.0], "decreases at 1"),

@@ -41,12 +41,17 @@ fn number_before(line: &str, suffix: &str) -> Option<u32> {
 /// Fails when a kernel's block is incomplete (an entry line without its properties or register
 /// lines), so that a changed ptxas output format cannot silently pass the spill check.
 pub fn parse(log: &str) -> Result<Vec<KernelResources>, String> {
+    /// The entry being read: kernel, arch, and (stack, spill stores, spill loads) once seen.
+    struct Pending {
+        kernel: String,
+        arch: String,
+        props: Option<(u32, u32, u32)>,
+    }
     let mut out = Vec::new();
-    // (kernel, arch, stack, spill stores, spill loads) of the entry being read.
-    let mut current: Option<(String, String, Option<(u32, u32, u32)>)> = None;
+    let mut current: Option<Pending> = None;
     for (lineno, line) in log.lines().enumerate() {
         if let Some(rest) = line.split("Compiling entry function '").nth(1) {
-            if let Some((kernel, _, _)) = &current {
+            if let Some(Pending { kernel, .. }) = &current {
                 return Err(format!(
                     "line {}: entry `{kernel}` has no register count",
                     lineno + 1
@@ -61,9 +66,13 @@ pub fn parse(log: &str) -> Result<Vec<KernelResources>, String> {
                     lineno + 1
                 ));
             }
-            current = Some((kernel, arch, None));
+            current = Some(Pending {
+                kernel,
+                arch,
+                props: None,
+            });
         } else if line.contains("bytes stack frame") {
-            let Some((_, _, props)) = current.as_mut() else {
+            let Some(Pending { props, .. }) = current.as_mut() else {
                 continue;
             };
             let read = |suffix: &str| {
@@ -76,7 +85,12 @@ pub fn parse(log: &str) -> Result<Vec<KernelResources>, String> {
                 read("bytes spill loads")?,
             ));
         } else if line.contains("Used ") && line.contains(" registers") {
-            let Some((kernel, arch, props)) = current.take() else {
+            let Some(Pending {
+                kernel,
+                arch,
+                props,
+            }) = current.take()
+            else {
                 continue;
             };
             let (stack_bytes, spill_store_bytes, spill_load_bytes) = props.ok_or_else(|| {
@@ -98,7 +112,7 @@ pub fn parse(log: &str) -> Result<Vec<KernelResources>, String> {
             });
         }
     }
-    if let Some((kernel, _, _)) = current {
+    if let Some(Pending { kernel, .. }) = current {
         return Err(format!(
             "entry `{kernel}` at the end of the log has no register count"
         ));
