@@ -82,7 +82,7 @@ fn value(a: usize, b: usize, k: usize) -> f32 {
 /// The first failing check; other ranks may then fail or block in a later check, so callers
 /// under MPI should abort the job on error.
 pub fn run_all<C: Communicator>(comm: &C) -> Result<usize, ConformanceFailure> {
-    let checks: [fn(&C) -> Outcome; 14] = [
+    let checks: [fn(&C) -> Outcome; 15] = [
         group,
         broadcast,
         large_messages,
@@ -95,6 +95,7 @@ pub fn run_all<C: Communicator>(comm: &C) -> Result<usize, ConformanceFailure> {
         exchange_ordering,
         exchange_test_and_empty,
         exchange_length_errors,
+        exchange_error_cancels_receives,
         local_argument_errors,
         |c: &C| call("final barrier", c.barrier()),
     ];
@@ -512,6 +513,24 @@ pub fn exchange_length_errors<C: PointToPoint>(comm: &C) -> Outcome {
         _ => {}
     }
     Ok(())
+}
+
+/// A closure that fails with receives still posted (their messages never come) returns its
+/// error at once; the scope cancels the receives and the communicator stays usable.
+pub fn exchange_error_cancels_receives<C: Group + PointToPoint>(comm: &C) -> Outcome {
+    const CHECK: &str = "exchange error cancels receives";
+    let (me, p) = (comm.rank(), comm.size());
+    let mut never = [0.0f32; 64];
+    let r = comm.exchange(|ex| {
+        ex.irecv((me + 1) % p, 13, &mut never)?;
+        Err::<(), _>(CommError::Mismatch("planned failure".into()))
+    });
+    expect_err(
+        CHECK,
+        r,
+        |e| matches!(e, CommError::Mismatch(m) if m == "planned failure"),
+    )?;
+    call(CHECK, comm.barrier())
 }
 
 /// Invalid arguments are rejected locally, before any communication, on every backend.

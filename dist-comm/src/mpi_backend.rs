@@ -503,6 +503,10 @@ struct Posted<T> {
 /// Buffers are borrowed for `'a` and held as raw pointers while MPI reads or writes them; a
 /// finished request hands its buffer back as a reference. `Drop` cancels pending receives and
 /// waits for every pending request, so no transfer outlives the borrows.
+///
+/// After an error inside the scope, a pending *send* is still waited for; if its receiver has
+/// given up too (cancelled its receive), a large message can block there. Treat an exchange
+/// error as fatal for the job: report it and call [`MpiComm::abort`].
 pub struct MpiExchange<'a, T: Element> {
     comm: &'a MpiComm,
     requests: Vec<ffi::MPI_Request>,
