@@ -3,3 +3,4 @@
 
 pub mod dense;
 pub mod model;
+pub mod tensor;

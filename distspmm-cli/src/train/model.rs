@@ -236,6 +236,46 @@ pub struct Gcn {
     train_total: f64,
 }
 
+/// Inverted dropout whose keep-or-drop decision for an entry depends only on
+/// (seed, epoch, layer, original node id, column): the same on any number of ranks, under either
+/// parallel mode, and reproducible on resume.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct DropoutKey {
+    pub seed: u64,
+    pub epoch: u64,
+    pub layer: usize,
+    /// Drop probability; 0 copies.
+    pub p: f32,
+}
+
+impl DropoutKey {
+    /// Writes columns `cols` of the `ids.len() × width` row-major `src` to `dst`
+    /// (`ids.len() × cols.len()`), dropped and rescaled.
+    pub fn apply(&self, ids: &[u64], src: &[f32], width: usize, cols: std::ops::Range<usize>, dst: &mut [f32]) {
+        let w = cols.len();
+        if w == 0 {
+            return;
+        }
+        if self.p == 0.0 {
+            for (d, s) in dst.chunks_exact_mut(w).zip(src.chunks_exact(width)) {
+                d.copy_from_slice(&s[cols.clone()]);
+            }
+            return;
+        }
+        let scale = 1.0 / (1.0 - self.p);
+        // A drop threshold on 24 random bits, as an f32 uniform would have.
+        let threshold = (f64::from(self.p) * f64::from(1u32 << 24)) as u64;
+        let base = splitmix64(self.seed ^ splitmix64(self.epoch.wrapping_mul(0x1000_0000_01B3) ^ (self.layer as u64)));
+        for ((d, s), &id) in dst.chunks_exact_mut(w).zip(src.chunks_exact(width)).zip(ids) {
+            let row_key = splitmix64(base ^ id.wrapping_mul(0x9E37_79B9_7F4A_7C15));
+            for (c, dv) in cols.clone().zip(d.iter_mut()) {
+                let u = splitmix64(row_key.wrapping_add(c as u64)) >> 40;
+                *dv = if u < threshold { 0.0 } else { s[c] * scale };
+            }
+        }
+    }
+}
+
 fn splitmix64(mut x: u64) -> u64 {
     x = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
     x = (x ^ (x >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
@@ -280,26 +320,11 @@ impl Gcn {
         })
     }
 
-    /// Keep-or-drop decision and the key it derives from: (seed, epoch, layer, node, column).
+    /// This layer's input after dropout, into `layers[l].input`.
     fn dropout_input(&mut self, l: usize, src: &[f32], data: &LocalData<'_>, epoch: u64, training: bool) {
         let fi = self.dims[l];
-        let p = self.cfg.dropout;
-        let buf = &mut self.layers[l].input;
-        if !training || p == 0.0 {
-            buf.copy_from_slice(&src[..self.rows * fi]);
-            return;
-        }
-        let scale = 1.0 / (1.0 - p);
-        // A drop threshold on 24 random bits, as an f32 uniform would have.
-        let threshold = (f64::from(p) * f64::from(1u32 << 24)) as u64;
-        let base = splitmix64(self.cfg.seed ^ splitmix64(epoch.wrapping_mul(0x1000_0000_01B3) ^ (l as u64)));
-        for (r, (dst, s)) in buf.chunks_exact_mut(fi).zip(src.chunks_exact(fi)).enumerate() {
-            let row_key = splitmix64(base ^ data.original_ids[r].wrapping_mul(0x9E37_79B9_7F4A_7C15));
-            for (c, (d, &v)) in dst.iter_mut().zip(s).enumerate() {
-                let u = splitmix64(row_key.wrapping_add(c as u64)) >> 40;
-                *d = if u < threshold { 0.0 } else { v * scale };
-            }
-        }
+        let key = DropoutKey { seed: self.cfg.seed, epoch, layer: l, p: if training { self.cfg.dropout } else { 0.0 } };
+        key.apply(data.original_ids, &src[..self.rows * fi], fi, 0..fi, &mut self.layers[l].input);
     }
 
     /// Forward pass over this rank's rows; the logits end up in the last layer's `out`.
@@ -340,43 +365,12 @@ impl Gcn {
         self.forward(agg, data, 0, false)?;
         let mut counts = self.local_counts(data);
         red.sum_f64(&mut counts)?;
-        Ok(Metrics {
-            loss: counts[0] / counts[2].max(1.0),
-            train_acc: counts[1] / counts[2].max(1.0),
-            val_acc: counts[3] / counts[4].max(1.0),
-            test_acc: counts[5] / counts[6].max(1.0),
-        })
+        Ok(Metrics::from_counts(&counts))
     }
 
-    /// `[nll_sum, train_ok, train_n, val_ok, val_n, test_ok, test_n]` over this rank's rows,
-    /// from the logits of the last forward pass.
+    /// Counts over this rank's rows from the logits of the last forward pass.
     fn local_counts(&self, data: &LocalData<'_>) -> [f64; 7] {
-        let c = self.cfg.classes;
-        let logits = &self.layers[self.cfg.layers - 1].out;
-        let mut k = [0.0f64; 7];
-        for (r, row) in logits.chunks_exact(c).enumerate() {
-            let y = data.labels[r];
-            if y < 0 {
-                continue;
-            }
-            let (argmax, lse) = log_sum_exp(row);
-            let ok = f64::from(u8::from(argmax == y as usize));
-            let m = data.masks[r];
-            if m & TRAIN != 0 {
-                k[0] += f64::from(lse - row[y as usize]);
-                k[1] += ok;
-                k[2] += 1.0;
-            }
-            if m & VAL != 0 {
-                k[3] += ok;
-                k[4] += 1.0;
-            }
-            if m & TEST != 0 {
-                k[5] += ok;
-                k[6] += 1.0;
-            }
-        }
-        k
+        count_metrics(&self.layers[self.cfg.layers - 1].out, self.cfg.classes, data.labels, data.masks)
     }
 
     /// One training step (forward with dropout, backward, gradient sum across ranks, Adam);
@@ -410,23 +404,8 @@ impl Gcn {
         let n = self.rows;
         let layers = self.cfg.layers;
         let c = self.cfg.classes;
-        // dZ of the last layer: (softmax − onehot) / N_train on training rows, 0 elsewhere.
         let mut dz = std::mem::take(&mut self.d_a);
-        dz[..n * c].fill(0.0);
-        {
-            let logits = &self.layers[layers - 1].out;
-            for (r, (row, d)) in logits.chunks_exact(c).zip(dz.chunks_exact_mut(c)).enumerate() {
-                let y = data.labels[r];
-                if y < 0 || data.masks[r] & TRAIN == 0 {
-                    continue;
-                }
-                let (_, lse) = log_sum_exp(row);
-                for (k, (dv, &v)) in d.iter_mut().zip(row).enumerate() {
-                    let p = (v - lse).exp();
-                    *dv = ((p - f32::from(u8::from(k == y as usize))) as f64 / self.train_total) as f32;
-                }
-            }
-        }
+        nll_grad(&self.layers[layers - 1].out, c, data.labels, data.masks, self.train_total, &mut dz[..n * c]);
         let mut scratch = std::mem::take(&mut self.d_b);
         // Offsets of each layer's weight and bias in the flat gradient.
         let mut offsets = Vec::with_capacity(layers);
@@ -480,8 +459,63 @@ impl Gcn {
     }
 }
 
+impl Metrics {
+    /// From counts summed over all rows of all ranks (see [`count_metrics`]).
+    pub fn from_counts(k: &[f64; 7]) -> Self {
+        Self {
+            loss: k[0] / k[2].max(1.0),
+            train_acc: k[1] / k[2].max(1.0),
+            val_acc: k[3] / k[4].max(1.0),
+            test_acc: k[5] / k[6].max(1.0),
+        }
+    }
+}
+
+/// `[nll_sum, train_ok, train_n, val_ok, val_n, test_ok, test_n]` over the rows of `logits`
+/// (`rows × classes`); unlabelled rows (−1) count nowhere.
+pub(crate) fn count_metrics(logits: &[f32], classes: usize, labels: &[i32], masks: &[u8]) -> [f64; 7] {
+    let mut k = [0.0f64; 7];
+    for ((row, &y), &m) in logits.chunks_exact(classes).zip(labels).zip(masks) {
+        if y < 0 {
+            continue;
+        }
+        let (argmax, lse) = log_sum_exp(row);
+        let ok = f64::from(u8::from(argmax == y as usize));
+        if m & TRAIN != 0 {
+            k[0] += f64::from(lse - row[y as usize]);
+            k[1] += ok;
+            k[2] += 1.0;
+        }
+        if m & VAL != 0 {
+            k[3] += ok;
+            k[4] += 1.0;
+        }
+        if m & TEST != 0 {
+            k[5] += ok;
+            k[6] += 1.0;
+        }
+    }
+    k
+}
+
+/// Gradient of the mean NLL over `train_total` training nodes with respect to the logits:
+/// `(softmax − onehot) / train_total` on this slice's labelled training rows, 0 elsewhere.
+pub(crate) fn nll_grad(logits: &[f32], classes: usize, labels: &[i32], masks: &[u8], train_total: f64, dz: &mut [f32]) {
+    dz.fill(0.0);
+    for (((row, d), &y), &m) in logits.chunks_exact(classes).zip(dz.chunks_exact_mut(classes)).zip(labels).zip(masks) {
+        if y < 0 || m & TRAIN == 0 {
+            continue;
+        }
+        let (_, lse) = log_sum_exp(row);
+        for (k, (dv, &v)) in d.iter_mut().zip(row).enumerate() {
+            let p = (v - lse).exp();
+            *dv = ((p - f32::from(u8::from(k == y as usize))) as f64 / train_total) as f32;
+        }
+    }
+}
+
 /// `(argmax, log Σ exp)` of one row of logits.
-fn log_sum_exp(row: &[f32]) -> (usize, f32) {
+pub(crate) fn log_sum_exp(row: &[f32]) -> (usize, f32) {
     let (mut arg, mut max) = (0, f32::NEG_INFINITY);
     for (k, &v) in row.iter().enumerate() {
         if v > max {
