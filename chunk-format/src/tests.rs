@@ -185,19 +185,35 @@ fn every_truncation_and_extension_is_rejected() {
 }
 
 #[test]
-fn section_checksums_can_be_skipped_but_structure_cannot() {
+fn checksums_and_transpose_check_can_be_skipped_but_structure_cannot() {
     let mut buf = encode_ok(&small_full_chunk());
     let e = entry_at(buf.as_bytes(), SectionKind::FEATURES);
     let off = read_u64(buf.as_bytes(), e + E_OFFSET) as usize;
     buf.as_bytes_mut()[off] ^= 0x10;
-    let skip = ParseOptions {
-        verify_section_checksums: false,
-    };
+    let skip = ParseOptions::STRUCTURE_ONLY;
     assert!(ChunkView::parse_with(buf.as_bytes(), &skip).is_ok());
     assert!(matches!(
         ChunkView::parse(buf.as_bytes()),
         Err(ChunkError::SectionChecksum {
             section: SectionKind::FEATURES,
+            ..
+        })
+    ));
+    // A CSC value that differs from the CSR passes only without the transpose check.
+    let mut other = encode_ok(&small_full_chunk());
+    let e = entry_at(other.as_bytes(), SectionKind::CSC_VALS);
+    let off = read_u64(other.as_bytes(), e + E_OFFSET) as usize;
+    other.as_bytes_mut()[off] ^= 0x01;
+    reseal(other.as_bytes_mut());
+    assert!(ChunkView::parse_with(other.as_bytes(), &skip).is_ok());
+    let only_transpose = ParseOptions {
+        verify_section_checksums: false,
+        ..ParseOptions::FULL
+    };
+    assert!(matches!(
+        ChunkView::parse_with(other.as_bytes(), &only_transpose),
+        Err(ChunkError::Section {
+            section: SectionKind::CSC_VALS,
             ..
         })
     ));

@@ -96,7 +96,7 @@ pub(crate) fn peer_range(offsets: &[u64], peer: usize) -> core::ops::Range<usize
 }
 
 impl ChunkView<'_> {
-    pub(crate) fn validate(&self) -> Result<(), ChunkError> {
+    pub(crate) fn validate(&self, check_transpose: bool) -> Result<(), ChunkError> {
         self.validate_part_offsets()?;
         let part_offsets = self.part_offsets;
         self.validate_halo_lists(
@@ -113,17 +113,18 @@ impl ChunkView<'_> {
             |_| n_p,
         )?;
         self.validate_block_table()?;
-        let mut cursor = Vec::new();
-        for i in 0..self.num_blocks() {
-            let block = self.block(i);
-            validate_block(
-                &block,
-                i,
-                block.src_part == self.header.part_id,
-                &mut cursor,
-            )?;
+        for (i, block) in self.blocks().enumerate() {
+            validate_block(&block, i, block.src_part == self.header.part_id)?;
         }
-        self.validate_node_data()
+        self.validate_node_data()?;
+        // The expensive check last, so cheap failures are reported first.
+        if check_transpose {
+            let mut cursor = Vec::new();
+            for (i, block) in self.blocks().enumerate() {
+                check_csc_matches_csr(&block, i, &mut cursor)?;
+            }
+        }
+        Ok(())
     }
 
     fn validate_part_offsets(&self) -> Result<(), ChunkError> {
@@ -402,15 +403,14 @@ impl ChunkView<'_> {
     }
 }
 
-/// One block's CSR and CSC structure, and that both hold the same entries. `cursor` is scratch
-/// space reused across blocks (`nrows` words).
-fn validate_block(
-    b: &BlockView<'_>,
-    index: usize,
-    diagonal: bool,
-    cursor: &mut Vec<usize>,
-) -> Result<(), ChunkError> {
-    let at = |d: String| format!("block {index} (source part {}): {d}", b.src_part);
+/// Prefixes a detail with the block it concerns.
+fn in_block(b: &BlockView<'_>, index: usize, detail: String) -> String {
+    format!("block {index} (source part {}): {detail}", b.src_part)
+}
+
+/// One block's CSR and CSC structure.
+fn validate_block(b: &BlockView<'_>, index: usize, diagonal: bool) -> Result<(), ChunkError> {
+    let at = |d: String| in_block(b, index, d);
     let nnz = b.csr_cols.len() as u64;
     let (rowptr, colptr) = (b.csr_rowptr, b.csc_colptr);
     check_prefix(rowptr, nnz, "the block's non-zero count")
@@ -437,9 +437,20 @@ fn validate_block(
         )?;
     }
 
-    // CSR == CSC: visit the CSC column by column; within a row the CSR is sorted by column, so
-    // each CSC entry must be the next unvisited CSR entry of its row. Equal counts plus this
-    // injective match make the two the same set of entries.
+    Ok(())
+}
+
+/// CSR == CSC for a structurally valid block: visit the CSC column by column; within a row the
+/// CSR is sorted by column, so each CSC entry must be the next unvisited CSR entry of its row.
+/// Equal counts plus this injective match make the two the same set of entries. `cursor` is
+/// scratch space reused across blocks.
+fn check_csc_matches_csr(
+    b: &BlockView<'_>,
+    index: usize,
+    cursor: &mut Vec<usize>,
+) -> Result<(), ChunkError> {
+    let at = |d: String| in_block(b, index, d);
+    let (rowptr, colptr) = (b.csr_rowptr, b.csc_colptr);
     cursor.clear();
     cursor.extend(rowptr[..b.nrows].iter().map(|&x| x as usize));
     for (c, w) in colptr.windows(2).enumerate() {

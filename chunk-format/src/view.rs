@@ -14,19 +14,35 @@ use crate::layout::{
 };
 use crate::validate::peer_range;
 
-/// What [`ChunkView::parse_with`] checks beyond the structure (which it always checks).
+/// What [`ChunkView::parse_with`] checks beyond the layout, the header/table checksum and the
+/// structural invariants, which it always checks (they are what makes unchecked indexing sound).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ParseOptions {
-    /// Verify every section's xxh3 checksum (one pass over the data at memory bandwidth). Turn off
-    /// only for a file verified before; the header/table checksum is always verified.
+    /// Verify every section's xxh3 checksum (one pass over the data at memory bandwidth).
     pub verify_section_checksums: bool,
+    /// Verify that each block's CSC holds exactly the entries of its CSR (one merge pass with a
+    /// random access per non-zero: the most expensive check on large, poorly ordered blocks).
+    pub verify_csc_matches_csr: bool,
+}
+
+impl ParseOptions {
+    /// Every check (the default).
+    pub const FULL: Self = Self {
+        verify_section_checksums: true,
+        verify_csc_matches_csr: true,
+    };
+
+    /// Only the checks memory safety and in-range indexing need, for a file that passed a
+    /// [`ParseOptions::FULL`] parse before (the writer does one on everything it writes).
+    pub const STRUCTURE_ONLY: Self = Self {
+        verify_section_checksums: false,
+        verify_csc_matches_csr: false,
+    };
 }
 
 impl Default for ParseOptions {
     fn default() -> Self {
-        Self {
-            verify_section_checksums: true,
-        }
+        Self::FULL
     }
 }
 
@@ -147,7 +163,7 @@ fn optional<'a, T: bytemuck::AnyBitPattern>(
 
 impl<'a> ChunkView<'a> {
     /// Validates `bytes` as a chunk (magic, version, layout, all checksums, all structural
-    /// invariants) and returns a view into it. `bytes` must start at an 8-byte-aligned address
+    /// invariants, CSC = CSR) and returns a view into it. `bytes` must start at an 8-byte-aligned address
     /// (a memory map or an [`crate::AlignedBuf`]). Never panics; allocates at most one array of
     /// `n_p` words, bounded by the input size.
     pub fn parse(bytes: &'a [u8]) -> Result<Self, ChunkError> {
@@ -227,13 +243,13 @@ impl<'a> ChunkView<'a> {
             labels: optional(&found, SectionKind::LABELS)?,
             masks: optional(&found, SectionKind::MASKS)?,
         };
-        view.validate()?;
+        view.validate(options.verify_csc_matches_csr)?;
         Ok(view)
     }
 
     fn table_range(header: &ChunkHeader, total: usize) -> Result<Range<usize>, ChunkError> {
         let offset = header.section_table_offset;
-        if offset < HEADER_LEN as u64 || offset % SECTION_ALIGN as u64 != 0 {
+        if offset < HEADER_LEN as u64 || offset & (SECTION_ALIGN as u64 - 1) != 0 {
             return Err(ChunkError::header(
                 "section_table_offset",
                 format!("{offset} is not a multiple of {SECTION_ALIGN} at or after the header"),
@@ -456,7 +472,7 @@ impl<'a> ChunkView<'a> {
                 ));
             }
         }
-        if entry.offset % SECTION_ALIGN as u64 != 0 {
+        if entry.offset & (SECTION_ALIGN as u64 - 1) != 0 {
             return Err(ChunkError::table(
                 index,
                 format!(
