@@ -4,3 +4,4 @@
 pub mod dense;
 pub mod model;
 pub mod tensor;
+pub mod checkpoint;
