@@ -17,7 +17,7 @@ use crate::view::{BlockView, ChunkView};
 /// The meaning of each array is in `docs/design.md` ("Chunk contents") and the rules in
 /// `docs/chunk-format.md`; [`encode`] and [`crate::write_chunk`] reject contents that break them.
 /// Counts the header stores (P, N, n_p, H, nnz) are derived from the slices.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, PartialEq)]
 pub struct ChunkContents<'a> {
     /// This chunk's part `p`.
     pub part_id: u32,
@@ -48,6 +48,22 @@ pub struct ChunkContents<'a> {
     pub masks: Option<&'a [u8]>,
     /// Original node id of each local row.
     pub original_ids: &'a [u64],
+}
+
+/// Counts and shapes only, not the arrays.
+impl core::fmt::Debug for ChunkContents<'_> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("ChunkContents")
+            .field("part_id", &self.part_id)
+            .field("num_parts", &self.part_offsets.len().saturating_sub(1))
+            .field("blocks", &self.blocks)
+            .field("halo_recv", &self.halo_recv.len())
+            .field("halo_send", &self.halo_send.len())
+            .field("feature_dim", &self.feature_dim)
+            .field("num_classes", &self.num_classes)
+            .field("masks", &self.masks.is_some())
+            .finish_non_exhaustive()
+    }
 }
 
 /// Bytes of one section: borrowed from the contents, or small derived arrays the plan owns.
@@ -159,7 +175,9 @@ impl<'a> Plan<'a> {
         for (i, b) in blocks.iter().enumerate() {
             Self::check_block_shape(b, i, n_p)?;
         }
-        let nnz = blocks.iter().map(|b| b.csr_cols.len() as u64).sum();
+        let nnz = blocks
+            .iter()
+            .fold(0u64, |acc, b| acc.saturating_add(b.csr_cols.len() as u64));
 
         let mut sections = vec![
             PlannedSection::new(SectionKind::PART_OFFSETS, vec![borrowed(off)]),

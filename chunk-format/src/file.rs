@@ -4,6 +4,7 @@ use std::format;
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, BufWriter, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::vec::Vec;
 
 use memmap2::Mmap;
@@ -86,7 +87,7 @@ fn write_zeros(w: &mut impl Write, mut n: u64) -> io::Result<()> {
 }
 
 /// Writes `contents` as a chunk file at `path`, atomically: the data streams (hashed on the way)
-/// through a buffered writer into `<path>.tmp-<pid>`, the header and table follow, the
+/// through a buffered writer into `<path>.tmp-<pid>-<seq>`, the header and table follow, the
 /// temporary file is re-read with the validating reader, fsynced, renamed to `path`, and the
 /// directory is fsynced. A crash leaves the old file or the new one under `path`, never half a
 /// chunk; on any error the temporary file is removed and `path` is untouched.
@@ -105,8 +106,14 @@ pub fn write_chunk(
         path: path.to_path_buf(),
         source: io::Error::new(io::ErrorKind::InvalidInput, "the path has no file name"),
     })?;
+    // The sequence number keeps concurrent writers in one process apart.
+    static NEXT_TMP: AtomicU64 = AtomicU64::new(0);
     let mut tmp_name = file_name.to_os_string();
-    tmp_name.push(format!(".tmp-{}", std::process::id()));
+    tmp_name.push(format!(
+        ".tmp-{}-{}",
+        std::process::id(),
+        NEXT_TMP.fetch_add(1, Ordering::Relaxed)
+    ));
     let tmp = TempFile {
         path: path.with_file_name(tmp_name),
         keep: false,

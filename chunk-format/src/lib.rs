@@ -10,6 +10,44 @@
 //! validates one.
 //!
 //! The crate is `#![no_std]` + `alloc`; the `std` feature (default) adds the file helpers.
+//!
+//! ```
+//! use chunk_format::{encode, BlockView, ChunkContents, ChunkView};
+//!
+//! // One part of two nodes, Â = [[1, 2], [0, 3]]: only the diagonal block, no halo.
+//! let diagonal = BlockView {
+//!     src_part: 0,
+//!     nrows: 2,
+//!     ncols: 2,
+//!     csr_rowptr: &[0, 2, 3],
+//!     csr_cols: &[0, 1, 1],
+//!     csr_vals: &[1.0, 2.0, 3.0],
+//!     csc_colptr: &[0, 1, 3],
+//!     csc_rows: &[0, 0, 1],
+//!     csc_vals: &[1.0, 2.0, 3.0],
+//! };
+//! let contents = ChunkContents {
+//!     part_id: 0,
+//!     fingerprint: [7; 16],
+//!     part_offsets: &[0, 2],
+//!     blocks: vec![diagonal],
+//!     halo_recv_offsets: &[0, 0],
+//!     halo_recv: &[],
+//!     halo_send_offsets: &[0, 0],
+//!     halo_send: &[],
+//!     feature_dim: 0,
+//!     features: None,
+//!     num_classes: 0,
+//!     labels: None,
+//!     masks: None,
+//!     original_ids: &[1, 0],
+//! };
+//! let bytes = encode(&contents)?; // an AlignedBuf; `write_chunk(path, &contents)` for a file
+//! let view = ChunkView::parse(&bytes)?;
+//! assert_eq!(view.header().nnz, 3);
+//! assert_eq!(view.diagonal_block().csr_vals, [1.0, 2.0, 3.0]);
+//! # Ok::<(), chunk_format::ChunkError>(())
+//! ```
 #![no_std]
 
 extern crate alloc;

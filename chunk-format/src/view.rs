@@ -3,6 +3,7 @@
 use alloc::format;
 use alloc::string::String;
 use alloc::vec::Vec;
+use core::fmt;
 use core::ops::Range;
 
 use crate::contents::ChunkContents;
@@ -51,7 +52,7 @@ impl Default for ParseOptions {
 /// `csr_rowptr` has `nrows+1` entries, starts at 0, is non-decreasing and ends at `nnz()`;
 /// column indices are strictly increasing within a row and `< ncols`; the same holds for the CSC
 /// with rows `< nrows`; CSR and CSC hold the same entries with bit-identical values.
-#[derive(Clone, Copy, Debug, PartialEq)]
+#[derive(Clone, Copy, PartialEq)]
 pub struct BlockView<'a> {
     /// The source part `q` whose columns this block holds.
     pub src_part: u32,
@@ -80,9 +81,32 @@ impl BlockView<'_> {
     }
 }
 
+/// Shapes only: a block of a mapped chunk can hold billions of entries.
+impl fmt::Debug for BlockView<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("BlockView")
+            .field("src_part", &self.src_part)
+            .field("nrows", &self.nrows)
+            .field("ncols", &self.ncols)
+            .field("nnz", &self.nnz())
+            .finish_non_exhaustive()
+    }
+}
+
+/// The header and block shapes only, not the (possibly huge) arrays.
+impl fmt::Debug for ChunkView<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ChunkView")
+            .field("len", &self.bytes.len())
+            .field("header", &self.header)
+            .field("blocks", &self.blocks().collect::<Vec<_>>())
+            .finish_non_exhaustive()
+    }
+}
+
 /// A validated, zero-copy view of a chunk's bytes. See the crate docs and `docs/chunk-format.md`
 /// for what [`ChunkView::parse`] guarantees.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy)]
 pub struct ChunkView<'a> {
     pub(crate) bytes: &'a [u8],
     pub(crate) header: ChunkHeader,
