@@ -1,0 +1,231 @@
+//! `distspmm generate`: synthetic graphs as `.npz` (PyG layout) — RMAT topologies for
+//! benchmarks, CSBM graphs with features, labels and masks for training.
+
+use std::fs::File;
+use std::io::{BufReader, IsTerminal, Read};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context};
+use distspmm_core::graph::generate::{self, CsbmParams};
+use distspmm_core::graph::{npz, Graph};
+use indicatif::ProgressBar;
+
+/// Generate a synthetic graph and write it as .npz (PyG field names).
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    #[command(subcommand)]
+    what: GenerateWhat,
+}
+
+#[derive(Debug, clap::Subcommand)]
+enum GenerateWhat {
+    /// Graph500 Kronecker graph (a,b,c = 0.57,0.19,0.19; scrambled ids; symmetrised; no self
+    /// loops or duplicates). Topology only.
+    Rmat(RmatArgs),
+    /// Contextual stochastic block model: class-dependent Gaussian features, homophilous
+    /// edges, labels and train/val/test masks. The defaults give the quick-start graph.
+    Csbm(CsbmArgs),
+}
+
+#[derive(Debug, clap::Args)]
+struct RmatArgs {
+    /// log2 of the node count (≤ 31).
+    #[arg(long)]
+    scale: u32,
+    /// Sampled undirected edges per node, before duplicates and self loops are removed.
+    #[arg(long, default_value_t = 16)]
+    edge_factor: u32,
+    /// Seed of every random draw (same seed, same file).
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    #[command(flatten)]
+    output: Output,
+}
+
+#[derive(Debug, clap::Args)]
+struct CsbmArgs {
+    /// Number of nodes.
+    #[arg(long, default_value_t = CsbmParams::default().nodes)]
+    nodes: usize,
+    /// Number of classes (balanced).
+    #[arg(long, default_value_t = CsbmParams::default().classes)]
+    classes: usize,
+    /// Feature columns.
+    #[arg(long, default_value_t = CsbmParams::default().features)]
+    features: usize,
+    /// Average undirected degree.
+    #[arg(long, default_value_t = CsbmParams::default().avg_degree)]
+    avg_degree: f64,
+    /// Fraction of edges joining nodes of the same class, in [0, 1].
+    #[arg(long, default_value_t = CsbmParams::default().homophily)]
+    homophily: f64,
+    /// Distance between class means in units of the feature noise (larger = easier from
+    /// features alone).
+    #[arg(long, default_value_t = CsbmParams::default().separation)]
+    separation: f64,
+    /// Seed of every random draw (same seed, same file).
+    #[arg(long, default_value_t = CsbmParams::default().seed)]
+    seed: u64,
+    #[command(flatten)]
+    output: Output,
+}
+
+#[derive(Debug, clap::Args)]
+struct Output {
+    /// Output file (.npz).
+    #[arg(long)]
+    out: PathBuf,
+    /// Replace an existing file with different contents.
+    #[arg(long)]
+    force: bool,
+    /// Print one JSON line instead of the summary.
+    #[arg(long)]
+    json: bool,
+}
+
+/// Runs `distspmm generate`.
+pub fn run(args: &Args) -> anyhow::Result<()> {
+    let started = Instant::now();
+    let (name, seed, output) = match &args.what {
+        GenerateWhat::Rmat(a) => ("rmat", a.seed, &a.output),
+        GenerateWhat::Csbm(a) => ("csbm", a.seed, &a.output),
+    };
+    if output.out.extension().and_then(|e| e.to_str()) != Some("npz") {
+        bail!(
+            "the output must be an .npz file; got {} (try --out {})",
+            output.out.display(),
+            output.out.with_extension("npz").display()
+        );
+    }
+    let spinner = spinner(!output.json);
+    spinner.set_message(format!("generating {name} graph"));
+    let graph = match &args.what {
+        GenerateWhat::Rmat(a) => generate::rmat(a.scale, a.edge_factor, a.seed)
+            .context("cannot generate the RMAT graph")?,
+        GenerateWhat::Csbm(a) => generate::csbm(&CsbmParams {
+            nodes: a.nodes,
+            classes: a.classes,
+            features: a.features,
+            avg_degree: a.avg_degree,
+            homophily: a.homophily,
+            separation: a.separation,
+            seed: a.seed,
+        })
+        .context("cannot generate the CSBM graph")?,
+    };
+    spinner.set_message(format!("writing {}", output.out.display()));
+    let written = write(&graph, &output.out, output.force)?;
+    spinner.finish_and_clear();
+    let bytes = std::fs::metadata(&output.out)
+        .with_context(|| format!("cannot read back {}", output.out.display()))?
+        .len();
+    let seconds = started.elapsed().as_secs_f64();
+    if output.json {
+        let line = serde_json::json!({
+            "out": output.out,
+            "generator": name,
+            "seed": seed,
+            "nodes": graph.num_nodes,
+            "edges": graph.num_edges(),
+            "features": graph.feature_dim(),
+            "classes": graph.num_classes(),
+            "bytes": bytes,
+            "written": written,
+            "seconds": seconds,
+        });
+        println!("{line}");
+    } else {
+        let verb = if written {
+            "wrote"
+        } else {
+            "unchanged (same contents)"
+        };
+        println!(
+            "{verb} {}: {name} graph, {} nodes, {} directed edges (both directions of {} undirected){}, {:.1} MiB, {seconds:.2} s",
+            output.out.display(),
+            graph.num_nodes,
+            graph.num_edges(),
+            graph.num_edges() / 2,
+            extras(&graph),
+            bytes as f64 / (1024.0 * 1024.0),
+        );
+    }
+    Ok(())
+}
+
+/// ", 64 features, 5 classes, masks 100/500/1000" for graphs with node data.
+fn extras(g: &Graph) -> String {
+    let mut s = String::new();
+    if g.features.is_some() {
+        s += &format!(", {} features", g.feature_dim());
+    }
+    if g.labels.is_some() {
+        s += &format!(", {} classes", g.num_classes());
+    }
+    let count = |m: &Option<Vec<bool>>| m.as_ref().map(|m| m.iter().filter(|&&b| b).count());
+    if let (Some(tr), Some(va), Some(te)) = (
+        count(&g.train_mask),
+        count(&g.val_mask),
+        count(&g.test_mask),
+    ) {
+        s += &format!(", train/val/test {tr}/{va}/{te}");
+    }
+    s
+}
+
+fn spinner(show: bool) -> ProgressBar {
+    if !show || !std::io::stderr().is_terminal() {
+        return ProgressBar::hidden();
+    }
+    let bar = ProgressBar::new_spinner();
+    bar.enable_steady_tick(Duration::from_millis(120));
+    bar
+}
+
+/// Writes `graph` to `out` atomically. An existing file is replaced only with `force` or when
+/// the new contents are identical (then it is left alone and `false` is returned).
+fn write(graph: &Graph, out: &Path, force: bool) -> anyhow::Result<bool> {
+    if force || !out.exists() {
+        npz::write_npz(out, graph)?;
+        return Ok(true);
+    }
+    let name = out
+        .file_name()
+        .map_or_else(|| "graph.npz".into(), |n| n.to_string_lossy().into_owned());
+    let candidate = out.with_file_name(format!(".{name}.{}.candidate.npz", std::process::id()));
+    let outcome = npz::write_npz(&candidate, graph)
+        .map_err(anyhow::Error::from)
+        .and_then(|()| same_contents(&candidate, out));
+    let _ = std::fs::remove_file(&candidate);
+    if outcome? {
+        return Ok(false);
+    }
+    bail!(
+        "{} already exists with different contents; pass --force to replace it or choose another --out",
+        out.display()
+    )
+}
+
+fn same_contents(a: &Path, b: &Path) -> anyhow::Result<bool> {
+    let open = |p: &Path| -> anyhow::Result<(u64, BufReader<File>)> {
+        let f = File::open(p).with_context(|| format!("cannot read {}", p.display()))?;
+        let len = f.metadata()?.len();
+        Ok((len, BufReader::with_capacity(1 << 16, f)))
+    };
+    let ((len_a, mut ra), (len_b, mut rb)) = (open(a)?, open(b)?);
+    if len_a != len_b {
+        return Ok(false);
+    }
+    let (mut ba, mut bb) = (vec![0u8; 1 << 16], vec![0u8; 1 << 16]);
+    loop {
+        let n = ra.read(&mut ba)?;
+        if n == 0 {
+            return Ok(true);
+        }
+        rb.read_exact(&mut bb[..n])?;
+        if ba[..n] != bb[..n] {
+            return Ok(false);
+        }
+    }
+}

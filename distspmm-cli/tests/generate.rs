@@ -1,0 +1,132 @@
+//! `distspmm generate`: files load back, defaults work, reruns are idempotent, overwrites need
+//! `--force`.
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+use distspmm_core::graph::load;
+
+fn distspmm(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_distspmm"))
+        .args(args)
+        .output()
+        .expect("run distspmm")
+}
+
+fn ok(args: &[&str]) -> String {
+    let out = distspmm(args);
+    assert!(
+        out.status.success(),
+        "distspmm {args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+fn path_str(p: &Path) -> &str {
+    p.to_str().unwrap()
+}
+
+#[test]
+fn csbm_defaults_write_a_trainable_graph() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("g.npz");
+    let summary = ok(&["generate", "csbm", "--out", path_str(&out)]);
+    assert!(summary.starts_with("wrote "), "{summary}");
+    let g = load(&out).unwrap();
+    assert_eq!(
+        (g.num_nodes, g.feature_dim(), g.num_classes()),
+        (3000, 64, 5)
+    );
+    assert!(g.train_mask.is_some() && g.val_mask.is_some() && g.test_mask.is_some());
+    // Same parameters again: the file is left as it is, and the run succeeds.
+    let again = ok(&["generate", "csbm", "--out", path_str(&out)]);
+    assert!(again.starts_with("unchanged"), "{again}");
+}
+
+#[test]
+fn rmat_json_line_describes_the_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("r.npz");
+    let line = ok(&[
+        "generate",
+        "rmat",
+        "--scale",
+        "10",
+        "--edge-factor",
+        "8",
+        "--seed",
+        "3",
+        "--out",
+        path_str(&out),
+        "--json",
+    ]);
+    let v: serde_json::Value = serde_json::from_str(line.trim()).unwrap();
+    let g = load(&out).unwrap();
+    assert_eq!(v["generator"], "rmat");
+    assert_eq!(v["nodes"], 1024);
+    assert_eq!(v["edges"], g.num_edges() as u64);
+    assert_eq!(v["bytes"], std::fs::metadata(&out).unwrap().len());
+    assert_eq!(v["written"], true);
+    assert_eq!(line.trim().lines().count(), 1);
+}
+
+#[test]
+fn a_different_graph_needs_force() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("r.npz");
+    let o = path_str(&out);
+    ok(&[
+        "generate", "rmat", "--scale", "8", "--seed", "1", "--out", o,
+    ]);
+    let before = std::fs::read(&out).unwrap();
+    let refused = distspmm(&[
+        "generate", "rmat", "--scale", "8", "--seed", "2", "--out", o,
+    ]);
+    assert!(!refused.status.success());
+    let msg = String::from_utf8_lossy(&refused.stderr);
+    assert!(msg.contains("--force"), "{msg}");
+    assert_eq!(
+        std::fs::read(&out).unwrap(),
+        before,
+        "the old file is untouched"
+    );
+    ok(&[
+        "generate", "rmat", "--scale", "8", "--seed", "2", "--out", o, "--force",
+    ]);
+    assert_ne!(std::fs::read(&out).unwrap(), before);
+    // Nothing but the output is left in the directory.
+    assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1);
+}
+
+#[test]
+fn bad_parameters_are_plain_errors() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("g.npz");
+    for args in [
+        &[
+            "generate",
+            "csbm",
+            "--homophily",
+            "1.5",
+            "--out",
+            path_str(&out),
+        ][..],
+        &["generate", "rmat", "--scale", "40", "--out", path_str(&out)],
+        &[
+            "generate",
+            "csbm",
+            "--out",
+            path_str(&dir.path().join("g.txt")),
+        ],
+    ] {
+        let o = distspmm(args);
+        assert!(!o.status.success(), "{args:?}");
+        let msg = String::from_utf8_lossy(&o.stderr);
+        assert!(
+            msg.starts_with("error: ") && !msg.contains("panicked"),
+            "{msg}"
+        );
+    }
+    assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
+}
