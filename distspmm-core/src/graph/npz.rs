@@ -768,6 +768,14 @@ fn write_archive<W: Write + Seek>(zip: &mut ZipWriter<W>, g: &Graph) -> Result<(
     Ok(())
 }
 
+/// `graph` as the bytes of an `.npz` in PyG's layout (what [`write_npz`] puts in the file).
+pub fn write_npz_bytes(graph: &Graph) -> Result<Vec<u8>, GraphError> {
+    graph.validate()?;
+    let mut zip = ZipWriter::new(Cursor::new(Vec::new()));
+    write_archive(&mut zip, graph)?;
+    Ok(zip.finish().map_err(zip_error)?.into_inner())
+}
+
 /// Writes `graph` as an `.npz` in PyG's layout (deflate-compressed; `edge_index`, `num_nodes`
 /// and whichever of `edge_weight`, `x`, `y`, masks the graph has), atomically: the archive is
 /// written to a temporary file beside `path`, fsynced and renamed over it, so `path` holds the

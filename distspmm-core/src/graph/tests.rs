@@ -172,3 +172,149 @@ fn text_formats_load_by_extension_with_gzip() {
         matches!(e.kind(), GraphErrorKind::UnknownFormat(_)) && format!("{e}").contains("g.xyz")
     );
 }
+
+mod properties {
+    use super::super::edgelist::{read_edgelist, EdgeListOptions};
+    use super::super::metis::read_metis;
+    use super::super::mtx::read_mtx;
+    use super::super::npz::{read_npz_bytes, write_npz_bytes};
+    use super::*;
+    use proptest::prelude::*;
+    use std::string::String;
+    use std::vec::Vec;
+
+    /// Random graphs of up to 12 nodes, with any subset of the optional fields.
+    fn graphs() -> impl Strategy<Value = Graph> {
+        (1usize..12).prop_flat_map(|n| {
+            let edge = (0..n as u32, 0..n as u32);
+            (
+                proptest::collection::vec((edge, -4.0f32..4.0), 0..40),
+                any::<bool>(),
+                proptest::option::of((0usize..4, proptest::collection::vec(-9.0f32..9.0, n * 3))),
+                proptest::option::of(proptest::collection::vec(-1i32..5, n)),
+                proptest::option::of(proptest::collection::vec(any::<bool>(), n)),
+            )
+                .prop_map(move |(edges, weighted, x, y, mask)| Graph {
+                    num_nodes: n,
+                    src: edges.iter().map(|e| e.0 .0).collect(),
+                    dst: edges.iter().map(|e| e.0 .1).collect(),
+                    weights: weighted.then(|| edges.iter().map(|e| e.1).collect()),
+                    features: x.map(|(dim, data)| Features {
+                        dim,
+                        data: data[..n * dim].to_vec(),
+                    }),
+                    labels: y,
+                    train_mask: mask.clone(),
+                    val_mask: None,
+                    test_mask: mask.map(|m| m.iter().map(|b| !b).collect()),
+                })
+        })
+    }
+
+    fn weight_of(g: &Graph, e: usize) -> String {
+        g.weights
+            .as_ref()
+            .map_or_else(String::new, |w| format!(" {}", w[e]))
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(64))]
+
+        #[test]
+        fn npz_round_trip(g in graphs()) {
+            let bytes = write_npz_bytes(&g).unwrap();
+            prop_assert_eq!(read_npz_bytes(&bytes).unwrap(), g);
+        }
+
+        #[test]
+        fn edgelist_round_trip(g in graphs(), csv in any::<bool>(), header in any::<bool>()) {
+            let sep = if csv { "," } else { "\t" };
+            let mut text = String::from("# generated\n");
+            if header {
+                text += "source,target\n";
+            }
+            for e in 0..g.num_edges() {
+                let w = weight_of(&g, e).replace(' ', sep);
+                text += &format!("{}{sep}{}{w}\n", g.src[e], g.dst[e]);
+            }
+            let opts = EdgeListOptions { num_nodes: Some(g.num_nodes), one_based: false };
+            let back = read_edgelist(text.as_bytes(), &opts).unwrap();
+            let weights = if g.num_edges() == 0 { None } else { g.weights.clone() };
+            prop_assert_eq!(back, Graph { weights, ..Graph::from_edges(g.num_nodes, g.src, g.dst) });
+        }
+
+        #[test]
+        fn mtx_round_trip(g in graphs()) {
+            let field = if g.weights.is_some() { "real" } else { "pattern" };
+            let mut text = format!(
+                "%%MatrixMarket matrix coordinate {field} general\n{n} {n} {}\n",
+                g.num_edges(),
+                n = g.num_nodes
+            );
+            for e in 0..g.num_edges() {
+                // Entry (row, col) = (dst + 1, src + 1).
+                text += &format!("{} {}{}\n", g.dst[e] + 1, g.src[e] + 1, weight_of(&g, e));
+            }
+            let back = read_mtx(text.as_bytes()).unwrap();
+            prop_assert_eq!(back, Graph { weights: g.weights.clone(), ..Graph::from_edges(g.num_nodes, g.src, g.dst) });
+        }
+
+        #[test]
+        fn metis_round_trip(g in graphs()) {
+            // METIS lists undirected graphs: symmetrise without self loops, one line per node.
+            let mut adj = vec![Vec::new(); g.num_nodes];
+            for (&u, &v) in g.src.iter().zip(&g.dst) {
+                if u != v {
+                    adj[v as usize].push(u);
+                    adj[u as usize].push(v);
+                }
+            }
+            let entries: usize = adj.iter().map(Vec::len).sum();
+            let mut text = format!("{} {}\n", g.num_nodes, entries / 2);
+            for list in &adj {
+                let line: Vec<String> = list.iter().map(|v| (v + 1).to_string()).collect();
+                text += &line.join(" ");
+                text += "\n";
+            }
+            let back = read_metis(text.as_bytes()).unwrap();
+            let mut expected: Vec<(u32, u32)> = adj
+                .iter()
+                .enumerate()
+                .flat_map(|(u, l)| l.iter().map(move |&v| (v, u as u32)))
+                .collect();
+            expected.sort_unstable();
+            prop_assert_eq!(back.num_nodes, g.num_nodes);
+            prop_assert_eq!(sorted_edges(&back), expected);
+        }
+
+        /// Arbitrary bytes: an error or a valid graph, never a panic.
+        #[test]
+        fn readers_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..300)) {
+            let results = [
+                read_mtx(&bytes[..]),
+                read_metis(&bytes[..]),
+                read_edgelist(&bytes[..], &EdgeListOptions::default()),
+                read_npz_bytes(&bytes),
+            ];
+            for g in results.iter().flatten() {
+                prop_assert!(g.validate().is_ok());
+            }
+        }
+
+        /// A valid archive with bytes overwritten: an error or a valid graph, never a panic.
+        #[test]
+        fn corrupted_npz_never_panics(
+            g in graphs(),
+            hits in proptest::collection::vec((any::<prop::sample::Index>(), any::<u8>()), 1..6),
+        ) {
+            let mut bytes = write_npz_bytes(&g).unwrap();
+            for (at, value) in hits {
+                let i = at.index(bytes.len());
+                bytes[i] = value;
+            }
+            if let Ok(back) = read_npz_bytes(&bytes) {
+                prop_assert!(back.validate().is_ok());
+            }
+        }
+    }
+}
