@@ -18,7 +18,12 @@ struct Cli {
 }
 
 #[derive(Debug, Subcommand)]
-enum Command {}
+enum Command {
+    /// Partition a graph and write one chunk file per rank plus a manifest.
+    Partition(cmd::partition::Args),
+    /// Summarise and validate a chunk file or a chunk directory.
+    Inspect(cmd::inspect::Args),
+}
 
 fn init_tracing(verbose: u8) {
     let default = match verbose {
@@ -37,7 +42,10 @@ fn init_tracing(verbose: u8) {
 fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
     init_tracing(cli.verbose);
-    let result: anyhow::Result<()> = match cli.command {};
+    let result: anyhow::Result<()> = match cli.command {
+        Command::Partition(args) => cmd::partition::run(&args),
+        Command::Inspect(args) => cmd::inspect::run(&args),
+    };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(err) => {

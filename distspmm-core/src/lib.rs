@@ -10,10 +10,12 @@ extern crate alloc;
 extern crate std;
 
 #[cfg(feature = "std")]
-pub mod graph;
+pub mod chunk;
 #[cfg(feature = "std")]
-pub mod partition;
+pub mod graph;
 pub mod kernel;
 #[cfg(feature = "std")]
 pub mod normalize;
+#[cfg(feature = "std")]
+pub mod partition;
 pub mod sparse;

@@ -202,6 +202,11 @@ pub(crate) fn parse_checksum(hex: &str) -> Option<u64> {
     Some(u64::from_be_bytes(bytes))
 }
 
+/// A fingerprint as the 32 lowercase hex digits the manifest stores.
+pub fn fingerprint_hex(fingerprint: &[u8; 16]) -> String {
+    encode_hex(fingerprint)
+}
+
 /// Lowercase hex of `bytes`.
 pub(crate) fn encode_hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| std::format!("{b:02x}")).collect()

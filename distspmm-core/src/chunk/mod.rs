@@ -24,8 +24,8 @@ pub use dir::{
     check_consistency, chunk_file_name, reassemble, write_chunk_dir, ChunkDir, WriteOptions,
 };
 pub use manifest::{
-    Manifest, ManifestChunk, ManifestFile, MANIFEST_FILE, MANIFEST_FORMAT, MANIFEST_VERSION,
-    PARTITION_MAP_FILE,
+    fingerprint_hex, Manifest, ManifestChunk, ManifestFile, MANIFEST_FILE, MANIFEST_FORMAT,
+    MANIFEST_VERSION, PARTITION_MAP_FILE,
 };
 
 /// The graph, Â and partition given to [`ChunkBuilder::new`] do not fit together.

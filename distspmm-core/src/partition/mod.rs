@@ -200,7 +200,7 @@ pub struct Partition {
 
 impl Partition {
     /// A validated partition: `1 ≤ parts ≤ part_of.len()`, every entry below `parts`. Parts may
-    /// be empty (METIS occasionally leaves one empty when P is close to N). `method` is the
+    /// be empty here (a map from elsewhere); [`partition`] never leaves one empty. `method` is the
     /// [`Method::tag`] (or any text naming where the map came from).
     pub fn new(
         parts: u32,
@@ -334,11 +334,7 @@ pub fn partition(
         Method::Random { seed } => random(n, parts, *seed),
         Method::Metis(options) => metis_kway(adjacency, parts, options)?,
     };
-    let partition = Partition::new(parts, part_of, tag)?;
-    if let Some(empty) = partition.part_sizes().iter().position(|&s| s == 0) {
-        tracing::warn!(part = empty, parts, "partition has an empty part");
-    }
-    Ok(partition)
+    Partition::new(parts, part_of, tag)
 }
 
 /// Part of each node when part p owns `⌊pN/P⌋..⌊(p+1)N/P⌋`.
@@ -400,7 +396,8 @@ fn metis_kway(
         seconds = started.elapsed().as_secs_f64(),
         "METIS k-way done"
     );
-    part.into_iter()
+    let mut part_of: Vec<u32> = part
+        .into_iter()
         .enumerate()
         .map(|(node, p)| {
             u32::try_from(p).ok().filter(|&p| p < parts).ok_or_else(|| {
@@ -409,7 +406,46 @@ fn metis_kway(
                 ))
             })
         })
-        .collect()
+        .collect::<Result<_, _>>()?;
+    fill_empty_parts(adjacency, parts, &mut part_of);
+    Ok(part_of)
+}
+
+/// METIS can leave a part empty on tiny graphs (a triangle into 2 parts, say). A rank without
+/// rows is useless, so each empty part takes one node of the currently largest part: the one
+/// with the fewest neighbours inside that part, so the fewest edges are newly cut. Needs
+/// P ≤ N, which [`partition`] checks; a no-op when no part is empty.
+fn fill_empty_parts(adjacency: &Adjacency, parts: u32, part_of: &mut [u32]) {
+    let mut sizes = std::vec![0u64; parts as usize];
+    for &p in part_of.iter() {
+        sizes[p as usize] += 1;
+    }
+    while let Some(empty) = sizes.iter().position(|&s| s == 0) {
+        let largest = (0..parts as usize).max_by_key(|&p| sizes[p]).unwrap_or(0);
+        let internal = |v: usize| {
+            adjacency
+                .neighbours(v)
+                .iter()
+                .filter(|&&u| part_of[u as usize] as usize == largest)
+                .count()
+        };
+        // P <= N, so the largest part of a partition with an empty part has two or more nodes.
+        let Some(node) = (0..part_of.len())
+            .filter(|&v| part_of[v] as usize == largest)
+            .min_by_key(|&v| internal(v))
+        else {
+            return;
+        };
+        tracing::debug!(
+            node,
+            from = largest,
+            to = empty,
+            "filling a part METIS left empty"
+        );
+        part_of[node] = empty as u32;
+        sizes[largest] -= 1;
+        sizes[empty] += 1;
+    }
 }
 
 #[cfg(test)]
@@ -497,6 +533,25 @@ mod tests {
     }
 
     #[test]
+    fn metis_leaves_no_part_empty() {
+        // A triangle into 2 and 3 parts, where METIS itself leaves a part empty.
+        let adj = Adjacency::from_edges(3, &[0, 1, 2], &[1, 2, 0]).unwrap();
+        for parts in [2, 3] {
+            let p = partition(&adj, parts, &Method::Metis(MetisOptions::default())).unwrap();
+            assert!(
+                p.part_sizes().iter().all(|&s| s > 0),
+                "{:?}",
+                p.part_sizes()
+            );
+        }
+        // Filling moves the node with the fewest neighbours inside the largest part.
+        let adj = Adjacency::from_edges(4, &[0, 1, 2], &[1, 2, 0]).unwrap();
+        let mut part_of = std::vec![0, 0, 0, 0];
+        fill_empty_parts(&adj, 2, &mut part_of);
+        assert_eq!(part_of, [0, 0, 0, 1]);
+    }
+
+    #[test]
     fn imbalance_option_is_validated() {
         for bad in [1.0, 0.5, f64::NAN, f64::INFINITY] {
             let o = MetisOptions {
@@ -569,6 +624,7 @@ mod tests {
             prop_assert_eq!(p.num_nodes(), n);
             prop_assert!(p.part_of().iter().all(|&x| x < parts));
             prop_assert_eq!(p.part_sizes().iter().sum::<u64>(), n as u64);
+            prop_assert!(p.part_sizes().iter().all(|&s| s > 0), "empty part: {:?}", p.part_sizes());
             // Reference cut: the set of unordered cut pairs.
             let cut: std::collections::BTreeSet<(u32, u32)> = src.iter().zip(&dst)
                 .filter(|(&u, &v)| p.part_of()[u as usize] != p.part_of()[v as usize])

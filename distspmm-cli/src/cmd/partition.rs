@@ -1,0 +1,246 @@
+//! `distspmm partition`: graph file → normalised Â → partition → chunk directory.
+
+use std::io::IsTerminal;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context};
+use distspmm_core::chunk::{write_chunk_dir, ChunkBuilder, WriteOptions};
+use distspmm_core::normalize::{self, Normalization};
+use distspmm_core::partition::{self, Adjacency, Method, MetisOptions, Objective, Partition};
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+
+/// Partition a graph and write one chunk per part plus a manifest into a directory.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// Input graph: .npz (PyG field names), .mtx, METIS .graph, or an edge list (.txt/.tsv/.csv, .gz accepted).
+    #[arg(long)]
+    input: PathBuf,
+    /// Number of parts P (= chunk files = MPI ranks).
+    #[arg(long)]
+    parts: u32,
+    /// Output directory (created if missing).
+    #[arg(long)]
+    out: PathBuf,
+    /// How nodes are assigned to parts.
+    #[arg(long, value_enum, default_value_t = MethodArg::Metis)]
+    method: MethodArg,
+    /// Seed for METIS or the random permutation.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// METIS imbalance tolerance: largest part ≤ this × mean part size (1.03 = METIS ufactor 30).
+    #[arg(long, default_value_t = 1.03)]
+    imbalance: f64,
+    /// METIS objective: edge cut or communication volume.
+    #[arg(long, value_enum, default_value_t = ObjectiveArg::Cut)]
+    objective: ObjectiveArg,
+    /// Normalisation of Â: gcn (D^-1/2 (A+I) D^-1/2), row (D^-1 (A+I)) or none.
+    #[arg(long, default_value = "gcn")]
+    normalize: Normalization,
+    /// Reuse this saved partition map (e.g. DIR/partition.map of an earlier run) instead of
+    /// partitioning again.
+    #[arg(long, value_name = "FILE")]
+    partition_map: Option<PathBuf>,
+    /// Also write the symmetrised graph in METIS .graph format (to compare with gpmetis).
+    #[arg(long, value_name = "FILE")]
+    write_metis_graph: Option<PathBuf>,
+    /// Replace a different partition already in the output directory.
+    #[arg(long)]
+    force: bool,
+    /// Print one JSON line instead of the summary (and no progress bars).
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+enum MethodArg {
+    /// METIS multilevel k-way.
+    Metis,
+    /// Contiguous id ranges.
+    Contiguous,
+    /// Balanced random assignment (a locality-free baseline).
+    Random,
+}
+
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+enum ObjectiveArg {
+    /// Minimise cut edges.
+    Cut,
+    /// Minimise total communication volume.
+    Vol,
+}
+
+/// One long phase on stderr: a spinner while it runs, its time when done.
+struct Phase {
+    bar: ProgressBar,
+    started: Instant,
+}
+
+impl Phase {
+    fn start(show: bool, message: &'static str) -> Self {
+        let bar = if show {
+            ProgressBar::new_spinner()
+        } else {
+            ProgressBar::with_draw_target(None, ProgressDrawTarget::hidden())
+        };
+        bar.set_style(
+            ProgressStyle::with_template("{spinner} {msg} {elapsed}")
+                .expect("static template")
+                .tick_chars("⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏ "),
+        );
+        bar.set_message(message);
+        bar.enable_steady_tick(Duration::from_millis(100));
+        Phase {
+            bar,
+            started: Instant::now(),
+        }
+    }
+
+    fn done(self) -> f64 {
+        let seconds = self.started.elapsed().as_secs_f64();
+        let message = self.bar.message();
+        self.bar
+            .set_style(ProgressStyle::with_template("  {msg}").expect("static template"));
+        self.bar
+            .finish_with_message(format!("{message}: {seconds:.2} s"));
+        seconds
+    }
+}
+
+/// Runs `distspmm partition`.
+pub fn run(args: &Args) -> anyhow::Result<()> {
+    let started = Instant::now();
+    let show = !args.json && std::io::stderr().is_terminal();
+    if args.parts == 0 {
+        bail!("--parts must be at least 1");
+    }
+
+    let phase = Phase::start(show, "loading the graph");
+    let graph = distspmm_core::graph::load(&args.input).context("cannot read the input graph")?;
+    phase.done();
+
+    let phase = Phase::start(show, "normalising Â");
+    let a_hat = normalize::adjacency(
+        graph.num_nodes,
+        &graph.src,
+        &graph.dst,
+        graph.weights.as_deref(),
+        args.normalize,
+    )
+    .with_context(|| format!("cannot normalise {}", args.input.display()))?;
+    phase.done();
+
+    let phase = Phase::start(show, "partitioning");
+    let adjacency = Adjacency::from_edges(graph.num_nodes, &graph.src, &graph.dst)?;
+    if let Some(path) = &args.write_metis_graph {
+        adjacency
+            .write_metis_graph(path)
+            .context("cannot write the METIS graph file")?;
+    }
+    let partition = match &args.partition_map {
+        Some(path) => load_map(path, args.parts, graph.num_nodes)?,
+        None => partition::partition(&adjacency, args.parts, &method(args))?,
+    };
+    let edge_cut = partition.edge_cut(&adjacency)?;
+    drop(adjacency);
+    phase.done();
+
+    let phase = Phase::start(show, "building and writing chunks");
+    let builder = ChunkBuilder::new(&graph, a_hat.view(), &partition)?;
+    let progress = if show {
+        ProgressBar::new(u64::from(args.parts))
+    } else {
+        ProgressBar::hidden()
+    };
+    progress.set_style(
+        ProgressStyle::with_template("  {bar:30} {pos}/{len} chunks").expect("static template"),
+    );
+    let options = WriteOptions {
+        force: args.force,
+        normalization: args.normalize.name().into(),
+        command_line: std::env::args().collect(),
+        edge_cut: Some(edge_cut),
+        progress: progress.clone(),
+    };
+    let manifest = write_chunk_dir(&args.out, &builder, &options)
+        .with_context(|| format!("cannot write the chunks into {}", args.out.display()))?;
+    progress.finish_and_clear();
+    phase.done();
+
+    let seconds = started.elapsed().as_secs_f64();
+    let halo_rows_max = manifest.halo_rows.iter().copied().max().unwrap_or(0);
+    if args.json {
+        let line = serde_json::json!({
+            "parts": manifest.parts,
+            "nodes": manifest.nodes,
+            "edges": manifest.edges,
+            "edge_cut": manifest.edge_cut,
+            "max_imbalance": manifest.max_imbalance,
+            "halo_rows_max": halo_rows_max,
+            "seconds": seconds,
+        });
+        println!("{line}");
+    } else {
+        let bytes: u64 = manifest.chunks.iter().map(|c| c.bytes).sum();
+        println!(
+            "{}: {} nodes, {} edges ({} non-zeros in Â, {} normalisation)",
+            args.input.display(),
+            manifest.nodes,
+            manifest.edges,
+            manifest.nnz,
+            manifest.normalization
+        );
+        println!(
+            "{} parts by {}: edge cut {}, max imbalance {:.3}, halo rows per part max {} (total {})",
+            manifest.parts,
+            manifest.partition_method,
+            manifest.edge_cut,
+            manifest.max_imbalance,
+            halo_rows_max,
+            manifest.halo_rows.iter().sum::<u64>()
+        );
+        println!(
+            "wrote {} chunks ({:.1} MiB) and the manifest into {} in {seconds:.2} s",
+            manifest.chunks.len(),
+            bytes as f64 / (1024.0 * 1024.0),
+            args.out.display()
+        );
+    }
+    Ok(())
+}
+
+fn method(args: &Args) -> Method {
+    match args.method {
+        MethodArg::Metis => Method::Metis(MetisOptions {
+            seed: args.seed,
+            imbalance: args.imbalance,
+            objective: match args.objective {
+                ObjectiveArg::Cut => Objective::Cut,
+                ObjectiveArg::Vol => Objective::Volume,
+            },
+        }),
+        MethodArg::Contiguous => Method::Contiguous,
+        MethodArg::Random => Method::Random { seed: args.seed },
+    }
+}
+
+fn load_map(path: &std::path::Path, parts: u32, nodes: usize) -> anyhow::Result<Partition> {
+    let partition = Partition::load(path)?;
+    if partition.num_nodes() != nodes {
+        bail!(
+            "the partition map {} covers {} nodes but the graph has {nodes}: it was made for \
+             another graph",
+            path.display(),
+            partition.num_nodes()
+        );
+    }
+    if partition.parts() != parts {
+        bail!(
+            "the partition map {} has {} parts but --parts is {parts}: pass --parts {}",
+            path.display(),
+            partition.parts(),
+            partition.parts()
+        );
+    }
+    Ok(partition)
+}

@@ -1,0 +1,308 @@
+//! `distspmm partition` and `distspmm inspect` end to end: Cora at P = 2, 4, 8, overwrite rules,
+//! partition map reuse, P > N, and inspect catching corrupted or foreign chunks.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn distspmm(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_distspmm"))
+        .args(args)
+        .output()
+        .expect("run distspmm")
+}
+
+fn ok(args: &[&str]) -> String {
+    let out = distspmm(args);
+    assert!(
+        out.status.success(),
+        "distspmm {args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// Runs a command that must fail; returns its stderr.
+fn fails(args: &[&str]) -> String {
+    let out = distspmm(args);
+    assert!(
+        !out.status.success(),
+        "distspmm {args:?} succeeded: {}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    String::from_utf8(out.stderr).unwrap()
+}
+
+fn s(p: &Path) -> &str {
+    p.to_str().unwrap()
+}
+
+fn json(line: &str) -> serde_json::Value {
+    assert_eq!(line.trim().lines().count(), 1, "not one line: {line}");
+    serde_json::from_str(line.trim()).unwrap()
+}
+
+/// `../shared/datasets/cora.npz` from the repository root, or `None` (skip) when it is absent
+/// outside CI.
+fn cora() -> Option<PathBuf> {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/datasets/cora.npz");
+    if path.is_file() {
+        return Some(path);
+    }
+    assert!(
+        std::env::var("CI").as_deref() != Ok("true"),
+        "{} is missing (required when CI=true)",
+        path.display()
+    );
+    eprintln!("skipping: {} not found", path.display());
+    None
+}
+
+/// A 12-node graph: two 6-cycles joined by one edge, as an edge list.
+fn small_graph(dir: &Path) -> PathBuf {
+    let mut text = String::from("# src dst\n");
+    for base in [0, 6] {
+        for i in 0..6 {
+            text.push_str(&format!("{} {}\n", base + i, base + (i + 1) % 6));
+            text.push_str(&format!("{} {}\n", base + (i + 1) % 6, base + i));
+        }
+    }
+    text.push_str("0 6\n6 0\n");
+    let path = dir.join("small.txt");
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+#[test]
+fn cora_end_to_end_at_2_4_8_parts() {
+    let Some(cora) = cora() else { return };
+    let tmp = tempfile::tempdir().unwrap();
+    for parts in [2u32, 4, 8] {
+        let out = tmp.path().join(format!("cora-{parts}"));
+        let p = parts.to_string();
+        let v = json(&ok(&[
+            "partition",
+            "--input",
+            s(&cora),
+            "--parts",
+            &p,
+            "--out",
+            s(&out),
+            "--json",
+        ]));
+        assert_eq!(v["parts"], parts);
+        assert_eq!(v["nodes"], 2708);
+        assert_eq!(v["edges"], 10556);
+        let cut = v["edge_cut"].as_u64().unwrap();
+        assert!(cut > 0 && cut < 10556 / 2, "edge cut {cut}");
+        let imbalance = v["max_imbalance"].as_f64().unwrap();
+        assert!((1.0..=1.05).contains(&imbalance), "imbalance {imbalance}");
+        assert!(v["halo_rows_max"].as_u64().unwrap() > 0);
+        assert!(v["seconds"].as_f64().unwrap() > 0.0);
+
+        let report = json(&ok(&["inspect", s(&out), "--json"]));
+        assert_eq!(report["valid"], true);
+        assert_eq!(report["parts"], parts);
+        assert_eq!(report["edge_cut"], cut);
+        assert_eq!(report["feature_dim"], 1433);
+        assert_eq!(report["classes"], 7);
+        let chunks = report["chunks"].as_array().unwrap();
+        let nodes: u64 = chunks.iter().map(|c| c["nodes"].as_u64().unwrap()).sum();
+        let nnz: u64 = chunks.iter().map(|c| c["nnz"].as_u64().unwrap()).sum();
+        assert_eq!(nodes, 2708);
+        assert_eq!(nnz, report["nnz"].as_u64().unwrap());
+        let summary = ok(&["inspect", s(&out.join("part-00000.chunk"))]);
+        assert!(summary.contains("valid chunk"), "{summary}");
+    }
+}
+
+#[test]
+fn refuses_to_overwrite_another_partition_without_force() {
+    let tmp = tempfile::tempdir().unwrap();
+    let g = small_graph(tmp.path());
+    let out = tmp.path().join("chunks");
+    let first = ok(&[
+        "partition",
+        "--input",
+        s(&g),
+        "--parts",
+        "2",
+        "--out",
+        s(&out),
+    ]);
+    assert!(first.contains("2 parts"), "{first}");
+    // The same partition again is fine.
+    ok(&[
+        "partition",
+        "--input",
+        s(&g),
+        "--parts",
+        "2",
+        "--out",
+        s(&out),
+        "--json",
+    ]);
+    let err = fails(&[
+        "partition",
+        "--input",
+        s(&g),
+        "--parts",
+        "3",
+        "--out",
+        s(&out),
+    ]);
+    assert!(
+        err.contains("different partition") && err.contains("--force"),
+        "{err}"
+    );
+    let still = json(&ok(&["inspect", s(&out), "--json"]));
+    assert_eq!(still["parts"], 2);
+    ok(&[
+        "partition",
+        "--input",
+        s(&g),
+        "--parts",
+        "3",
+        "--out",
+        s(&out),
+        "--force",
+    ]);
+    let now = json(&ok(&["inspect", s(&out), "--json"]));
+    assert_eq!(now["parts"], 3);
+}
+
+#[test]
+fn partition_map_is_reused_and_checked() {
+    let tmp = tempfile::tempdir().unwrap();
+    let g = small_graph(tmp.path());
+    let (a, b) = (tmp.path().join("a"), tmp.path().join("b"));
+    ok(&[
+        "partition",
+        "--input",
+        s(&g),
+        "--parts",
+        "3",
+        "--out",
+        s(&a),
+        "--method",
+        "random",
+        "--seed",
+        "7",
+    ]);
+    let map = a.join("partition.map");
+    ok(&[
+        "partition",
+        "--input",
+        s(&g),
+        "--parts",
+        "3",
+        "--out",
+        s(&b),
+        "--partition-map",
+        s(&map),
+        "--normalize",
+        "row",
+    ]);
+    let (ra, rb) = (
+        json(&ok(&["inspect", s(&a), "--json"])),
+        json(&ok(&["inspect", s(&b), "--json"])),
+    );
+    assert_eq!(ra["fingerprint"], rb["fingerprint"]);
+    assert_eq!(rb["partition_method"], "random:seed=7");
+    assert_eq!(rb["normalization"], "row");
+    let err = fails(&[
+        "partition",
+        "--input",
+        s(&g),
+        "--parts",
+        "2",
+        "--out",
+        s(&b),
+        "--partition-map",
+        s(&map),
+    ]);
+    assert!(err.contains("--parts 3"), "{err}");
+}
+
+#[test]
+fn more_parts_than_nodes_is_a_clear_error() {
+    let tmp = tempfile::tempdir().unwrap();
+    let g = small_graph(tmp.path());
+    let out = tmp.path().join("chunks");
+    let err = fails(&[
+        "partition",
+        "--input",
+        s(&g),
+        "--parts",
+        "13",
+        "--out",
+        s(&out),
+    ]);
+    assert!(err.contains("at most 12 parts"), "{err}");
+    assert!(!out.join("manifest.json").exists());
+    ok(&[
+        "partition",
+        "--input",
+        s(&g),
+        "--parts",
+        "12",
+        "--out",
+        s(&out),
+        "--json",
+    ]);
+}
+
+#[test]
+fn inspect_rejects_corrupted_and_foreign_chunks() {
+    let tmp = tempfile::tempdir().unwrap();
+    let g = small_graph(tmp.path());
+    let (a, b) = (tmp.path().join("a"), tmp.path().join("b"));
+    ok(&[
+        "partition",
+        "--input",
+        s(&g),
+        "--parts",
+        "3",
+        "--out",
+        s(&a),
+    ]);
+    ok(&[
+        "partition",
+        "--input",
+        s(&g),
+        "--parts",
+        "3",
+        "--out",
+        s(&b),
+        "--method",
+        "contiguous",
+    ]);
+    let victim = a.join("part-00002.chunk");
+    let original = std::fs::read(&victim).unwrap();
+
+    // A flipped byte in the data.
+    let mut bytes = original.clone();
+    let at = bytes.len() - 100;
+    bytes[at] ^= 0x01;
+    std::fs::write(&victim, &bytes).unwrap();
+    let err = fails(&["inspect", s(&a)]);
+    assert!(err.contains("part-00002.chunk"), "{err}");
+    let err = fails(&["inspect", s(&victim)]);
+    assert!(err.contains("part-00002.chunk"), "{err}");
+    let out = distspmm(&["inspect", s(&a), "--json"]);
+    assert!(!out.status.success());
+    let v = json(&String::from_utf8(out.stdout).unwrap());
+    assert_eq!(v["valid"], false);
+
+    // A chunk of another partition run mixed in.
+    std::fs::copy(b.join("part-00002.chunk"), &victim).unwrap();
+    let err = fails(&["inspect", s(&a)]);
+    assert!(
+        err.contains("part-00002.chunk") && err.contains("fingerprint"),
+        "{err}"
+    );
+    // On its own it is a valid chunk.
+    ok(&["inspect", s(&victim)]);
+
+    std::fs::write(&victim, &original).unwrap();
+    ok(&["inspect", s(&a)]);
+}
