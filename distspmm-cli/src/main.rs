@@ -19,6 +19,8 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
+    /// Generate a synthetic graph (RMAT or CSBM) as .npz.
+    Generate(cmd::generate::Args),
     /// Partition a graph and write one chunk file per rank plus a manifest.
     Partition(cmd::partition::Args),
     /// Summarise and validate a chunk file or a chunk directory.
@@ -43,6 +45,7 @@ fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
     init_tracing(cli.verbose);
     let result: anyhow::Result<()> = match cli.command {
+        Command::Generate(args) => cmd::generate::run(&args),
         Command::Partition(args) => cmd::partition::run(&args),
         Command::Inspect(args) => cmd::inspect::run(&args),
     };
