@@ -294,6 +294,15 @@ fn broken_driver_library_is_an_error_not_a_crash() {
 }
 
 #[test]
+fn handles_can_cross_threads() {
+    fn send_sync<T: Send + Sync>() {}
+    send_sync::<GpuDevice>();
+    send_sync::<DeviceCsr>();
+    send_sync::<DeviceCsc>();
+    send_sync::<DeviceDense>();
+}
+
+#[test]
 fn ptxas_report_covers_every_kernel_without_spills() {
     let entries = match kernel_resources() {
         Ok(entries) => entries,
