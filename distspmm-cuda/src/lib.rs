@@ -21,13 +21,20 @@
 //! fatbin — SASS for sm_80 and sm_90 plus compute_90 PTX — embedded in the crate, runs
 //! `ptxas -v` and fails the build on any register spill. nvcc is found through `NVCC`,
 //! `CUDA_HOME`/`CUDA_PATH`, `PATH`, or the PyPI wheel `nvidia-cuda-nvcc` (found through
-//! `python3`; `ci-check.sh` installs it); pin it to the driver's CUDA minor version (13.0 for driver 580) so the
-//! embedded PTX stays loadable: a driver refuses PTX from a newer toolkit.
+//! `python3`; `ci-check.sh` installs it). Pin it to the driver's CUDA version (13.0 for driver
+//! 580) so the embedded PTX stays loadable: a driver refuses PTX from a newer toolkit.
 //!
 //! # Running
 //! The driver is loaded at run time (cudarc, dynamic loading): [`GpuDevice::open`] probes for
 //! `libcuda.so` first and turns any failure of the bindings into [`CudaError::NoDevice`], so a
-//! `cuda` build on a machine without a GPU reports an error instead of crashing.
+//! `cuda` build on a machine without a GPU reports an error instead of crashing (the catch
+//! needs `panic = "unwind"`, which the workspace profiles keep).
+//!
+//! # Measuring
+//! `examples/gpu_bench.rs` (feature `bench`) compares against cuSPARSE on RMAT graphs;
+//! `gpu-check.sh` builds the tests and the benchmark here and runs them on a GPU machine.
+//! Results and the ptxas register table live in `docs/performance.md`: the device
+//! measurements there are not yet run.
 //!
 //! ```no_run
 //! use distspmm_cuda::{spmm, DeviceCsr, DeviceDense, GpuDevice, SparseParts};
