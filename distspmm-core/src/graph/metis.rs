@@ -123,7 +123,7 @@ pub fn read_metis(reader: impl BufRead) -> Result<Graph, GraphError> {
             if count < leading {
                 // Vertex size / weights: non-negative integers, checked and dropped.
                 parse_id(token).map_err(at)?;
-            } else if (count - leading) % per_neighbour == 0 {
+            } else if (count - leading).is_multiple_of(per_neighbour) {
                 let v = parse_id_one_based(token, n).map_err(at)?;
                 if format.edge_weights {
                     pending = Some(v);
@@ -141,7 +141,7 @@ pub fn read_metis(reader: impl BufRead) -> Result<Graph, GraphError> {
             }
             count += 1;
         }
-        let ragged = count < leading || (count - leading) % per_neighbour != 0;
+        let ragged = count < leading || !(count - leading).is_multiple_of(per_neighbour);
         if ragged {
             let expected = if count < leading { leading } else { count + 1 };
             return Err(at(GraphErrorKind::RaggedRow {

@@ -497,7 +497,11 @@ fn read_archive<R: Read + Seek>(mut npz: Npz<R>) -> Result<Graph, GraphError> {
                     });
                 }
                 // C order: all sources, then all targets; Fortran order: (src, dst) pairs.
-                let to_src = if h.fortran { seen % 2 == 0 } else { seen < e };
+                let to_src = if h.fortran {
+                    seen.is_multiple_of(2)
+                } else {
+                    seen < e
+                };
                 if to_src { &mut src } else { &mut dst }.push(id as u32);
                 seen += 1;
                 Ok(())
