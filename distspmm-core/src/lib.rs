@@ -18,4 +18,5 @@ pub mod kernel;
 pub mod normalize;
 #[cfg(feature = "std")]
 pub mod partition;
+pub mod schedule;
 pub mod sparse;
