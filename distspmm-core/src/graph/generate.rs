@@ -84,16 +84,11 @@ pub fn rmat(scale: u32, edge_factor: u32, seed: u64) -> Result<Graph, GraphError
             for pair in out.chunks_exact_mut(2) {
                 let (mut row, mut col) = (0usize, 0usize);
                 for _ in 0..scale {
+                    // Branch-free quadrant choice (the four outcomes are unpredictable): the row
+                    // bit is set in c and d, the column bit in b and d.
                     let r = u64::from(rng.random::<u32>());
-                    let (i, j) = if r < t_a {
-                        (0, 0)
-                    } else if r < t_ab {
-                        (0, 1)
-                    } else if r < t_abc {
-                        (1, 0)
-                    } else {
-                        (1, 1)
-                    };
+                    let i = usize::from(r >= t_ab);
+                    let j = usize::from((r >= t_a) ^ (r >= t_ab) ^ (r >= t_abc));
                     row = (row << 1) | i;
                     col = (col << 1) | j;
                 }
