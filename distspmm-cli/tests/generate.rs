@@ -129,4 +129,17 @@ fn bad_parameters_are_plain_errors() {
         );
     }
     assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
+    // An unwritable destination: the reason is said once, with the path.
+    let missing = dir.path().join("no/such/dir/g.npz");
+    let o = distspmm(&[
+        "generate",
+        "rmat",
+        "--scale",
+        "4",
+        "--out",
+        path_str(&missing),
+    ]);
+    let msg = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success() && msg.contains("g.npz"), "{msg}");
+    assert_eq!(msg.matches("os error").count(), 1, "{msg}");
 }

@@ -22,7 +22,7 @@ pub enum Location {
 pub enum GraphErrorKind {
     /// Reading or writing the file failed.
     #[error("{0}")]
-    Io(#[source] io::Error),
+    Io(io::Error),
     /// The extension names no format [`load`](super::load) knows.
     #[error(
         "unknown graph format {0:?}: expected .npz, .mtx, .graph/.metis, or an edge list \
@@ -152,14 +152,9 @@ impl fmt::Display for GraphError {
     }
 }
 
-impl std::error::Error for GraphError {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        match &self.kind {
-            GraphErrorKind::Io(e) => Some(e),
-            _ => None,
-        }
-    }
-}
+// No `source()`: the message already carries the I/O error's text (reachable through
+// `kind()`), and error-chain printers would repeat it.
+impl std::error::Error for GraphError {}
 
 impl From<GraphErrorKind> for GraphError {
     fn from(kind: GraphErrorKind) -> Self {
