@@ -91,6 +91,7 @@ mod layout;
 mod local;
 #[cfg(feature = "mpi")]
 mod mpi_backend;
+pub mod spmm;
 
 pub use capability::{
     AllGather, AllReduce, AllToAllV, Broadcast, Communicator, Completion, Exchange, Group,

@@ -1,0 +1,386 @@
+//! The operator over the `local` communicator against a dense f64 reference of the reassembled
+//! Â, for random graphs and partitions (empty halos and empty parts included), both schedules,
+//! forward and backward; agreement failures on every rank; bit-identical reruns.
+
+use std::path::Path;
+
+use chunk_format::{encode, AlignedBuf, ChunkView};
+use distspmm_core::chunk::{reassemble, ChunkBuilder};
+use distspmm_core::graph::Graph;
+use distspmm_core::normalize::{self, Normalization};
+use distspmm_core::partition::Partition;
+use distspmm_core::schedule::{LayerTraffic, ScheduleKind, Traffic, Workspace};
+use distspmm_core::sparse::{CsrOwned, DenseView, DenseViewMut};
+use proptest::prelude::*;
+
+use super::{abstain, DistSpmm, DistSpmmError};
+use crate::{Group, LocalComm};
+
+/// The chunks of a graph (GCN-normalised Â) split by `part_of`.
+fn chunks(n: usize, edges: &[(u32, u32)], part_of: &[u32], parts: u32) -> Vec<AlignedBuf> {
+    let (src, dst): (Vec<u32>, Vec<u32>) = edges.iter().copied().unzip();
+    let a_hat = normalize::adjacency(n, &src, &dst, None, Normalization::Gcn).unwrap();
+    let graph = Graph::from_edges(n, src, dst);
+    let partition = Partition::new(parts, part_of.to_vec(), "test").unwrap();
+    let builder = ChunkBuilder::new(&graph, a_hat.view(), &partition).unwrap();
+    (0..parts)
+        .map(|p| encode(&builder.build(p).contents()).unwrap())
+        .collect()
+}
+
+fn views(bufs: &[AlignedBuf]) -> Vec<ChunkView<'_>> {
+    bufs.iter()
+        .map(|b| ChunkView::parse(b.as_bytes()).unwrap())
+        .collect()
+}
+
+/// Â in renumbered ids, reassembled from the chunks.
+fn reassembled(views: &[ChunkView<'_>]) -> CsrOwned<f32> {
+    let named: Vec<(&Path, &ChunkView<'_>)> =
+        views.iter().map(|v| (Path::new("memory"), v)).collect();
+    reassemble(&named).unwrap()
+}
+
+/// A value of row `g`, column `j` of a test matrix, exact in f32.
+fn value(seed: u64, g: usize, j: usize) -> f32 {
+    let h = (g as u64)
+        .wrapping_mul(0x9E37_79B9_7F4A_7C15)
+        .wrapping_add((j as u64).wrapping_mul(0xBF58_476D_1CE4_E5B9))
+        .wrapping_add(seed)
+        .wrapping_mul(0x94D0_49BB_1331_11EB);
+    ((h >> 40) % 2001) as f32 / 1000.0 - 1.0
+}
+
+/// What one rank computed: its rows of Y and dX (row-major) and its counters.
+#[derive(Debug)]
+struct RankResult {
+    y: Vec<f32>,
+    dx: Vec<f32>,
+    forward: Traffic,
+    backward: Traffic,
+    predicted: LayerTraffic,
+    workspace: Workspace,
+    predicted_workspace: Workspace,
+}
+
+/// Runs forward and backward on every rank with `features` columns stored with leading
+/// dimension `features + pad`, after a warm-up call with `warm_f` columns.
+fn run(
+    views: &[ChunkView<'_>],
+    kind: ScheduleKind,
+    features: usize,
+    pad: usize,
+    warm_f: usize,
+) -> Vec<Result<RankResult, DistSpmmError>> {
+    let offsets = views[0].part_offsets();
+    LocalComm::run(views.len(), |comm| {
+        let p = comm.rank();
+        let mut op = DistSpmm::new(&comm, views[p], kind)?;
+        let (n, first) = (op.local_rows(), offsets[p] as usize);
+        let ld = features + pad;
+        let padded = |seed| -> Vec<f32> {
+            let mut m = vec![f32::NAN; n * ld];
+            for i in 0..n {
+                for j in 0..features {
+                    m[i * ld + j] = value(seed, first + i, j);
+                }
+            }
+            m
+        };
+        if warm_f > 0 {
+            let (x, mut y) = (vec![0.5f32; n * warm_f], vec![0f32; n * warm_f]);
+            op.forward(
+                DenseView::new(&x[..], n, warm_f, warm_f).unwrap(),
+                DenseViewMut::new(&mut y[..], n, warm_f, warm_f).unwrap(),
+            )?;
+            op.backward(
+                DenseView::new(&x[..], n, warm_f, warm_f).unwrap(),
+                DenseViewMut::new(&mut y[..], n, warm_f, warm_f).unwrap(),
+            )?;
+        }
+        let (x, dy) = (padded(1), padded(2));
+        let (mut y, mut dx) = (vec![f32::NAN; n * ld], vec![f32::NAN; n * ld]);
+        op.forward(
+            DenseView::new(&x[..], n, features, ld).unwrap(),
+            DenseViewMut::new(&mut y[..], n, features, ld).unwrap(),
+        )?;
+        let forward = op.bytes_last_call();
+        op.backward(
+            DenseView::new(&dy[..], n, features, ld).unwrap(),
+            DenseViewMut::new(&mut dx[..], n, features, ld).unwrap(),
+        )?;
+        let strip = |m: Vec<f32>| -> Vec<f32> {
+            (0..n)
+                .flat_map(|i| m[i * ld..i * ld + features].to_vec())
+                .collect()
+        };
+        let features_max = features.max(warm_f);
+        let predicted_workspace = match kind {
+            ScheduleKind::Broadcast => {
+                distspmm_core::schedule::BroadcastPlan::from_chunk(&views[p])
+                    .workspace(features_max)
+            }
+            ScheduleKind::Halo => {
+                distspmm_core::schedule::HaloPlan::from_chunk(&views[p]).workspace(features_max)
+            }
+        };
+        Ok(RankResult {
+            y: strip(y),
+            dx: strip(dx),
+            forward,
+            backward: op.bytes_last_call(),
+            predicted: op.predicted_traffic(features),
+            workspace: op.workspace(),
+            predicted_workspace,
+        })
+    })
+}
+
+/// `Â·X` and `Âᵀ·dY` in f64 from the reassembled Â.
+fn reference(a: &CsrOwned<f32>, features: usize) -> (Vec<f64>, Vec<f64>) {
+    let n = a.nrows();
+    let (mut y, mut dx) = (vec![0f64; n * features], vec![0f64; n * features]);
+    for i in 0..n {
+        let (cols, vals) = a.row(i);
+        for (&k, &v) in cols.iter().zip(vals) {
+            for j in 0..features {
+                y[i * features + j] += f64::from(v) * f64::from(value(1, k as usize, j));
+                dx[k as usize * features + j] += f64::from(v) * f64::from(value(2, i, j));
+            }
+        }
+    }
+    (y, dx)
+}
+
+fn assert_close(got: &[f32], want: &[f64], what: &str) -> Result<(), TestCaseError> {
+    prop_assert_eq!(got.len(), want.len());
+    let scale = want.iter().fold(1f64, |m, v| m.max(v.abs()));
+    for (k, (&g, &w)) in got.iter().zip(want).enumerate() {
+        prop_assert!(
+            (f64::from(g) - w).abs() <= 1e-5 * scale,
+            "{what}[{k}] = {g}, reference {w}"
+        );
+    }
+    Ok(())
+}
+
+fn graph_strategy() -> impl Strategy<Value = (usize, Vec<(u32, u32)>, Vec<u32>, u32)> {
+    (1usize..48, 1u32..6).prop_flat_map(|(n, parts)| {
+        let parts = parts.min(n as u32);
+        (
+            Just(n),
+            proptest::collection::vec((0..n as u32, 0..n as u32), 0..5 * n),
+            // Any map, so parts may be empty or have no halo at all.
+            proptest::collection::vec(0..parts, n),
+            Just(parts),
+        )
+    })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(48))]
+
+    #[test]
+    fn both_schedules_match_the_dense_reference(
+        (n, edges, part_of, parts) in graph_strategy(),
+        features in 1usize..10,
+        pad in 0usize..3,
+        warm_f in 0usize..12,
+    ) {
+        let bufs = chunks(n, &edges, &part_of, parts);
+        let views = views(&bufs);
+        let (y_ref, dx_ref) = reference(&reassembled(&views), features);
+        for kind in ScheduleKind::ALL {
+            let results = run(&views, kind, features, pad, warm_f);
+            let mut y = Vec::new();
+            let mut dx = Vec::new();
+            for r in results {
+                let r = r.unwrap();
+                prop_assert_eq!(r.forward, r.predicted.forward);
+                prop_assert_eq!(r.backward, r.predicted.backward);
+                prop_assert_eq!(r.workspace, r.predicted_workspace);
+                y.extend(r.y);
+                dx.extend(r.dx);
+            }
+            assert_close(&y, &y_ref, &format!("{kind} Y"))?;
+            assert_close(&dx, &dx_ref, &format!("{kind} dX"))?;
+        }
+    }
+}
+
+/// A ring of `n` nodes plus chords, split into `parts` contiguous ranges.
+fn ring(n: usize, parts: u32) -> Vec<AlignedBuf> {
+    let mut edges = Vec::new();
+    for v in 0..n as u32 {
+        let w = (v + 1) % n as u32;
+        let c = (v * 7 + 3) % n as u32;
+        edges.extend([(v, w), (w, v), (v, c), (c, v)]);
+    }
+    let part_of: Vec<u32> = (0..n).map(|v| (v * parts as usize / n) as u32).collect();
+    chunks(n, &edges, &part_of, parts)
+}
+
+#[test]
+fn reruns_are_bit_identical() {
+    let bufs = ring(3000, 4);
+    let views = views(&bufs);
+    for kind in ScheduleKind::ALL {
+        let bits = |results: Vec<Result<RankResult, DistSpmmError>>| -> Vec<u32> {
+            results
+                .into_iter()
+                .flat_map(|r| {
+                    let r = r.unwrap();
+                    r.y.into_iter().chain(r.dx).map(f32::to_bits)
+                })
+                .collect()
+        };
+        let first = bits(run(&views, kind, 24, 0, 0));
+        for _ in 0..3 {
+            assert_eq!(bits(run(&views, kind, 24, 0, 0)), first, "{kind}");
+        }
+    }
+}
+
+#[test]
+fn disconnected_parts_exchange_nothing_under_halo() {
+    // Two triangles, one per part: no halo at all.
+    let edges = [(0, 1), (1, 2), (2, 0), (3, 4), (4, 5), (5, 3)];
+    let bufs = chunks(6, &edges, &[0, 0, 0, 1, 1, 1], 2);
+    let views = views(&bufs);
+    for r in run(&views, ScheduleKind::Halo, 3, 1, 0) {
+        let r = r.unwrap();
+        assert_eq!(
+            (r.forward, r.backward),
+            (Traffic::default(), Traffic::default())
+        );
+    }
+    for r in run(&views, ScheduleKind::Broadcast, 3, 1, 0) {
+        assert_eq!(r.unwrap().forward.received, 3 * 3 * 4);
+    }
+}
+
+/// Every rank's error message.
+fn messages<T>(results: Vec<Result<T, DistSpmmError>>) -> Vec<String> {
+    results
+        .into_iter()
+        .map(|r| match r {
+            Ok(_) => "ok".to_string(),
+            Err(e) => e.to_string(),
+        })
+        .collect()
+}
+
+#[test]
+fn chunks_for_another_rank_count_fail_on_every_rank() {
+    let bufs = ring(30, 3);
+    let three = views(&bufs);
+    let results = LocalComm::run(2, |comm| {
+        DistSpmm::new(&comm, three[comm.rank()], ScheduleKind::Halo).map(|_| ())
+    });
+    for r in &results {
+        assert_eq!(
+            r,
+            &Err(DistSpmmError::PartsMismatch {
+                chunk_parts: 3,
+                ranks: 2
+            })
+        );
+        assert!(r.as_ref().unwrap_err().is_collective());
+    }
+    // Chunks for 2 parts under 3 ranks: rank 2 has none and abstains.
+    let bufs = ring(30, 2);
+    let two = views(&bufs);
+    let results = LocalComm::run(3, |comm| match two.get(comm.rank()) {
+        Some(&v) => DistSpmm::new(&comm, v, ScheduleKind::Broadcast).map(|_| ()),
+        None => Err(abstain(&comm, Some(2))),
+    });
+    let m = messages(results);
+    assert!(m.iter().all(|x| x == &m[0]), "{m:?}");
+    assert!(
+        m[0].contains("made for 2 parts") && m[0].contains("3 ranks"),
+        "{m:?}"
+    );
+}
+
+#[test]
+fn a_rank_without_a_chunk_fails_every_rank() {
+    let bufs = ring(30, 3);
+    let views = views(&bufs);
+    let results = LocalComm::run(3, |comm| {
+        if comm.rank() == 1 {
+            Err(abstain(&comm, None))
+        } else {
+            DistSpmm::new(&comm, views[comm.rank()], ScheduleKind::Halo).map(|_| ())
+        }
+    });
+    let m = messages(results);
+    assert!(m.iter().all(|x| x == &m[0]), "{m:?}");
+    assert!(m[0].contains("rank 1 has no chunk"), "{m:?}");
+}
+
+#[test]
+fn chunks_of_two_runs_or_swapped_parts_fail_every_rank() {
+    let a = ring(40, 2);
+    let edges: Vec<(u32, u32)> = (0..39).flat_map(|v| [(v, v + 1), (v + 1, v)]).collect();
+    let b = chunks(40, &edges, &(0..40).map(|v| v % 2).collect::<Vec<_>>(), 2);
+    let (va, vb) = (views(&a), views(&b));
+    let mixed = [va[0], vb[1]];
+    let m = messages(LocalComm::run(2, |comm| {
+        DistSpmm::new(&comm, mixed[comm.rank()], ScheduleKind::Halo).map(|_| ())
+    }));
+    assert!(
+        m[0] == m[1] && m[0].contains("another partition run"),
+        "{m:?}"
+    );
+    let swapped = [va[1], va[0]];
+    let m = messages(LocalComm::run(2, |comm| {
+        DistSpmm::new(&comm, swapped[comm.rank()], ScheduleKind::Halo).map(|_| ())
+    }));
+    assert!(m[0] == m[1] && m[0].contains("chunk of part 1"), "{m:?}");
+    let m = messages(LocalComm::run(2, |comm| {
+        let kind = [ScheduleKind::Halo, ScheduleKind::Broadcast][comm.rank()];
+        DistSpmm::new(&comm, va[comm.rank()], kind).map(|_| ())
+    }));
+    assert!(m[0] == m[1] && m[0].contains("schedule"), "{m:?}");
+}
+
+#[test]
+fn calls_that_disagree_fail_every_rank() {
+    let bufs = ring(60, 2);
+    let views = views(&bufs);
+    let call = |f_of: fn(usize) -> usize, rows_extra: usize, backward_on: Option<usize>| {
+        messages(LocalComm::run(2, |comm| {
+            let p = comm.rank();
+            let mut op = DistSpmm::new(&comm, views[p], ScheduleKind::Halo)?;
+            let f = f_of(p);
+            let n = op.local_rows() + if p == 1 { rows_extra } else { 0 };
+            let (x, mut y) = (vec![1f32; n * f], vec![0f32; n * f]);
+            let x = DenseView::from_row_major(&x[..], n, f).unwrap();
+            let y = DenseViewMut::from_row_major(&mut y[..], n, f).unwrap();
+            if backward_on == Some(p) {
+                op.backward(x, y)
+            } else {
+                op.forward(x, y)
+            }
+        }))
+    };
+    let m = call(|p| 2 + p, 0, None);
+    assert!(
+        m[0] == m[1] && m[0].contains("from 2 to 3 columns"),
+        "{m:?}"
+    );
+    let m = call(|_| 4, 1, None);
+    assert!(
+        m[1].contains("X is 31 × 4 but part 1 owns 30 rows"),
+        "{m:?}"
+    );
+    assert!(m[0].contains("another rank's operands"), "{m:?}");
+    let m = call(|_| 4, 0, Some(0));
+    assert!(
+        m[0] == m[1] && m[0].contains("different operations"),
+        "{m:?}"
+    );
+    // F = 0 is a valid call that moves nothing.
+    let ok = call(|_| 0, 0, None);
+    assert_eq!(ok, ["ok", "ok"]);
+}
