@@ -19,6 +19,8 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
+    /// Train a GCN: data-parallel over chunks (the distributed SpMM) or tensor-parallel.
+    Train(train::Args),
     /// Generate a synthetic graph (RMAT or CSBM) as .npz.
     Generate(cmd::generate::Args),
     /// Partition a graph and write one chunk file per rank plus a manifest.
@@ -45,6 +47,7 @@ fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
     init_tracing(cli.verbose);
     let result: anyhow::Result<()> = match cli.command {
+        Command::Train(args) => train::run(args),
         Command::Generate(args) => cmd::generate::run(&args),
         Command::Partition(args) => cmd::partition::run(&args),
         Command::Inspect(args) => cmd::inspect::run(&args),

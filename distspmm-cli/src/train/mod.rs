@@ -1,7 +1,464 @@
 //! `distspmm train`: a GCN trained with the distributed SpMM (data-parallel over chunks) or with
 //! the feature columns split across ranks (tensor-parallel).
+//!
+//! Launch with `mpirun -n P distspmm train --chunks DIR` (P = the directory's parts) or
+//! `mpirun -n P distspmm train --input G.npz --mode tensor`. Without mpirun it runs as one rank.
 
+pub mod checkpoint;
+pub mod data;
 pub mod dense;
 pub mod model;
 pub mod tensor;
-pub mod checkpoint;
+
+use anyhow::{bail, Context, Result};
+use dist_comm::{AllGather, AllReduce, Group, ReduceOp};
+use model::{Aggregate, GcnConfig, LocalData, Metrics, Reduce, TRAIN};
+use std::path::PathBuf;
+use std::time::Instant;
+
+/// How the work is split across ranks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Mode {
+    /// Each rank owns a chunk's rows (nodes); the aggregation is the distributed SpMM.
+    Data,
+    /// Each rank holds the whole graph and a slice of the feature columns.
+    Tensor,
+}
+
+/// Which communication schedule the distributed SpMM uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Schedule {
+    /// Send each peer only the rows its non-zeros reference.
+    Halo,
+    /// The seed's schedule: every rank broadcasts all its rows.
+    Broadcast,
+}
+
+/// What to do when a feature, weight or gradient is NaN or infinite.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum NonFinite {
+    /// Stop with an error naming where it appeared.
+    Fail,
+    /// Report it once and go on (NaN features are replaced by 0).
+    Warn,
+}
+
+/// Arguments of `distspmm train`.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// Chunk directory written by `distspmm partition` (data-parallel mode).
+    #[arg(long, value_name = "DIR")]
+    pub chunks: Option<PathBuf>,
+    /// Graph file for tensor-parallel mode (every rank loads the whole graph).
+    #[arg(long, value_name = "FILE")]
+    pub input: Option<PathBuf>,
+    /// `data` splits nodes (needs --chunks), `tensor` splits feature columns (needs --input).
+    #[arg(long, value_enum, default_value = "data")]
+    pub mode: Mode,
+    /// Training epochs.
+    #[arg(long, default_value_t = 200)]
+    pub epochs: u64,
+    /// Hidden width.
+    #[arg(long, default_value_t = 16)]
+    pub hidden: usize,
+    /// GCN layers.
+    #[arg(long, default_value_t = 2)]
+    pub layers: usize,
+    /// Adam learning rate.
+    #[arg(long, default_value_t = 0.01)]
+    pub lr: f32,
+    /// L2 weight decay on the first layer's weights (as the GCN paper).
+    #[arg(long, default_value_t = 5e-4)]
+    pub weight_decay: f32,
+    /// Dropout probability on every layer's input.
+    #[arg(long, default_value_t = 0.5)]
+    pub dropout: f32,
+    /// Communication schedule of the distributed SpMM (data mode).
+    #[arg(long, value_enum, default_value = "halo")]
+    pub schedule: Schedule,
+    /// Seed of the initial weights and the dropout masks.
+    #[arg(long, default_value_t = 42)]
+    pub seed: u64,
+    /// Row-normalise the features (divide each row by its sum), as the GCN paper.
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set, value_name = "BOOL")]
+    pub normalize_features: bool,
+    /// Directory for checkpoints (weights, optimiser state, epoch).
+    #[arg(long, value_name = "DIR")]
+    pub checkpoint: Option<PathBuf>,
+    /// Write a checkpoint every K epochs (and after the last); 0 writes only after the last.
+    #[arg(long, default_value_t = 0, value_name = "K")]
+    pub checkpoint_every: u64,
+    /// Continue from the checkpoint in --checkpoint.
+    #[arg(long, requires = "checkpoint")]
+    pub resume: bool,
+    /// NaN or infinite values in features, weights or gradients: fail or warn.
+    #[arg(long, value_enum, default_value = "fail")]
+    pub on_nonfinite: NonFinite,
+    /// Print only a final JSON line on stdout (epoch lines go to stderr).
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// The final summary (`--json`).
+#[derive(Debug, serde::Serialize)]
+pub struct Summary {
+    /// Epochs trained in total (including those before a resume).
+    pub epochs: u64,
+    /// Training accuracy at the last epoch (fraction).
+    pub train_acc: f64,
+    /// Validation accuracy at the last epoch.
+    pub val_acc: f64,
+    /// Test accuracy at the last epoch.
+    pub test_acc: f64,
+    /// Mean training NLL of the last epoch's training step.
+    pub final_loss: f64,
+    /// Median wall time of an epoch (training step + evaluation), seconds.
+    pub epoch_seconds_median: f64,
+    /// SpMM payload bytes received per epoch, summed over all ranks.
+    pub comm_bytes_per_epoch: u64,
+    /// Ranks.
+    pub ranks: usize,
+    /// `data` or `tensor`.
+    pub mode: &'static str,
+    /// `halo` or `broadcast` (data mode).
+    pub schedule: &'static str,
+}
+
+/// Sums over any communicator with an allreduce.
+pub struct CommReduce<'a, C>(pub &'a C);
+
+impl<C> std::fmt::Debug for CommReduce<'_, C> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("CommReduce")
+    }
+}
+
+impl<C: AllReduce> Reduce for CommReduce<'_, C> {
+    fn sum_f32(&mut self, buf: &mut [f32]) -> Result<()> {
+        self.0.all_reduce_sum(buf).context("allreduce across ranks failed")
+    }
+    fn sum_f64(&mut self, buf: &mut [f64]) -> Result<()> {
+        self.0.all_reduce_sum(buf).context("allreduce across ranks failed")
+    }
+}
+
+/// Makes a local outcome collective: if any rank failed, every rank returns the same error
+/// (the lowest failing rank's message), so no rank waits forever in a later collective.
+pub fn agree<C: AllReduce + AllGather, T>(comm: &C, local: Result<T>) -> Result<T> {
+    const MSG: usize = 1024;
+    let mut failed = [u64::from(local.is_err())];
+    comm.all_reduce(&mut failed, ReduceOp::Max).context("cannot agree with the other ranks")?;
+    if failed[0] == 0 {
+        return local;
+    }
+    let mut mine = [0u8; MSG];
+    if let Err(e) = &local {
+        let text = format!("{e:#}");
+        let n = text.len().min(MSG);
+        mine[..n].copy_from_slice(&text.as_bytes()[..n]);
+    }
+    let all = comm.all_gather_vec(&mine[..]).context("cannot gather the other ranks' errors")?;
+    let (rank, msg) = all
+        .chunks(MSG)
+        .enumerate()
+        .find(|(_, m)| m[0] != 0)
+        .map(|(r, m)| (r, String::from_utf8_lossy(&m[..m.iter().position(|&b| b == 0).unwrap_or(MSG)]).into_owned()))
+        .unwrap_or((0, "unknown error".into()));
+    bail!("rank {rank} of {}: {msg}", comm.size())
+}
+
+/// Divides each row by its sum (rows summing to 0 stay 0).
+pub fn normalize_rows(x: &mut [f32], width: usize) {
+    if width == 0 {
+        return;
+    }
+    for row in x.chunks_exact_mut(width) {
+        let s: f32 = row.iter().sum();
+        if s != 0.0 {
+            row.iter_mut().for_each(|v| *v /= s);
+        }
+    }
+}
+
+/// Checks features for NaN/Inf per the policy; with `Warn` they are replaced by 0.
+pub fn check_features(x: &mut [f32], width: usize, first_id: impl Fn(usize) -> u64, policy: NonFinite) -> Result<()> {
+    let Some(at) = x.iter().position(|v| !v.is_finite()) else { return Ok(()) };
+    let (row, col) = (at / width.max(1), at % width.max(1));
+    let what = format!("feature {col} of node {} is {}", first_id(row), x[at]);
+    match policy {
+        NonFinite::Fail => bail!("{what}; clean the input, or pass --on-nonfinite warn to replace non-finite features by 0"),
+        NonFinite::Warn => {
+            let count = x.iter().filter(|v| !v.is_finite()).count();
+            tracing::warn!("{what} ({count} non-finite feature values in total); replacing them by 0");
+            x.iter_mut().filter(|v| !v.is_finite()).for_each(|v| *v = 0.0);
+            Ok(())
+        }
+    }
+}
+
+/// One epoch's record.
+#[derive(Debug, Clone, Copy)]
+struct EpochRecord {
+    loss: f64,
+    metrics: Metrics,
+    seconds: f64,
+    bytes: u64,
+}
+
+/// The two models behind one interface for the loop.
+trait Trainable {
+    fn step(&mut self, agg: &mut dyn Aggregate, red: &mut dyn Reduce, data: &LocalData<'_>, epoch: u64) -> Result<f64>;
+    fn eval(&mut self, agg: &mut dyn Aggregate, red: &mut dyn Reduce, data: &LocalData<'_>) -> Result<Metrics>;
+    fn state(&self) -> (&model::Params, &model::Adam);
+    fn restore(&mut self, params: model::Params, adam: model::Adam);
+}
+
+impl Trainable for model::Gcn {
+    fn step(&mut self, agg: &mut dyn Aggregate, red: &mut dyn Reduce, data: &LocalData<'_>, epoch: u64) -> Result<f64> {
+        self.train_step(agg, red, data, epoch)
+    }
+    fn eval(&mut self, agg: &mut dyn Aggregate, red: &mut dyn Reduce, data: &LocalData<'_>) -> Result<Metrics> {
+        self.evaluate(agg, red, data)
+    }
+    fn state(&self) -> (&model::Params, &model::Adam) {
+        (&self.params, &self.adam)
+    }
+    fn restore(&mut self, params: model::Params, adam: model::Adam) {
+        self.params = params;
+        self.adam = adam;
+    }
+}
+
+impl Trainable for tensor::TensorGcn {
+    fn step(&mut self, agg: &mut dyn Aggregate, red: &mut dyn Reduce, data: &LocalData<'_>, epoch: u64) -> Result<f64> {
+        self.train_step(agg, red, data, epoch)
+    }
+    fn eval(&mut self, agg: &mut dyn Aggregate, red: &mut dyn Reduce, data: &LocalData<'_>) -> Result<Metrics> {
+        self.evaluate(agg, red, data)
+    }
+    fn state(&self) -> (&model::Params, &model::Adam) {
+        (&self.params, &self.adam)
+    }
+    fn restore(&mut self, params: model::Params, adam: model::Adam) {
+        self.params = params;
+        self.adam = adam;
+    }
+}
+
+/// Everything the epoch loop needs, whatever the mode.
+struct Job<'a> {
+    args: &'a Args,
+    cfg: GcnConfig,
+    mode: &'static str,
+    data_id: String,
+    rank: usize,
+    ranks: usize,
+}
+
+/// Runs `distspmm train`.
+pub fn run(args: Args) -> Result<()> {
+    match (args.mode, &args.chunks, &args.input) {
+        (Mode::Data, None, _) => bail!("data-parallel training needs --chunks DIR (written by `distspmm partition`); for tensor-parallel training over a graph file use --mode tensor --input FILE"),
+        (Mode::Tensor, _, None) => bail!("--mode tensor needs --input FILE (every rank loads the whole graph)"),
+        (Mode::Data, Some(_), Some(_)) => bail!("--input is for --mode tensor; data-parallel training reads --chunks"),
+        (Mode::Tensor, Some(_), _) => bail!("--chunks is for data-parallel training; --mode tensor reads --input"),
+        _ => {}
+    }
+    let comm = dist_comm::MpiComm::init().context("cannot start MPI (is this an OpenMPI build of distspmm launched with mpirun?)")?;
+    match args.mode {
+        Mode::Data => data::run(&args, &comm),
+        Mode::Tensor => run_tensor(&args, &comm),
+    }
+}
+
+fn run_tensor<C: AllReduce + AllGather + Group>(args: &Args, comm: &C) -> Result<()> {
+    let (rank, ranks) = (comm.rank(), comm.size());
+    let input = args.input.as_ref().expect("checked by run");
+    let loaded = agree(comm, tensor_inputs(args, input));
+    let (a, a_csc, mut features, labels, masks, ids, in_dim, classes) = loaded?;
+    let n = labels.len();
+    let cfg = GcnConfig {
+        in_dim,
+        hidden: args.hidden,
+        classes,
+        layers: args.layers,
+        dropout: args.dropout,
+        lr: args.lr,
+        weight_decay: args.weight_decay,
+        seed: args.seed,
+    };
+    if args.normalize_features {
+        normalize_rows(&mut features, in_dim);
+    }
+    let data = LocalData { features: &features, labels: &labels, masks: &masks, original_ids: &ids };
+    let model = agree(comm, tensor::TensorGcn::new(cfg.clone(), n, rank, ranks, &data))?;
+    let mut agg = data::LocalAggregate::new(a, a_csc);
+    let job = Job {
+        args,
+        cfg,
+        mode: "tensor",
+        data_id: format!("{}:{}", input.display(), n),
+        rank,
+        ranks,
+    };
+    train_loop(&job, comm, model, &mut agg, &data)
+}
+
+type TensorInputs = (
+    distspmm_core::sparse::CsrOwned<f32>,
+    distspmm_core::sparse::CscOwned<f32>,
+    Vec<f32>,
+    Vec<i32>,
+    Vec<u8>,
+    Vec<u64>,
+    usize,
+    usize,
+);
+
+fn tensor_inputs(args: &Args, input: &std::path::Path) -> Result<TensorInputs> {
+    let g = distspmm_core::graph::load(input).with_context(|| format!("cannot load {}", input.display()))?;
+    let n = g.num_nodes;
+    let feats = g.features.as_ref().with_context(|| format!("{} has no node features (`x`); a GCN needs them", input.display()))?;
+    let labels = g.labels.clone().with_context(|| format!("{} has no labels (`y`)", input.display()))?;
+    let classes = labels.iter().copied().max().unwrap_or(-1) + 1;
+    let mut masks = vec![0u8; n];
+    for (bit, m) in [(TRAIN, &g.train_mask), (model::VAL, &g.val_mask), (model::TEST, &g.test_mask)] {
+        if let Some(m) = m {
+            masks.iter_mut().zip(m).filter(|(_, &b)| b).for_each(|(v, _)| *v |= bit);
+        }
+    }
+    if !masks.iter().any(|m| m & TRAIN != 0) {
+        bail!("{} has no training nodes (`train_mask` missing or all false)", input.display());
+    }
+    let mut features = feats.data.clone();
+    check_features(&mut features, feats.dim, |r| r as u64, args.on_nonfinite)?;
+    let a = distspmm_core::normalize::adjacency(n, &g.src, &g.dst, g.weights.as_deref(), distspmm_core::normalize::Normalization::Gcn)
+        .with_context(|| format!("cannot normalise the adjacency of {}", input.display()))?;
+    let a_csc = a.to_csc().context("cannot build the transposed adjacency")?;
+    Ok((a, a_csc, features, labels, masks, (0..n as u64).collect(), feats.dim, classes.max(0) as usize))
+}
+
+/// The epoch loop shared by both modes: train, evaluate, report, checkpoint.
+fn train_loop<C: AllReduce + AllGather + Group, M: Trainable>(
+    job: &Job<'_>,
+    comm: &C,
+    mut model: M,
+    agg: &mut dyn Aggregate,
+    data: &LocalData<'_>,
+) -> Result<()> {
+    let args = job.args;
+    let mut red = CommReduce(comm);
+    let mut start_epoch = 0;
+    if args.resume {
+        let dir = args.checkpoint.as_ref().expect("clap: --resume requires --checkpoint");
+        let state = agree(comm, checkpoint::load(dir))?;
+        let same = state.config == job.cfg && state.mode == job.mode && state.data_id == job.data_id;
+        if !same {
+            bail!(
+                "checkpoint {} was written for another run (model {:?}, mode {}, data {}); this run is model {:?}, mode {}, data {}: use the same options or another --checkpoint directory",
+                dir.display(), state.config, state.mode, state.data_id, job.cfg, job.mode, job.data_id
+            );
+        }
+        start_epoch = state.epoch;
+        model.restore(state.params, state.adam);
+        if job.rank == 0 {
+            eprintln!("resuming from {} after epoch {}", checkpoint::path_in(dir).display(), start_epoch);
+        }
+    }
+    if start_epoch >= args.epochs {
+        bail!("the checkpoint has already trained {start_epoch} epochs; ask for more with --epochs");
+    }
+    let mut records: Vec<EpochRecord> = Vec::new();
+    for epoch in start_epoch..args.epochs {
+        let t = Instant::now();
+        let before = agg.bytes_received();
+        let loss = model.step(agg, &mut red, data, epoch)?;
+        let metrics = model.eval(agg, &mut red, data)?;
+        let mut bytes = [agg.bytes_received() - before];
+        comm.all_reduce_sum(&mut bytes)?;
+        let mut seconds = [t.elapsed().as_secs_f64()];
+        comm.all_reduce(&mut seconds, ReduceOp::Max)?;
+        if !loss.is_finite() {
+            let msg = format!("the training loss became {loss} at epoch {}", epoch + 1);
+            match args.on_nonfinite {
+                NonFinite::Fail => bail!("{msg}: lower --lr or check the inputs"),
+                NonFinite::Warn => tracing::warn!("{msg}"),
+            }
+        }
+        let rec = EpochRecord { loss, metrics, seconds: seconds[0], bytes: bytes[0] };
+        if job.rank == 0 {
+            let line = format!(
+                "epoch {:>4}  loss {:.4}  train {:.4}  val {:.4}  test {:.4}  time {:>8.2} ms  comm {:>10} B",
+                epoch + 1,
+                rec.loss,
+                rec.metrics.train_acc,
+                rec.metrics.val_acc,
+                rec.metrics.test_acc,
+                rec.seconds * 1e3,
+                rec.bytes
+            );
+            if args.json {
+                eprintln!("{line}");
+            } else {
+                println!("{line}");
+            }
+        }
+        records.push(rec);
+        let done = epoch + 1;
+        let due = args.checkpoint_every > 0 && done % args.checkpoint_every == 0;
+        if let Some(dir) = &args.checkpoint {
+            if due || done == args.epochs {
+                let (params, adam) = model.state();
+                let state = checkpoint::State {
+                    config: job.cfg.clone(),
+                    mode: job.mode.into(),
+                    data_id: job.data_id.clone(),
+                    epoch: done,
+                    params: params.clone(),
+                    adam: adam.clone(),
+                };
+                // Every rank holds the same parameters; rank 0 writes them.
+                let written = if job.rank == 0 { checkpoint::save(dir, &state) } else { Ok(()) };
+                agree(comm, written)?;
+            }
+        }
+    }
+    let last = *records.last().expect("at least one epoch ran");
+    let mut times: Vec<f64> = records.iter().map(|r| r.seconds).collect();
+    times.sort_by(f64::total_cmp);
+    let summary = Summary {
+        epochs: args.epochs,
+        train_acc: last.metrics.train_acc,
+        val_acc: last.metrics.val_acc,
+        test_acc: last.metrics.test_acc,
+        final_loss: last.loss,
+        epoch_seconds_median: times[times.len() / 2],
+        comm_bytes_per_epoch: last.bytes,
+        ranks: job.ranks,
+        mode: job.mode,
+        schedule: match (job.mode, args.schedule) {
+            ("tensor", _) => "none",
+            (_, Schedule::Halo) => "halo",
+            (_, Schedule::Broadcast) => "broadcast",
+        },
+    };
+    if job.rank == 0 {
+        if args.json {
+            println!("{}", serde_json::to_string(&summary)?);
+        } else {
+            println!(
+                "done: {} epochs on {} rank(s), {} mode: test accuracy {:.2}% (train {:.2}%, val {:.2}%), final loss {:.4}, median epoch {:.2} ms, {} B/epoch",
+                summary.epochs,
+                summary.ranks,
+                summary.mode,
+                100.0 * summary.test_acc,
+                100.0 * summary.train_acc,
+                100.0 * summary.val_acc,
+                summary.final_loss,
+                summary.epoch_seconds_median * 1e3,
+                summary.comm_bytes_per_epoch
+            );
+        }
+    }
+    Ok(())
+}

@@ -14,8 +14,6 @@ use rand::{Rng, SeedableRng};
 
 /// Â·X and Âᵀ·dY over the rows this rank owns.
 pub trait Aggregate {
-    /// Rows owned by this rank.
-    fn rows(&self) -> usize;
     /// `y = Â · x` for this rank's rows; `x` and `y` are `rows × f` row-major.
     fn forward(&mut self, x: &[f32], f: usize, y: &mut [f32]) -> Result<()>;
     /// `dx = Âᵀ · dy` for this rank's rows; `dy` and `dx` are `rows × f` row-major.
@@ -538,10 +536,7 @@ mod tests {
     }
 
     impl Aggregate for DenseAgg {
-        fn rows(&self) -> usize {
-            self.n
-        }
-        fn forward(&mut self, x: &[f32], f: usize, y: &mut [f32]) -> Result<()> {
+            fn forward(&mut self, x: &[f32], f: usize, y: &mut [f32]) -> Result<()> {
             gemm(1.0, &self.a, Shape::new(self.n, self.n), Op::N, x, Shape::new(self.n, f), Op::N, 0.0, y, Shape::new(self.n, f));
             Ok(())
         }

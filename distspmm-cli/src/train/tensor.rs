@@ -220,10 +220,7 @@ mod tests {
     }
 
     impl Aggregate for DenseAgg {
-        fn rows(&self) -> usize {
-            self.n
-        }
-        fn forward(&mut self, x: &[f32], f: usize, y: &mut [f32]) -> Result<()> {
+            fn forward(&mut self, x: &[f32], f: usize, y: &mut [f32]) -> Result<()> {
             gemm(1.0, &self.a, Shape::new(self.n, self.n), Op::N, x, Shape::new(self.n, f), Op::N, 0.0, y, Shape::new(self.n, f));
             Ok(())
         }
