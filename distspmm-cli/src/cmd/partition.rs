@@ -8,7 +8,7 @@ use anyhow::{bail, Context};
 use distspmm_core::chunk::{write_chunk_dir, ChunkBuilder, WriteOptions};
 use distspmm_core::normalize::{self, Normalization};
 use distspmm_core::partition::{self, Adjacency, Method, MetisOptions, Objective, Partition};
-use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
 
 /// Partition a graph and write one chunk per part plus a manifest into a directory.
 #[derive(Debug, clap::Args)]
@@ -77,12 +77,8 @@ struct Phase {
 }
 
 impl Phase {
-    fn start(show: bool, message: &'static str) -> Self {
-        let bar = if show {
-            ProgressBar::new_spinner()
-        } else {
-            ProgressBar::with_draw_target(None, ProgressDrawTarget::hidden())
-        };
+    fn start(bars: &MultiProgress, message: &'static str) -> Self {
+        let bar = bars.add(ProgressBar::new_spinner());
         bar.set_style(
             ProgressStyle::with_template("{spinner} {msg} {elapsed}")
                 .expect("static template")
@@ -99,6 +95,7 @@ impl Phase {
     fn done(self) -> f64 {
         let seconds = self.started.elapsed().as_secs_f64();
         let message = self.bar.message();
+        tracing::info!(phase = %message, seconds, "phase done");
         self.bar
             .set_style(ProgressStyle::with_template("  {msg}").expect("static template"));
         self.bar
@@ -111,47 +108,58 @@ impl Phase {
 pub fn run(args: &Args) -> anyhow::Result<()> {
     let started = Instant::now();
     let show = !args.json && std::io::stderr().is_terminal();
+    let bars = MultiProgress::with_draw_target(if show {
+        ProgressDrawTarget::stderr()
+    } else {
+        ProgressDrawTarget::hidden()
+    });
     if args.parts == 0 {
         bail!("--parts must be at least 1");
     }
 
-    let phase = Phase::start(show, "loading the graph");
+    let phase = Phase::start(&bars, "loading the graph");
     let graph = distspmm_core::graph::load(&args.input).context("cannot read the input graph")?;
     phase.done();
 
-    let phase = Phase::start(show, "normalising Â");
-    let a_hat = normalize::adjacency(
-        graph.num_nodes,
-        &graph.src,
-        &graph.dst,
-        graph.weights.as_deref(),
-        args.normalize,
-    )
-    .with_context(|| format!("cannot normalise {}", args.input.display()))?;
-    phase.done();
+    // METIS runs on one core: normalise Â on the others meanwhile.
+    let (a_hat, partitioned) = std::thread::scope(|scope| {
+        let partitioning = scope.spawn(|| -> anyhow::Result<(Partition, u64)> {
+            let phase = Phase::start(&bars, "partitioning");
+            let adjacency = Adjacency::from_edges(graph.num_nodes, &graph.src, &graph.dst)?;
+            if let Some(path) = &args.write_metis_graph {
+                adjacency
+                    .write_metis_graph(path)
+                    .context("cannot write the METIS graph file")?;
+            }
+            let partition = match &args.partition_map {
+                Some(path) => load_map(path, args.parts, graph.num_nodes)?,
+                None => partition::partition(&adjacency, args.parts, &method(args))?,
+            };
+            let edge_cut = partition.edge_cut(&adjacency)?;
+            phase.done();
+            Ok((partition, edge_cut))
+        });
+        let phase = Phase::start(&bars, "normalising Â");
+        let a_hat = normalize::adjacency(
+            graph.num_nodes,
+            &graph.src,
+            &graph.dst,
+            graph.weights.as_deref(),
+            args.normalize,
+        )
+        .with_context(|| format!("cannot normalise {}", args.input.display()));
+        phase.done();
+        let partitioned = partitioning
+            .join()
+            .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+        (a_hat, partitioned)
+    });
+    let (partition, edge_cut) = partitioned?;
+    let a_hat = a_hat?;
 
-    let phase = Phase::start(show, "partitioning");
-    let adjacency = Adjacency::from_edges(graph.num_nodes, &graph.src, &graph.dst)?;
-    if let Some(path) = &args.write_metis_graph {
-        adjacency
-            .write_metis_graph(path)
-            .context("cannot write the METIS graph file")?;
-    }
-    let partition = match &args.partition_map {
-        Some(path) => load_map(path, args.parts, graph.num_nodes)?,
-        None => partition::partition(&adjacency, args.parts, &method(args))?,
-    };
-    let edge_cut = partition.edge_cut(&adjacency)?;
-    drop(adjacency);
-    phase.done();
-
-    let phase = Phase::start(show, "building and writing chunks");
+    let phase = Phase::start(&bars, "building and writing chunks");
     let builder = ChunkBuilder::new(&graph, a_hat.view(), &partition)?;
-    let progress = if show {
-        ProgressBar::new(u64::from(args.parts))
-    } else {
-        ProgressBar::hidden()
-    };
+    let progress = bars.add(ProgressBar::new(u64::from(args.parts)));
     progress.set_style(
         ProgressStyle::with_template("  {bar:30} {pos}/{len} chunks").expect("static template"),
     );

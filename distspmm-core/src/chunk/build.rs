@@ -10,6 +10,8 @@
 
 use std::vec::Vec;
 
+use std::sync::atomic::{AtomicU64, Ordering};
+
 use chunk_format::{BlockView, ChunkContents};
 use rayon::prelude::*;
 
@@ -36,57 +38,67 @@ pub struct HaloLists {
 
 impl HaloLists {
     /// Finds every part's halo receive lists from Â (original ids) and the renumbering.
-    /// Time O(nnz + P·N/64), one N-bit scratch bitmap per worker thread.
+    /// Time O(nnz + P·N/64); one shared N-bit bitmap, parts in turn, each part's rows in
+    /// parallel.
     pub fn compute(
         a_hat: &CsrView<'_, f32>,
         partition: &Partition,
         renumbering: &Renumbering,
     ) -> Self {
-        let parts = partition.parts() as usize;
-        let n = partition.num_nodes();
-        let part_of = partition.part_of();
-        let old_to_new = renumbering.old_to_new();
+        Self::compute_with_locations(a_hat, renumbering, &locations(partition, renumbering))
+    }
+
+    fn compute_with_locations(
+        a_hat: &CsrView<'_, f32>,
+        renumbering: &Renumbering,
+        location: &[u64],
+    ) -> Self {
+        let parts = renumbering.parts() as usize;
         let offsets = renumbering.offsets();
-        let lists: Vec<(Vec<u64>, Vec<u32>)> = (0..parts as u32)
-            .into_par_iter()
-            .map_init(
-                || std::vec![0u64; n.div_ceil(64)],
-                |bitmap, p| {
-                    for &old in renumbering.part_nodes(p) {
-                        for &col in a_hat.row(old as usize).0 {
-                            if part_of[col as usize] != p {
-                                let new = old_to_new[col as usize] as usize;
-                                bitmap[new / 64] |= 1u64 << (new % 64);
-                            }
-                        }
-                    }
-                    let mut recv_offsets = Vec::with_capacity(parts + 1);
-                    recv_offsets.push(0u64);
-                    let mut recv = Vec::new();
-                    for q in 0..parts {
-                        let (start, end) = (offsets[q] as usize, offsets[q + 1] as usize);
-                        if q != p as usize && start < end {
-                            let first = start / 64;
-                            let words = &mut bitmap[first..=(end - 1) / 64];
-                            for (k, slot) in words.iter_mut().enumerate() {
-                                let base = (first + k) * 64;
-                                // Only this part's range: a boundary word is shared.
-                                let mut bits = *slot & range_mask(base, start, end);
-                                *slot &= !bits;
-                                while bits != 0 {
-                                    let id = base + bits.trailing_zeros() as usize;
-                                    bits &= bits - 1;
-                                    recv.push((id - start) as u32);
-                                }
-                            }
-                        }
-                        recv_offsets.push(recv.len() as u64);
-                    }
-                    (recv_offsets, recv)
-                },
-            )
+        let mut bitmap: Vec<AtomicU64> = (0..renumbering.num_nodes().div_ceil(64))
+            .map(|_| AtomicU64::new(0))
             .collect();
-        let (recv_offsets, recv) = lists.into_iter().unzip();
+        let mut recv_offsets = Vec::with_capacity(parts);
+        let mut recv = Vec::with_capacity(parts);
+        for p in 0..parts as u32 {
+            renumbering
+                .part_nodes(p)
+                .par_iter()
+                .with_min_len(ROW_GRAIN)
+                .for_each(|&old| {
+                    for &col in a_hat.row(old as usize).0 {
+                        let (q, local) = split_location(location[col as usize]);
+                        if q != p {
+                            let new = offsets[q as usize] as usize + local as usize;
+                            bitmap[new / 64].fetch_or(1u64 << (new % 64), Ordering::Relaxed);
+                        }
+                    }
+                });
+            let mut offsets_p = Vec::with_capacity(parts + 1);
+            offsets_p.push(0u64);
+            let mut recv_p = Vec::new();
+            for q in 0..parts {
+                let (start, end) = (offsets[q] as usize, offsets[q + 1] as usize);
+                if q != p as usize && start < end {
+                    let first = start / 64;
+                    for (k, slot) in bitmap[first..=(end - 1) / 64].iter_mut().enumerate() {
+                        let base = (first + k) * 64;
+                        // Only this part's range: a boundary word is shared.
+                        let word = slot.get_mut();
+                        let mut bits = *word & range_mask(base, start, end);
+                        *word &= !bits;
+                        while bits != 0 {
+                            let id = base + bits.trailing_zeros() as usize;
+                            bits &= bits - 1;
+                            recv_p.push((id - start) as u32);
+                        }
+                    }
+                }
+                offsets_p.push(recv_p.len() as u64);
+            }
+            recv_offsets.push(offsets_p);
+            recv.push(recv_p);
+        }
         Self {
             parts,
             recv_offsets,
@@ -123,6 +135,134 @@ pub(super) fn range_mask(base: usize, start: usize, end: usize) -> u64 {
     below(end - base) & !below(start.saturating_sub(base))
 }
 
+// Task sizes. The unit tests use tiny ones so that their small graphs take the multi-task paths.
+/// Rows per parallel task when scanning a part's rows (marking halo bits).
+const ROW_GRAIN: usize = if cfg!(test) { 2 } else { 1024 };
+/// Non-zeros per parallel task when laying out a part's blocks.
+const ENTRY_GRAIN: u64 = if cfg!(test) { 5 } else { 1 << 15 };
+/// Blocks with fewer non-zeros are transposed by one task.
+const TRANSPOSE_PAR_MIN: usize = if cfg!(test) { 4 } else { 1 << 18 };
+/// Column-range tasks per large block: one per thread (three in tests, whatever the machine).
+fn transpose_tasks() -> usize {
+    if cfg!(test) {
+        3
+    } else {
+        rayon::current_num_threads().max(1)
+    }
+}
+
+/// Where every original node went, packed as `part << 32 | local id in the part`: one random
+/// access per non-zero instead of two (part map, then renumbering).
+fn locations(partition: &Partition, renumbering: &Renumbering) -> Vec<u64> {
+    let offsets = renumbering.offsets();
+    partition
+        .part_of()
+        .par_iter()
+        .zip(renumbering.old_to_new())
+        .map(|(&q, &new)| (u64::from(q) << 32) | (u64::from(new) - offsets[q as usize]))
+        .collect()
+}
+
+fn split_location(location: u64) -> (u32, u32) {
+    ((location >> 32) as u32, location as u32)
+}
+
+/// Row boundaries `[0, …, nrows]` cutting rows into runs of about `ENTRY_GRAIN` entries, from
+/// the rows' entry offsets (`entry_start`, `nrows + 1` entries).
+fn row_runs(entry_start: &[u64]) -> Vec<usize> {
+    let nrows = entry_start.len() - 1;
+    let mut bounds = std::vec![0usize];
+    let mut next = ENTRY_GRAIN;
+    for (i, &e) in entry_start
+        .iter()
+        .enumerate()
+        .skip(1)
+        .take(nrows.saturating_sub(1))
+    {
+        if e >= next {
+            bounds.push(i);
+            next = e + ENTRY_GRAIN;
+        }
+    }
+    bounds.push(nrows);
+    bounds
+}
+
+/// Splits `slice` into consecutive pieces of the given lengths (which sum to its length).
+fn split_lengths<T>(
+    mut slice: &mut [T],
+    lengths: impl IntoIterator<Item = usize>,
+) -> Vec<&mut [T]> {
+    let mut pieces = Vec::new();
+    for len in lengths {
+        let (head, tail) = std::mem::take(&mut slice).split_at_mut(len);
+        pieces.push(head);
+        slice = tail;
+    }
+    pieces
+}
+
+/// Transposes one CSR block (`rowptr` from 0, `cols < ncols`) into CSC: `colptr` (`ncols + 1`
+/// zeros on entry), `rows_out`, `vals_out`. A counting sort, so rows come out increasing in
+/// each column; large blocks are split into column ranges of equal non-zeros, one task each
+/// (every task reads the whole block and writes only its own, contiguous, output range).
+fn transpose_into(
+    rowptr: &[u64],
+    cols: &[u32],
+    vals: &[f32],
+    colptr: &mut [u64],
+    rows_out: &mut [u32],
+    vals_out: &mut [f32],
+) {
+    let ncols = colptr.len() - 1;
+    for &c in cols {
+        colptr[c as usize + 1] += 1;
+    }
+    for c in 0..ncols {
+        colptr[c + 1] += colptr[c];
+    }
+    let colptr: &[u64] = colptr;
+    let nnz = cols.len();
+    let tasks = if nnz < TRANSPOSE_PAR_MIN {
+        1
+    } else {
+        transpose_tasks()
+    };
+    let mut bounds = std::vec![0usize];
+    for t in 1..tasks {
+        let target = (nnz * t / tasks) as u64;
+        let c = colptr[..ncols].partition_point(|&x| x < target);
+        bounds.push(c.max(*bounds.last().unwrap_or(&0)));
+    }
+    bounds.push(ncols);
+    let lengths: Vec<usize> = bounds
+        .windows(2)
+        .map(|w| (colptr[w[1]] - colptr[w[0]]) as usize)
+        .collect();
+    let row_pieces = split_lengths(rows_out, lengths.iter().copied());
+    let val_pieces = split_lengths(vals_out, lengths.iter().copied());
+    row_pieces
+        .into_par_iter()
+        .zip(val_pieces)
+        .zip(bounds.par_windows(2))
+        .for_each(|((rows_t, vals_t), range)| {
+            let (c0, c1) = (range[0], range[1]);
+            let base = colptr[c0];
+            let mut next: Vec<u64> = colptr[c0..c1].iter().map(|&x| x - base).collect();
+            for i in 0..rowptr.len() - 1 {
+                for k in rowptr[i] as usize..rowptr[i + 1] as usize {
+                    let c = cols[k] as usize;
+                    if (c0..c1).contains(&c) {
+                        let at = next[c - c0] as usize;
+                        next[c - c0] += 1;
+                        rows_t[at] = i as u32;
+                        vals_t[at] = vals[k];
+                    }
+                }
+            }
+        });
+}
+
 /// Everything needed to build any part's chunk: the graph's node data, Â, the partition, its
 /// renumbering and halo lists.
 #[derive(Debug)]
@@ -131,6 +271,7 @@ pub struct ChunkBuilder<'a> {
     a_hat: CsrView<'a, f32>,
     partition: &'a Partition,
     renumbering: Renumbering,
+    location: Vec<u64>,
     halo: HaloLists,
     fingerprint: [u8; 16],
     feature_dim: u32,
@@ -172,13 +313,20 @@ impl<'a> ChunkBuilder<'a> {
                 graph.num_classes()
             ))
         })?;
+        let started = std::time::Instant::now();
         let renumbering = partition.renumbering();
-        let halo = HaloLists::compute(&a_hat, partition, &renumbering);
+        let location = locations(partition, &renumbering);
+        let halo = HaloLists::compute_with_locations(&a_hat, &renumbering, &location);
+        tracing::debug!(
+            seconds = started.elapsed().as_secs_f64(),
+            "renumbered and found the halo lists"
+        );
         Ok(Self {
             graph,
             a_hat,
             partition,
             renumbering,
+            location,
             halo,
             fingerprint: partition.fingerprint(),
             feature_dim,
@@ -235,8 +383,6 @@ impl<'a> ChunkBuilder<'a> {
         let p_us = p as usize;
         let part_nodes = self.renumbering.part_nodes(p);
         let n_p = part_nodes.len();
-        let part_of = self.partition.part_of();
-        let old_to_new = self.renumbering.old_to_new();
 
         // Blocks: the diagonal always, every q with a non-empty receive list.
         let mut block_of = std::vec![u32::MAX; parts];
@@ -264,74 +410,137 @@ impl<'a> ChunkBuilder<'a> {
                 scratch[base + local as usize] = k as u32;
             }
         }
-        let compact = |col: u32| -> (usize, u32) {
-            let q = part_of[col as usize] as usize;
-            let new = old_to_new[col as usize] as usize;
-            let c = if q == p_us {
-                (new - offsets[q] as usize) as u32
-            } else {
-                scratch[new]
-            };
-            (block_of[q] as usize, c)
-        };
+        let scratch: &[u32] = scratch;
+        let diagonal = block_of[p_us] as usize;
+        let (indptr, a_cols, a_vals) =
+            (self.a_hat.indptr(), self.a_hat.indices(), self.a_hat.data());
+        let row_entries =
+            |old: u32| indptr[old as usize] as usize..indptr[old as usize + 1] as usize;
 
-        // CSR: count per (block, row), prefix sums, then fill rows in order.
+        // p's entries of Â, concatenated in local row order, cut into runs of rows for tasks.
+        let mut entry_start = Vec::with_capacity(n_p + 1);
+        entry_start.push(0u64);
+        for &old in part_nodes {
+            entry_start.push(entry_start[entry_start.len() - 1] + row_entries(old).len() as u64);
+        }
+        let nnz = entry_start[n_p] as usize;
+        let runs = row_runs(&entry_start);
+        let run_rows = |w: &[usize]| w[0]..w[1];
+
+        // Pass 1: every entry's (block, compacted column), and entries per (row, block).
+        let mut located = std::vec![0u64; nnz];
+        let mut counts = std::vec![0u32; n_p * nblocks];
+        let located_runs = split_lengths(
+            &mut located,
+            runs.windows(2)
+                .map(|w| (entry_start[w[1]] - entry_start[w[0]]) as usize),
+        );
+        let count_runs = split_lengths(
+            &mut counts,
+            runs.windows(2).map(|w| (w[1] - w[0]) * nblocks),
+        );
+        located_runs
+            .into_par_iter()
+            .zip(count_runs)
+            .zip(runs.par_windows(2))
+            .for_each(|((located, counts), w)| {
+                let mut k = 0;
+                for (i, &old) in part_nodes[run_rows(w)].iter().enumerate() {
+                    for &col in &a_cols[row_entries(old)] {
+                        let (q, local) = split_location(self.location[col as usize]);
+                        let q = q as usize;
+                        let (b, c) = if q == p_us {
+                            (diagonal, local)
+                        } else {
+                            let new = offsets[q] as usize + local as usize;
+                            (block_of[q] as usize, scratch[new])
+                        };
+                        located[k] = ((b as u64) << 32) | u64::from(c);
+                        k += 1;
+                        counts[i * nblocks + b] += 1;
+                    }
+                }
+            });
+
+        // Row pointers per block (block-major, as the format stores them).
         let stride = n_p + 1;
         let mut csr_rowptr = std::vec![0u64; nblocks * stride];
-        for (i, &old) in part_nodes.iter().enumerate() {
-            for &col in self.a_hat.row(old as usize).0 {
-                let b = block_of[part_of[col as usize] as usize] as usize;
-                csr_rowptr[b * stride + i + 1] += 1;
-            }
-        }
         let mut nnz_offsets = std::vec![0u64; nblocks + 1];
         for b in 0..nblocks {
             let rp = &mut csr_rowptr[b * stride..(b + 1) * stride];
             for i in 0..n_p {
-                rp[i + 1] += rp[i];
+                rp[i + 1] = rp[i] + u64::from(counts[i * nblocks + b]);
             }
             nnz_offsets[b + 1] = nnz_offsets[b] + rp[n_p];
         }
-        let nnz = nnz_offsets[nblocks] as usize;
+        drop(counts);
+
+        // Pass 2: scatter into the blocks. A run of rows owns one contiguous piece of every
+        // block, so runs proceed in parallel with a cursor per block.
         let mut csr_cols = std::vec![0u32; nnz];
         let mut csr_vals = std::vec![0f32; nnz];
-        let mut fill: Vec<usize> = nnz_offsets[..nblocks].iter().map(|&o| o as usize).collect();
-        for &old in part_nodes {
-            let (cols, vals) = self.a_hat.row(old as usize);
-            for (&col, &val) in cols.iter().zip(vals) {
-                let (b, c) = compact(col);
-                csr_cols[fill[b]] = c;
-                csr_vals[fill[b]] = val;
-                fill[b] += 1;
-            }
+        let piece_lengths: Vec<usize> = (0..nblocks)
+            .flat_map(|b| {
+                let rp = &csr_rowptr[b * stride..(b + 1) * stride];
+                runs.windows(2).map(move |w| (rp[w[1]] - rp[w[0]]) as usize)
+            })
+            .collect();
+        let nruns = runs.len() - 1;
+        let mut col_pieces: Vec<Vec<&mut [u32]>> = (0..nruns).map(|_| Vec::new()).collect();
+        let mut val_pieces: Vec<Vec<&mut [f32]>> = (0..nruns).map(|_| Vec::new()).collect();
+        let cols_split = split_lengths(&mut csr_cols, piece_lengths.iter().copied());
+        let vals_split = split_lengths(&mut csr_vals, piece_lengths.iter().copied());
+        for (k, (cp, vp)) in cols_split.into_iter().zip(vals_split).enumerate() {
+            col_pieces[k % nruns].push(cp);
+            val_pieces[k % nruns].push(vp);
         }
+        col_pieces
+            .into_par_iter()
+            .zip(val_pieces)
+            .zip(runs.par_windows(2))
+            .for_each(|((mut cols, mut vals), w)| {
+                let mut cursor = std::vec![0usize; nblocks];
+                let mut k = entry_start[w[0]] as usize;
+                for &old in &part_nodes[run_rows(w)] {
+                    for &v in &a_vals[row_entries(old)] {
+                        let (b, c) = split_location(located[k]);
+                        k += 1;
+                        let b = b as usize;
+                        cols[b][cursor[b]] = c;
+                        vals[b][cursor[b]] = v;
+                        cursor[b] += 1;
+                    }
+                }
+            });
+        drop(located);
 
-        // CSC per block: counting sort by compacted column; rows come out increasing.
+        // CSC per block over its compacted columns.
         let total_cols = col_offsets[nblocks] as usize;
         let mut csc_colptr = std::vec![0u64; total_cols + nblocks];
         let mut csc_rows = std::vec![0u32; nnz];
         let mut csc_vals = std::vec![0f32; nnz];
-        for b in 0..nblocks {
-            let (c0, c1) = (col_offsets[b] as usize, col_offsets[b + 1] as usize);
-            let colptr = &mut csc_colptr[c0 + b..c1 + b + 1];
+        let colptr_pieces = split_lengths(
+            &mut csc_colptr,
+            col_offsets.windows(2).map(|w| (w[1] - w[0]) as usize + 1),
+        );
+        let block_nnz = nnz_offsets.windows(2).map(|w| (w[1] - w[0]) as usize);
+        let row_pieces = split_lengths(&mut csc_rows, block_nnz.clone());
+        let cval_pieces = split_lengths(&mut csc_vals, block_nnz);
+        for (b, ((colptr, rows), cvals)) in colptr_pieces
+            .into_iter()
+            .zip(row_pieces)
+            .zip(cval_pieces)
+            .enumerate()
+        {
             let (z0, z1) = (nnz_offsets[b] as usize, nnz_offsets[b + 1] as usize);
-            for &c in &csr_cols[z0..z1] {
-                colptr[c as usize + 1] += 1;
-            }
-            for c in 0..c1 - c0 {
-                colptr[c + 1] += colptr[c];
-            }
-            let mut next: Vec<u64> = colptr[..c1 - c0].to_vec();
-            let rp = &csr_rowptr[b * stride..(b + 1) * stride];
-            for i in 0..n_p {
-                for k in rp[i] as usize..rp[i + 1] as usize {
-                    let c = csr_cols[z0 + k] as usize;
-                    let at = z0 + next[c] as usize;
-                    next[c] += 1;
-                    csc_rows[at] = i as u32;
-                    csc_vals[at] = csr_vals[z0 + k];
-                }
-            }
+            transpose_into(
+                &csr_rowptr[b * stride..(b + 1) * stride],
+                &csr_cols[z0..z1],
+                &csr_vals[z0..z1],
+                colptr,
+                rows,
+                cvals,
+            );
         }
 
         // Halo lists: receive from q as computed; send to r what r receives from p.

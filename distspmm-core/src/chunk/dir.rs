@@ -117,9 +117,18 @@ pub fn write_chunk_dir(
     let chunks: Vec<ManifestChunk> = (0..parts)
         .into_par_iter()
         .map_init(Vec::new, |scratch, p| {
+            let started = std::time::Instant::now();
             let chunk = builder.build_with_scratch(p, scratch);
+            let built = started.elapsed().as_secs_f64();
             let file = chunk_file_name(p);
             let summary = write_chunk(dir.join(&file), &chunk.contents())?;
+            tracing::debug!(
+                part = p,
+                build_seconds = built,
+                write_seconds = started.elapsed().as_secs_f64() - built,
+                bytes = summary.bytes_written,
+                "chunk written"
+            );
             options.progress.inc(1);
             Ok(ManifestChunk {
                 part: p,
@@ -194,18 +203,10 @@ fn remove_stale_chunks(dir: &Path, parts: u32) -> Result<(), ChunkDirError> {
 
 fn read_manifest(path: &Path) -> Result<Manifest, ChunkDirError> {
     let bytes = std::fs::read(path).map_err(io_error(path))?;
-    let manifest: Manifest =
-        serde_json::from_slice(&bytes).map_err(|e| ChunkDirError::Manifest {
-            path: path.to_path_buf(),
-            reason: e.to_string(),
-        })?;
-    manifest
-        .validate()
-        .map_err(|reason| ChunkDirError::Manifest {
-            path: path.to_path_buf(),
-            reason,
-        })?;
-    Ok(manifest)
+    Manifest::from_json(&bytes).map_err(|reason| ChunkDirError::Manifest {
+        path: path.to_path_buf(),
+        reason,
+    })
 }
 
 /// An opened chunk directory whose manifest has been read and checked.

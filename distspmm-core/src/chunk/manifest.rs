@@ -1,7 +1,7 @@
 //! `manifest.json`: what a chunk directory holds, written last so that its presence means every
 //! file it names is complete.
 
-use std::string::String;
+use std::string::{String, ToString};
 use std::vec::Vec;
 
 use serde::{Deserialize, Serialize};
@@ -90,6 +90,15 @@ pub struct ManifestChunk {
 }
 
 impl Manifest {
+    /// Parses the bytes of a `manifest.json` and checks them with [`Manifest::validate`]. The
+    /// error says what is wrong (JSON syntax with line and column, a missing field, or the rule
+    /// broken); callers add the path.
+    pub fn from_json(bytes: &[u8]) -> Result<Self, String> {
+        let manifest: Self = serde_json::from_slice(bytes).map_err(|e| e.to_string())?;
+        manifest.validate()?;
+        Ok(manifest)
+    }
+
     /// The fingerprint as bytes.
     pub fn fingerprint_bytes(&self) -> Result<[u8; 16], String> {
         let mut out = [0u8; 16];
@@ -234,6 +243,63 @@ mod tests {
         assert_eq!(parse_checksum("123"), None);
         assert_eq!(parse_checksum("zz00000000000000"), None);
         assert_eq!(encode_hex(&[0, 15, 255]), "000fff");
+    }
+
+    fn two_part_manifest() -> Manifest {
+        let chunk = |part: u32, nodes: u64, nnz: u64| ManifestChunk {
+            part,
+            file: std::format!("part-{part:05}.chunk"),
+            bytes: 4096,
+            checksum: format_checksum(0x0123_4567_89ab_cdef ^ u64::from(part)),
+            nodes,
+            nnz,
+        };
+        Manifest {
+            format: MANIFEST_FORMAT.into(),
+            format_version: MANIFEST_VERSION,
+            chunk_format_version: "1.0".into(),
+            distspmm_version: "0.1.0".into(),
+            parts: 2,
+            nodes: 5,
+            edges: 8,
+            nnz: 13,
+            feature_dim: 0,
+            classes: 0,
+            normalization: "gcn".into(),
+            partition_method: "contiguous".into(),
+            fingerprint: encode_hex(&[7u8; 16]),
+            part_offsets: std::vec![0, 3, 5],
+            edge_cut: 1,
+            max_imbalance: 1.2,
+            halo_rows: std::vec![1, 1],
+            partition_map: ManifestFile {
+                file: PARTITION_MAP_FILE.into(),
+                bytes: 64,
+                checksum: format_checksum(42),
+            },
+            chunks: std::vec![chunk(0, 3, 8), chunk(1, 2, 5)],
+            command_line: std::vec!["distspmm".into(), "partition".into()],
+        }
+    }
+
+    #[test]
+    fn from_json_round_trips_and_rejects_broken_rules() {
+        let manifest = two_part_manifest();
+        let json = serde_json::to_vec_pretty(&manifest).unwrap();
+        assert_eq!(Manifest::from_json(&json).unwrap(), manifest);
+
+        // Every strict prefix is an error (truncated file), never a panic.
+        for len in 0..json.len() {
+            assert!(Manifest::from_json(&json[..len]).is_err(), "prefix {len}");
+        }
+        let mut extra_part = manifest.clone();
+        extra_part.parts = 3;
+        let err = Manifest::from_json(&serde_json::to_vec(&extra_part).unwrap()).unwrap_err();
+        assert!(err.contains("part_offsets"), "{err}");
+        let mut escaping = manifest;
+        escaping.chunks[1].file = "../part-00001.chunk".into();
+        let err = Manifest::from_json(&serde_json::to_vec(&escaping).unwrap()).unwrap_err();
+        assert!(err.contains("not a plain name"), "{err}");
     }
 
     #[test]
