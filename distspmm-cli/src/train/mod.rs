@@ -114,7 +114,9 @@ pub struct Summary {
     pub final_loss: f64,
     /// Median wall time of an epoch (training step + evaluation), seconds.
     pub epoch_seconds_median: f64,
-    /// SpMM payload bytes received per epoch, summed over all ranks.
+    /// Payload bytes received per epoch, summed over all ranks: the distributed SpMM's
+    /// exchanges plus the allreduce payloads (gradients, tensor-parallel partial products,
+    /// metrics), as counted by the sender of each buffer.
     pub comm_bytes_per_epoch: u64,
     /// Ranks.
     pub ranks: usize,
@@ -124,8 +126,18 @@ pub struct Summary {
     pub schedule: &'static str,
 }
 
-/// Sums over any communicator with an allreduce.
-pub struct CommReduce<'a, C>(pub &'a C);
+/// Sums over any communicator with an allreduce, counting the payload bytes.
+pub struct CommReduce<'a, C> {
+    comm: &'a C,
+    bytes: u64,
+}
+
+impl<'a, C> CommReduce<'a, C> {
+    /// Sums over `comm`.
+    pub fn new(comm: &'a C) -> Self {
+        Self { comm, bytes: 0 }
+    }
+}
 
 impl<C> std::fmt::Debug for CommReduce<'_, C> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -135,10 +147,12 @@ impl<C> std::fmt::Debug for CommReduce<'_, C> {
 
 impl<C: AllReduce> Reduce for CommReduce<'_, C> {
     fn sum_f32(&mut self, buf: &mut [f32]) -> Result<()> {
-        self.0.all_reduce_sum(buf).context("allreduce across ranks failed")
+        self.bytes += std::mem::size_of_val(buf) as u64;
+        self.comm.all_reduce_sum(buf).context("allreduce across ranks failed")
     }
     fn sum_f64(&mut self, buf: &mut [f64]) -> Result<()> {
-        self.0.all_reduce_sum(buf).context("allreduce across ranks failed")
+        self.bytes += std::mem::size_of_val(buf) as u64;
+        self.comm.all_reduce_sum(buf).context("allreduce across ranks failed")
     }
 }
 
@@ -347,7 +361,7 @@ fn train_loop<C: AllReduce + AllGather + Group, M: Trainable>(
     data: &LocalData<'_>,
 ) -> Result<()> {
     let args = job.args;
-    let mut red = CommReduce(comm);
+    let mut red = CommReduce::new(comm);
     let mut start_epoch = 0;
     if args.resume {
         let dir = args.checkpoint.as_ref().expect("clap: --resume requires --checkpoint");
@@ -371,10 +385,10 @@ fn train_loop<C: AllReduce + AllGather + Group, M: Trainable>(
     let mut records: Vec<EpochRecord> = Vec::new();
     for epoch in start_epoch..args.epochs {
         let t = Instant::now();
-        let before = agg.bytes_received();
+        let before = agg.bytes_received() + red.bytes;
         let loss = model.step(agg, &mut red, data, epoch)?;
         let metrics = model.eval(agg, &mut red, data)?;
-        let mut bytes = [agg.bytes_received() - before];
+        let mut bytes = [agg.bytes_received() + red.bytes - before];
         comm.all_reduce_sum(&mut bytes)?;
         let mut seconds = [t.elapsed().as_secs_f64()];
         comm.all_reduce(&mut seconds, ReduceOp::Max)?;
