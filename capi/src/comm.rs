@@ -1,0 +1,225 @@
+//! `dsp_comm`: the communicator handle (initialise MPI or adopt the host's communicator),
+//! its queries, and the all-reduce helpers for gradients.
+
+use std::rc::Rc;
+use std::thread::ThreadId;
+
+use dist_comm::{AllReduce, Group, MpiComm, Reducible};
+
+use crate::agree::agree;
+use crate::boundary::{ffi_boundary, slice_mut, Error, Handle, OutPtr, Status};
+
+/// A communicator: a private duplicate of `MPI_COMM_WORLD` (from `dsp_init`) or of the host's
+/// communicator (from `dsp_init_fortran`).
+///
+/// Thread-safety: MPI is used at `MPI_THREAD_FUNNELED`, so a `dsp_comm` (and every
+/// `dsp_spmm` made with it) may only be used on the thread that created it; other threads get
+/// `DSP_STATUS_WRONG_THREAD`. Compute threads inside the library never call MPI.
+#[derive(Debug)]
+pub struct Comm {
+    mpi: Rc<MpiComm>,
+    owner: ThreadId,
+}
+
+impl Handle for Comm {
+    const C_NAME: &'static str = "dsp_comm";
+}
+
+impl Comm {
+    fn new(mpi: MpiComm) -> Self {
+        Self {
+            mpi: Rc::new(mpi),
+            owner: std::thread::current().id(),
+        }
+    }
+
+    /// Fails with [`Status::WrongThread`] unless called on the creating thread.
+    pub(crate) fn check_thread(&self) -> Result<(), Error> {
+        check_owner(self.owner, Self::C_NAME)
+    }
+
+    /// The communicator (after [`Comm::check_thread`]).
+    pub(crate) fn mpi(&self) -> &MpiComm {
+        &self.mpi
+    }
+
+    /// The communicator for a handle that may outlive this one (`dsp_spmm`), with the thread
+    /// it must be used on.
+    pub(crate) fn share(&self) -> (Rc<MpiComm>, ThreadId) {
+        (Rc::clone(&self.mpi), self.owner)
+    }
+}
+
+/// [`Status::WrongThread`] unless the current thread is `owner`.
+pub(crate) fn check_owner(owner: ThreadId, what: &str) -> Result<(), Error> {
+    if std::thread::current().id() == owner {
+        Ok(())
+    } else {
+        Err(Error::new(
+            Status::WrongThread,
+            format!(
+                "this {what} belongs to the thread that created its dsp_comm; MPI is used at \
+                 MPI_THREAD_FUNNELED, so call it from that thread"
+            ),
+        ))
+    }
+}
+
+/// Initialises MPI (`MPI_Init_thread`, `MPI_THREAD_FUNNELED`) and returns a communicator over
+/// `MPI_COMM_WORLD` in `*out`. If the host already initialised MPI, adopts `MPI_COMM_WORLD`
+/// instead (then MPI is never finalised by this library). Collective over `MPI_COMM_WORLD`.
+///
+/// On failure `*out` is set to NULL. MPI cannot be initialised again after it was finalised
+/// (`DSP_STATUS_MPI_ENVIRONMENT`).
+///
+/// # Safety
+/// `out` is NULL or a valid pointer to a `dsp_comm *`.
+#[no_mangle]
+pub unsafe extern "C" fn dsp_init(out: *mut *mut Comm) -> Status {
+    ffi_boundary("dsp_init", || {
+        // SAFETY: the caller guarantees `out` is NULL or valid for a write.
+        let out = unsafe { OutPtr::new(out, "out") }?;
+        out.write(std::ptr::null_mut());
+        let mpi = match MpiComm::world_if_initialized()? {
+            Some(world) => world,
+            None => MpiComm::init()?,
+        };
+        out.write(Comm::new(mpi).into_raw());
+        Ok(())
+    })
+}
+
+/// Adopts the host's communicator, given as its Fortran handle (`MPI_Comm_c2f(comm)` in C,
+/// `comm.py2f()` in mpi4py), so this header needs no `mpi.h`. MPI must be initialised by the
+/// host and is never finalised by this library. Works on a duplicate of the communicator:
+/// collective over it, and its messages never match the host's. On failure `*out` is NULL.
+///
+/// # Safety
+/// `out` is NULL or a valid pointer to a `dsp_comm *`.
+#[no_mangle]
+pub unsafe extern "C" fn dsp_init_fortran(fortran_comm: i32, out: *mut *mut Comm) -> Status {
+    ffi_boundary("dsp_init_fortran", || {
+        // SAFETY: the caller guarantees `out` is NULL or valid for a write.
+        let out = unsafe { OutPtr::new(out, "out") }?;
+        out.write(std::ptr::null_mut());
+        let mpi = MpiComm::from_fortran_handle(fortran_comm)?;
+        out.write(Comm::new(mpi).into_raw());
+        Ok(())
+    })
+}
+
+/// Frees a communicator (`MPI_Comm_free` of the duplicate: call it on every rank). If
+/// `dsp_init` initialised MPI, MPI is finalised once this communicator and every `dsp_spmm`
+/// made with it are freed. NULL is accepted (returns `DSP_STATUS_OK`). From a thread other
+/// than the creating one it frees nothing and returns `DSP_STATUS_WRONG_THREAD`.
+///
+/// # Safety
+/// `comm` is NULL or a `dsp_comm *` from `dsp_init`/`dsp_init_fortran` not yet finalised; it
+/// must not be used afterwards (unless `DSP_STATUS_WRONG_THREAD` was returned).
+#[no_mangle]
+pub unsafe extern "C" fn dsp_finalize(comm: *mut Comm) -> Status {
+    ffi_boundary("dsp_finalize", || {
+        // SAFETY: the caller guarantees `comm` is NULL or a live handle it gives up.
+        let Some(comm) = (unsafe { Comm::from_raw(comm) }) else {
+            return Ok(());
+        };
+        if let Err(e) = comm.check_thread() {
+            // Dropping the `Rc` here would race with the owner thread; hand it back instead.
+            let _ = Box::into_raw(comm);
+            return Err(e);
+        }
+        drop(comm);
+        Ok(())
+    })
+}
+
+/// This process's rank in the communicator (0-based), in `*rank`. Any thread.
+///
+/// # Safety
+/// `comm` is NULL or a live `dsp_comm *`; `rank` is NULL or valid for a write.
+#[no_mangle]
+pub unsafe extern "C" fn dsp_comm_rank(comm: *const Comm, rank: *mut u32) -> Status {
+    ffi_boundary("dsp_comm_rank", || {
+        // SAFETY: the caller guarantees a live handle or NULL.
+        let comm = unsafe { Comm::borrow(comm, "comm") }?;
+        // SAFETY: the caller guarantees NULL or valid for a write.
+        let rank = unsafe { OutPtr::new(rank, "rank") }?;
+        rank.write(comm.mpi.rank() as u32);
+        Ok(())
+    })
+}
+
+/// The number of ranks in the communicator, in `*size`. Any thread.
+///
+/// # Safety
+/// `comm` is NULL or a live `dsp_comm *`; `size` is NULL or valid for a write.
+#[no_mangle]
+pub unsafe extern "C" fn dsp_comm_size(comm: *const Comm, size: *mut u32) -> Status {
+    ffi_boundary("dsp_comm_size", || {
+        // SAFETY: the caller guarantees a live handle or NULL.
+        let comm = unsafe { Comm::borrow(comm, "comm") }?;
+        // SAFETY: the caller guarantees NULL or valid for a write.
+        let size = unsafe { OutPtr::new(size, "size") }?;
+        size.write(comm.mpi.size() as u32);
+        Ok(())
+    })
+}
+
+/// Waits until every rank of the communicator has called it. Collective; creating thread only.
+///
+/// # Safety
+/// `comm` is NULL or a live `dsp_comm *`.
+#[no_mangle]
+pub unsafe extern "C" fn dsp_barrier(comm: *mut Comm) -> Status {
+    ffi_boundary("dsp_barrier", || {
+        // SAFETY: the caller guarantees a live handle or NULL.
+        let comm = unsafe { Comm::borrow(comm, "comm") }?;
+        comm.check_thread()?;
+        comm.mpi.barrier()?;
+        Ok(())
+    })
+}
+
+/// In-place sum over ranks of `count` values (gradients, counts): checks the buffer, agrees
+/// on `count` with every rank, then reduces.
+fn all_reduce_sum<T: Reducible>(comm: *mut Comm, buf: *mut T, count: usize) -> Result<(), Error> {
+    // SAFETY: the exported callers' contract: `comm` is NULL or a live handle.
+    let comm = unsafe { Comm::borrow(comm, "comm") }?;
+    comm.check_thread()?;
+    // SAFETY: the exported callers' contract: `buf` holds `count` values (or NULL).
+    let local = unsafe { slice_mut(buf, count, "buf") };
+    let checked = local.as_ref().map(|_| count as u64).map_err(Error::clone);
+    agree(comm.mpi(), checked, |n| format!("count = {n}"))?;
+    let buf = local?;
+    comm.mpi().all_reduce_sum(buf)?;
+    Ok(())
+}
+
+/// Replaces `buf[0..count]` on every rank by its sum over all ranks (e.g. weight gradients).
+/// Collective; creating thread only. Every rank must pass the same `count`; a NULL `buf`
+/// (with `count > 0`) or a different `count` on any rank fails on every rank
+/// (`DSP_STATUS_PEER_FAILED` / `DSP_STATUS_ARGUMENT_MISMATCH`) instead of hanging.
+///
+/// # Safety
+/// `comm` is NULL or a live `dsp_comm *`; `buf` is NULL or points to `count` floats.
+#[no_mangle]
+pub unsafe extern "C" fn dsp_allreduce_sum_f32(
+    comm: *mut Comm,
+    buf: *mut f32,
+    count: usize,
+) -> Status {
+    ffi_boundary("dsp_allreduce_sum_f32", || all_reduce_sum(comm, buf, count))
+}
+
+/// `dsp_allreduce_sum_f32` for doubles (e.g. loss sums and accuracy counts).
+///
+/// # Safety
+/// `comm` is NULL or a live `dsp_comm *`; `buf` is NULL or points to `count` doubles.
+#[no_mangle]
+pub unsafe extern "C" fn dsp_allreduce_sum_f64(
+    comm: *mut Comm,
+    buf: *mut f64,
+    count: usize,
+) -> Status {
+    ffi_boundary("dsp_allreduce_sum_f64", || all_reduce_sum(comm, buf, count))
+}

@@ -1,0 +1,346 @@
+//! `dsp_spmm`: the distributed product `Y = Ahat X` (forward) and `dX = Ahat^T dY` (backward)
+//! of one rank, over a `dsp_comm` and a `dsp_chunk` (dist-comm's `DistSpmm`).
+
+use std::rc::Rc;
+use std::sync::Arc;
+use std::thread::ThreadId;
+
+use chunk_format::{ChunkView, MappedChunk};
+use dist_comm::spmm::{abstain, DistSpmm, DistSpmmError};
+use dist_comm::MpiComm;
+use distspmm_core::schedule::ScheduleKind;
+use distspmm_core::sparse::{DenseView, DenseViewMut};
+
+use crate::agree::agree;
+use crate::boundary::{
+    ffi_boundary, ffi_boundary_void, slice, slice_mut, Error, Handle, OutPtr, Status,
+};
+use crate::chunk::Chunk;
+use crate::comm::{check_owner, Comm};
+
+/// Which communication schedule a `dsp_spmm` runs (the values are part of the ABI).
+#[repr(i32)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Schedule {
+    /// Sparsity-aware: each rank receives only the rows of other ranks that its non-zeros
+    /// reference (the chunk's halo lists), all peers at once, overlapped with the local block.
+    Halo = 0,
+    /// Every rank receives every other rank's rows, one broadcast per rank (CAGNET's 1D
+    /// algorithm; the baseline).
+    Broadcast = 1,
+}
+
+impl Schedule {
+    fn from_code(code: i32) -> Option<ScheduleKind> {
+        match code {
+            c if c == Schedule::Halo as i32 => Some(ScheduleKind::Halo),
+            c if c == Schedule::Broadcast as i32 => Some(ScheduleKind::Broadcast),
+            _ => None,
+        }
+    }
+}
+
+/// The distributed SpMM operator of one rank: `Y = Ahat X` and `dX = Ahat^T dY` on this rank's
+/// rows, communicating with the other ranks by the chosen schedule.
+///
+/// Thread-safety: like its `dsp_comm`, used only on the thread that created that communicator
+/// (other threads get `DSP_STATUS_WRONG_THREAD`); calls are collective, so all ranks call
+/// `dsp_spmm_forward` / `dsp_spmm_backward` in the same order. The kernels inside use worker
+/// threads (rayon) that never call MPI. The operator keeps its communicator and chunk alive:
+/// they may be freed before it.
+pub struct Spmm {
+    // Declared first so it is dropped before the communicator and the mapping it borrows.
+    op: DistSpmm<'static, MpiComm>,
+    _chunk: Arc<MappedChunk>,
+    _comm: Rc<MpiComm>,
+    owner: ThreadId,
+}
+
+impl std::fmt::Debug for Spmm {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Spmm")
+            .field("rank", &self.op.rank())
+            .field("parts", &self.op.parts())
+            .field("schedule", &self.op.schedule())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Handle for Spmm {
+    const C_NAME: &'static str = "dsp_spmm";
+}
+
+impl From<DistSpmmError> for Error {
+    fn from(e: DistSpmmError) -> Self {
+        let status = match &e {
+            DistSpmmError::PartsMismatch { .. } => Status::PartsMismatch,
+            DistSpmmError::Disagreement(_) => Status::ArgumentMismatch,
+            DistSpmmError::Shape(_) => Status::InvalidArgument,
+            DistSpmmError::Block { .. } => Status::InvalidChunk,
+            DistSpmmError::Comm(c) => return Error::from(c.clone()),
+            _ => Status::Panic,
+        };
+        Error::new(status, crate::boundary::with_sources(&e))
+    }
+}
+
+/// Builds the operator on the (already checked) inputs.
+fn build(comm: &Comm, chunk: &Chunk, schedule: ScheduleKind) -> Result<Spmm, Error> {
+    let (shared, owner) = comm.share();
+    let mapped = Arc::clone(chunk.mapped());
+    // SAFETY: the reference points into the `Rc` allocation, which does not move and lives as
+    // long as `Spmm::_comm`; `Spmm::op` (the only holder of this reference) is dropped first.
+    let comm_ref: &'static MpiComm = unsafe { &*Rc::as_ptr(&shared) };
+    // SAFETY: only the lifetime changes. The view borrows the memory map owned by `mapped`,
+    // which does not move when the `Arc` is cloned or moved and lives as long as
+    // `Spmm::_chunk`; `Spmm::op` (the only holder of the view) is dropped first.
+    let view: ChunkView<'static> =
+        unsafe { std::mem::transmute::<ChunkView<'_>, ChunkView<'static>>(*mapped.view()) };
+    let op = DistSpmm::new(comm_ref, view, schedule)?;
+    Ok(Spmm {
+        op,
+        _chunk: mapped,
+        _comm: shared,
+        owner,
+    })
+}
+
+/// Creates this rank's distributed SpMM for `chunk` (opened with the same communicator) and
+/// `schedule` (a `dsp_schedule` value). Collective over `comm`: the ranks first agree on the
+/// partition (fingerprint, P, N) and the schedule, so a mismatch or a bad argument on any rank
+/// fails on every rank (`DSP_STATUS_PEER_FAILED` on the ranks whose own arguments were fine).
+/// On failure `*out` is NULL. Creating thread of `comm` only.
+///
+/// # Safety
+/// `comm` and `chunk` are NULL or live handles; `out` is NULL or valid for a write.
+#[no_mangle]
+pub unsafe extern "C" fn dsp_spmm_create(
+    comm: *mut Comm,
+    chunk: *const Chunk,
+    schedule: i32,
+    out: *mut *mut Spmm,
+) -> Status {
+    ffi_boundary("dsp_spmm_create", || {
+        // SAFETY: the caller guarantees a live handle or NULL.
+        let comm = unsafe { Comm::borrow(comm, "comm") }?;
+        comm.check_thread()?;
+        // SAFETY: the caller guarantees NULL or valid for a write.
+        let out = unsafe { OutPtr::new(out, "out") };
+        if let Ok(out) = &out {
+            out.write(std::ptr::null_mut());
+        }
+        let local = (|| {
+            let out = out.as_ref().map_err(Error::clone)?;
+            // SAFETY: the caller guarantees a live handle or NULL.
+            let chunk = unsafe { Chunk::borrow(chunk, "chunk") }?;
+            let kind = Schedule::from_code(schedule).ok_or_else(|| {
+                Error::invalid(format!(
+                    "schedule {schedule} is not a dsp_schedule (DSP_SCHEDULE_HALO = 0, \
+                     DSP_SCHEDULE_BROADCAST = 1)"
+                ))
+            })?;
+            Ok((out, chunk, kind))
+        })();
+        match local {
+            Ok((out, chunk, kind)) => {
+                out.write(build(comm, chunk, kind)?.into_raw());
+                Ok(())
+            }
+            Err(e) => {
+                // Join the operator's agreement so the other ranks fail instead of waiting.
+                let _ = abstain(comm.mpi(), None);
+                Err(e)
+            }
+        }
+    })
+}
+
+/// Frees an operator. NULL is accepted. Must be called on the creating thread of its
+/// communicator; from another thread it frees nothing (the handle stays valid) and
+/// `dsp_last_error()` says so.
+///
+/// # Safety
+/// `op` is NULL or a live `dsp_spmm *`; it must not be used afterwards.
+#[no_mangle]
+pub unsafe extern "C" fn dsp_spmm_free(op: *mut Spmm) {
+    ffi_boundary_void("dsp_spmm_free", || {
+        // SAFETY: the caller guarantees NULL or a live handle it gives up.
+        let Some(op) = (unsafe { Spmm::from_raw(op) }) else {
+            return Ok(());
+        };
+        if let Err(e) = check_owner(op.owner, Spmm::C_NAME) {
+            // Dropping would release the communicator's `Rc` off its thread: keep it alive.
+            let _ = Box::into_raw(op);
+            return Err(e);
+        }
+        drop(op);
+        Ok(())
+    })
+}
+
+/// Which product a call computes.
+#[derive(Clone, Copy)]
+enum Direction {
+    Forward,
+    Backward,
+}
+
+/// Checks one call's arguments locally, agrees with every rank (so a bad argument anywhere is
+/// an error everywhere), then runs the product.
+#[allow(clippy::too_many_arguments)]
+unsafe fn call(
+    op: *mut Spmm,
+    direction: Direction,
+    rows: usize,
+    cols: usize,
+    input: *const f32,
+    ld_in: usize,
+    output: *mut f32,
+    ld_out: usize,
+) -> Result<(), Error> {
+    let (name_in, name_out) = match direction {
+        Direction::Forward => ("x", "y"),
+        Direction::Backward => ("dy", "dx"),
+    };
+    // SAFETY: the exported callers' contract: NULL or a live handle, used by one thread.
+    let op = unsafe { Spmm::borrow_mut(op, "op") }?;
+    check_owner(op.owner, Spmm::C_NAME)?;
+    let n = op.op.local_rows();
+    let local = (|| {
+        if rows != n {
+            return Err(Error::invalid(format!(
+                "rows = {rows}, but this rank (part {}) owns {n} rows",
+                op.op.rank()
+            )));
+        }
+        let extent = |ld: usize, what: &str| -> Result<usize, Error> {
+            if ld < cols {
+                return Err(Error::invalid(format!(
+                    "leading dimension of {what} is {ld}, less than cols = {cols}"
+                )));
+            }
+            if rows == 0 || cols == 0 {
+                return Ok(0);
+            }
+            (rows - 1)
+                .checked_mul(ld)
+                .and_then(|e| e.checked_add(cols))
+                .ok_or_else(|| Error::invalid(format!("{rows} rows × ld {ld} of {what} overflow")))
+        };
+        let len_in = extent(ld_in, name_in)?;
+        let len_out = extent(ld_out, name_out)?;
+        let (a, b) = (input as usize, output as usize);
+        let bytes = size_of::<f32>();
+        if len_in > 0 && len_out > 0 && a < b + len_out * bytes && b < a + len_in * bytes {
+            return Err(Error::invalid(format!(
+                "{name_in} and {name_out} overlap; the product cannot be computed in place"
+            )));
+        }
+        // SAFETY: the exported callers' contract: `input` holds (rows-1)*ld_in + cols floats.
+        let input = unsafe { slice(input, len_in, name_in) }?;
+        // SAFETY: the exported callers' contract: `output` holds (rows-1)*ld_out + cols
+        // floats, not aliased (checked above against `input`).
+        let output = unsafe { slice_mut(output, len_out, name_out) }?;
+        Ok((input, output))
+    })();
+    let key = local.as_ref().map(|_| cols as u64).map_err(Error::clone);
+    agree(op.op.comm(), key, |c| format!("cols = {c}"))?;
+    let (input, output) = local?;
+    let dense_error = |e: distspmm_core::sparse::SparseError| Error::invalid(e.to_string());
+    let input = DenseView::new(input, rows, cols, ld_in.max(cols)).map_err(dense_error)?;
+    let output = DenseViewMut::new(output, rows, cols, ld_out.max(cols)).map_err(dense_error)?;
+    match direction {
+        Direction::Forward => op.op.forward(input, output)?,
+        Direction::Backward => op.op.backward(input, output)?,
+    }
+    Ok(())
+}
+
+/// Forward product on this rank's rows: `Y_p = (Ahat X)_p`. `x` holds this rank's `rows x
+/// cols` block of X (row-major, leading dimension `ldx >= cols`, at least `(rows-1)*ldx + cols`
+/// floats); `y` receives `rows x cols` (leading dimension `ldy`), overwritten. `rows` must be
+/// `dsp_chunk_num_local_nodes`; `cols` must be equal on every rank. `x` and `y` must not
+/// overlap. Collective: every rank calls it together; an argument error on any rank fails on
+/// every rank. Creating thread only.
+///
+/// # Safety
+/// `op` is NULL or a live `dsp_spmm *`; `x` and `y` are NULL or hold the extents above.
+#[no_mangle]
+pub unsafe extern "C" fn dsp_spmm_forward(
+    op: *mut Spmm,
+    rows: usize,
+    cols: usize,
+    x: *const f32,
+    ldx: usize,
+    y: *mut f32,
+    ldy: usize,
+) -> Status {
+    ffi_boundary("dsp_spmm_forward", || {
+        // SAFETY: forwarded caller contract.
+        unsafe { call(op, Direction::Forward, rows, cols, x, ldx, y, ldy) }
+    })
+}
+
+/// Backward product (the gradient of the forward one) on this rank's rows:
+/// `dX_p = (Ahat^T dY)_p`, with the same conventions as `dsp_spmm_forward` (`dy` in, `dx` out,
+/// overwritten). Collective; creating thread only.
+///
+/// # Safety
+/// `op` is NULL or a live `dsp_spmm *`; `dy` and `dx` are NULL or hold the extents of
+/// `dsp_spmm_forward`.
+#[no_mangle]
+pub unsafe extern "C" fn dsp_spmm_backward(
+    op: *mut Spmm,
+    rows: usize,
+    cols: usize,
+    dy: *const f32,
+    lddy: usize,
+    dx: *mut f32,
+    lddx: usize,
+) -> Status {
+    ffi_boundary("dsp_spmm_backward", || {
+        // SAFETY: forwarded caller contract.
+        unsafe { call(op, Direction::Backward, rows, cols, dy, lddy, dx, lddx) }
+    })
+}
+
+/// Payload bytes this rank sent to and received from other ranks in its last forward or
+/// backward call (what the schedule predicts; for measuring communication volume). Any
+/// thread that does not call the operator at the same time.
+///
+/// # Safety
+/// `op` is NULL or a live `dsp_spmm *`; `sent` and `received` are NULL or valid for a write.
+#[no_mangle]
+pub unsafe extern "C" fn dsp_spmm_bytes_last_call(
+    op: *const Spmm,
+    sent: *mut u64,
+    received: *mut u64,
+) -> Status {
+    ffi_boundary("dsp_spmm_bytes_last_call", || {
+        // SAFETY: the caller guarantees NULL or a live handle.
+        let op = unsafe { Spmm::borrow(op, "op") }?;
+        // SAFETY: the caller guarantees NULL or valid for a write.
+        let sent = unsafe { OutPtr::new(sent, "sent") }?;
+        // SAFETY: the caller guarantees NULL or valid for a write.
+        let received = unsafe { OutPtr::new(received, "received") }?;
+        let traffic = op.op.bytes_last_call();
+        sent.write(traffic.sent);
+        received.write(traffic.received);
+        Ok(())
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn schedule_codes_are_stable() {
+        assert_eq!(Schedule::Halo as i32, 0);
+        assert_eq!(Schedule::Broadcast as i32, 1);
+        assert_eq!(Schedule::from_code(0), Some(ScheduleKind::Halo));
+        assert_eq!(Schedule::from_code(1), Some(ScheduleKind::Broadcast));
+        assert_eq!(Schedule::from_code(2), None);
+        assert_eq!(Schedule::from_code(-1), None);
+    }
+}

@@ -1,0 +1,248 @@
+//! Shared by the C ABI's integration tests: where things are, the installed prefix
+//! (`capi/install.sh`), test graphs and chunk directories, and running commands (mpirun
+//! included) with a timeout so a hang fails.
+#![allow(dead_code)] // each test binary uses a different part of this module
+
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::sync::{Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use distspmm_core::chunk::{write_chunk_dir, ChunkBuilder, WriteOptions};
+use distspmm_core::graph::Graph;
+use distspmm_core::normalize::{self, Normalization};
+use distspmm_core::partition::{self, Adjacency, Method, MetisOptions};
+
+/// The repository root.
+pub fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("capi sits in the workspace")
+        .to_path_buf()
+}
+
+fn in_ci() -> bool {
+    std::env::var("CI").as_deref() == Ok("true")
+}
+
+/// Skips (returns `None` with a message) when something the test needs is missing, except in
+/// CI (`CI=true`), where it fails.
+pub fn require<T>(what: Option<T>, missing: &str) -> Option<T> {
+    if what.is_none() {
+        assert!(!in_ci(), "{missing}");
+        eprintln!("skipping: {missing}");
+    }
+    what
+}
+
+/// A program on `PATH` (skips or fails as [`require`]).
+pub fn tool(name: &str) -> Option<PathBuf> {
+    let found = std::env::var_os("PATH").and_then(|path| {
+        std::env::split_paths(&path)
+            .map(|dir| dir.join(name))
+            .find(|candidate| candidate.is_file())
+    });
+    require(
+        found,
+        &format!("`{name}` is not on PATH (see scripts/ensure-deps.sh)"),
+    )
+}
+
+/// Cora (`../shared/datasets/cora.npz`), if present.
+pub fn cora() -> Option<PathBuf> {
+    let path = repo_root().join("../shared/datasets/cora.npz");
+    require(
+        path.is_file().then_some(path),
+        "../shared/datasets/cora.npz is absent",
+    )
+}
+
+/// The directory cargo built this test into (`target/<profile>`), which holds
+/// `libdistspmm.so` and `libdistspmm.a`.
+pub fn profile_dir() -> PathBuf {
+    let exe = std::env::current_exe().expect("test executable path");
+    exe.parent()
+        .and_then(Path::parent)
+        .expect("target/<profile>/deps/<test>")
+        .to_path_buf()
+}
+
+/// A scratch directory for this test binary, kept between runs (build trees are reused).
+pub fn scratch() -> PathBuf {
+    let exe = std::env::current_exe().expect("test executable path");
+    let name = exe
+        .file_stem()
+        .and_then(|s| s.to_str())
+        .and_then(|s| s.rsplit_once('-').map(|(name, _)| name.to_owned()))
+        .unwrap_or_else(|| "capi".into());
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("capi-{name}"));
+    std::fs::create_dir_all(&dir).expect("create the scratch directory");
+    dir
+}
+
+/// The library, header, pkg-config and CMake files installed by `capi/install.sh` into a
+/// prefix under [`scratch`], once per test binary.
+pub fn prefix() -> &'static Path {
+    static PREFIX: OnceLock<PathBuf> = OnceLock::new();
+    PREFIX.get_or_init(|| {
+        let prefix = scratch().join("prefix");
+        let _ = std::fs::remove_dir_all(&prefix);
+        let out = run(
+            Command::new("bash")
+                .arg(repo_root().join("capi/install.sh"))
+                .arg("--prefix")
+                .arg(&prefix)
+                .arg("--from")
+                .arg(profile_dir()),
+            Duration::from_secs(60),
+        );
+        assert_success("capi/install.sh", &out);
+        prefix
+    })
+}
+
+/// Builds Â (GCN normalisation), partitions with METIS (seed 1) and writes a chunk directory,
+/// as `distspmm partition --parts P` does.
+pub fn write_chunks(graph: &Graph, parts: u32, out: &Path) {
+    let a_hat = normalize::adjacency(
+        graph.num_nodes,
+        &graph.src,
+        &graph.dst,
+        graph.weights.as_deref(),
+        Normalization::Gcn,
+    )
+    .expect("normalise");
+    let adjacency =
+        Adjacency::from_edges(graph.num_nodes, &graph.src, &graph.dst).expect("adjacency");
+    let partition =
+        partition::partition(&adjacency, parts, &Method::Metis(MetisOptions::default()))
+            .expect("partition");
+    let builder = ChunkBuilder::new(graph, a_hat.view(), &partition).expect("chunk builder");
+    let options = WriteOptions {
+        force: true,
+        ..WriteOptions::default()
+    };
+    write_chunk_dir(out, &builder, &options).expect("write chunks");
+}
+
+/// A small labelled, featured graph (CSBM: 240 nodes, 4 classes, 6 features).
+pub fn small_graph() -> Graph {
+    distspmm_core::graph::generate::csbm(&distspmm_core::graph::generate::CsbmParams {
+        nodes: 240,
+        classes: 4,
+        features: 6,
+        avg_degree: 6.0,
+        seed: 3,
+        ..Default::default()
+    })
+    .expect("csbm")
+}
+
+/// Runs a command with a timeout; on timeout kills its whole process group (mpirun and its
+/// ranks) and panics with what it printed.
+pub fn run(command: &mut Command, timeout: Duration) -> Output {
+    use std::os::unix::process::CommandExt;
+    let described = format!("{command:?}");
+    let mut child = command
+        .process_group(0)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot start {described}: {e}"));
+    let mut stdout = child.stdout.take().expect("piped stdout");
+    let mut stderr = child.stderr.take().expect("piped stderr");
+    let out_reader = std::thread::spawn(move || {
+        let mut s = Vec::new();
+        stdout.read_to_end(&mut s).map(|_| s)
+    });
+    let err_reader = std::thread::spawn(move || {
+        let mut s = Vec::new();
+        stderr.read_to_end(&mut s).map(|_| s)
+    });
+    let start = Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("poll child") {
+            break Some(status);
+        }
+        if start.elapsed() > timeout {
+            let _ = Command::new("kill")
+                .args(["-KILL", "--", &format!("-{}", child.id())])
+                .status();
+            let _ = child.kill();
+            let _ = child.wait();
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let stdout = out_reader
+        .join()
+        .expect("stdout reader")
+        .unwrap_or_default();
+    let stderr = err_reader
+        .join()
+        .expect("stderr reader")
+        .unwrap_or_default();
+    match status {
+        Some(status) => Output {
+            status,
+            stdout,
+            stderr,
+        },
+        None => panic!(
+            "{described} did not finish within {timeout:?} (killed)\nstdout:\n{}\nstderr:\n{}",
+            String::from_utf8_lossy(&stdout),
+            String::from_utf8_lossy(&stderr)
+        ),
+    }
+}
+
+/// Panics with the output unless the command succeeded.
+pub fn assert_success(what: &str, out: &Output) {
+    assert!(
+        out.status.success(),
+        "{what} failed ({})\nstdout:\n{}\nstderr:\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// One `mpirun` at a time per test binary: oversubscribed ranks of parallel launches would
+/// crowd two cores.
+static SERIAL: Mutex<()> = Mutex::new(());
+
+/// Runs `program args…` as `ranks` MPI processes (OpenMPI flags as in dist-comm's tests), with
+/// `env` set, killed after `timeout`. Skips (`None`) without `mpirun` outside CI.
+pub fn mpirun(
+    ranks: usize,
+    program: &Path,
+    args: &[&std::ffi::OsStr],
+    env: &[(&str, &std::ffi::OsStr)],
+    timeout: Duration,
+) -> Option<Output> {
+    let mpirun = tool("mpirun")?;
+    let _serial = SERIAL
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let mut command = Command::new(mpirun);
+    command
+        .args([
+            "-n",
+            &ranks.to_string(),
+            "--oversubscribe",
+            "--mca",
+            "btl",
+            "self,vader",
+        ])
+        .arg(program)
+        .args(args)
+        .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
+        .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+        .env("OMPI_MCA_rmaps_base_oversubscribe", "1");
+    for (k, v) in env {
+        command.env(k, v);
+    }
+    Some(run(&mut command, timeout))
+}
