@@ -27,6 +27,12 @@ enum Command {
     Partition(cmd::partition::Args),
     /// Summarise and validate a chunk file or a chunk directory.
     Inspect(cmd::inspect::Args),
+    /// Check the distributed SpMM (both schedules, forward and backward) against a
+    /// single-process product; run under `mpirun -n P` or with --local-ranks P.
+    Verify(cmd::verify::Args),
+    /// Dry run without MPI: per-rank memory and bytes per layer for each schedule, and the
+    /// P×P communication matrix as an SVG heatmap.
+    Plan(cmd::plan::Args),
 }
 
 fn init_tracing(verbose: u8) {
@@ -51,6 +57,8 @@ fn main() -> std::process::ExitCode {
         Command::Generate(args) => cmd::generate::run(&args),
         Command::Partition(args) => cmd::partition::run(&args),
         Command::Inspect(args) => cmd::inspect::run(&args),
+        Command::Verify(args) => cmd::verify::run(&args),
+        Command::Plan(args) => cmd::plan::run(&args),
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,

@@ -1,5 +1,9 @@
 //! One module per subcommand; each has an `Args` (clap) and a `run`.
 
+pub mod dist_bench;
 pub mod generate;
 pub mod inspect;
 pub mod partition;
+pub mod plan;
+pub mod ranks;
+pub mod verify;

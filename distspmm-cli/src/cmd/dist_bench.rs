@@ -1,0 +1,135 @@
+//! `distspmm bench dist`: times the distributed SpMM (one aggregation `Y = Â·X` and its backward
+//! `dX = Âᵀ·dY`) under a schedule, and reports the payload bytes the operator moved.
+//!
+//! Every repetition starts after a barrier; a rank's time is its wall time for the call; a
+//! repetition's time is the maximum over ranks; the reported time is the median over the
+//! repetitions (after one untimed warm-up call in each direction).
+
+use std::path::PathBuf;
+use std::time::Instant;
+
+use anyhow::Context;
+use dist_comm::spmm::DistSpmm;
+use dist_comm::{Communicator, ReduceOp};
+use distspmm_core::schedule::ScheduleKind;
+use distspmm_core::sparse::{DenseView, DenseViewMut};
+
+use super::ranks::{self, explain, test_matrix, Launch, RankMain, ScheduleArg};
+
+/// Options of `bench dist`.
+#[derive(Debug, clap::Args)]
+pub struct DistArgs {
+    /// Chunk directory written by `distspmm partition` (run with as many ranks as it has parts).
+    #[arg(long)]
+    pub chunks: PathBuf,
+    /// Feature columns F of X.
+    #[arg(long)]
+    pub features: usize,
+    /// Which schedule to run.
+    #[arg(long, value_enum)]
+    pub schedule: ScheduleArg,
+    /// Timed repetitions per direction; the median is reported.
+    #[arg(long, default_value_t = 10)]
+    pub reps: usize,
+    /// Print one JSON line (rank 0) instead of a sentence.
+    #[arg(long)]
+    pub json: bool,
+    /// How ranks are formed.
+    #[command(flatten)]
+    pub launch: Launch,
+}
+
+/// Runs `distspmm bench dist`.
+pub fn run(args: &DistArgs) -> anyhow::Result<()> {
+    if args.reps == 0 {
+        anyhow::bail!("--reps must be at least 1");
+    }
+    ranks::launch(&args.launch, &Bench(args))
+}
+
+struct Bench<'a>(&'a DistArgs);
+
+/// Median of the per-repetition maxima over ranks of `call`'s wall time.
+fn time<C: Communicator>(
+    comm: &C,
+    reps: usize,
+    mut call: impl FnMut() -> anyhow::Result<()>,
+) -> anyhow::Result<f64> {
+    let mut seconds = Vec::with_capacity(reps);
+    for _ in 0..reps {
+        comm.barrier()?;
+        let started = Instant::now();
+        call()?;
+        let mut slowest = [started.elapsed().as_secs_f64()];
+        comm.all_reduce(&mut slowest, ReduceOp::Max)?;
+        seconds.push(slowest[0]);
+    }
+    seconds.sort_by(f64::total_cmp);
+    Ok(seconds[seconds.len() / 2])
+}
+
+impl RankMain for Bench<'_> {
+    fn run<C: Communicator>(&self, comm: &C) -> anyhow::Result<()> {
+        let args = self.0;
+        let (f, kind) = (args.features, ScheduleKind::from(args.schedule));
+        let (_, chunk) = ranks::load_chunk(comm, &args.chunks)?;
+        let view = *chunk.view();
+        let (me, n) = (comm.rank(), view.num_local_nodes());
+        let first = view.part_offsets()[me];
+        let mut op = DistSpmm::new(comm, view, kind).map_err(|e| explain(e, &args.chunks))?;
+        let x = test_matrix(1, first, n, f);
+        let dy = test_matrix(2, first, n, f);
+        let (mut y, mut dx) = (vec![0f32; n * f], vec![0f32; n * f]);
+
+        let mut forward = |op: &mut DistSpmm<'_, C>| -> anyhow::Result<()> {
+            let y = DenseViewMut::from_row_major(&mut y[..], n, f)?;
+            op.forward(DenseView::from_row_major(&x[..], n, f)?, y)
+                .map_err(|e| explain(e, &args.chunks))
+        };
+        forward(&mut op).context("warm-up forward call")?;
+        let seconds = time(comm, args.reps, || forward(&mut op))?;
+        let bytes = op.bytes_last_call();
+        let mut backward = |op: &mut DistSpmm<'_, C>| -> anyhow::Result<()> {
+            let dx = DenseViewMut::from_row_major(&mut dx[..], n, f)?;
+            op.backward(DenseView::from_row_major(&dy[..], n, f)?, dx)
+                .map_err(|e| explain(e, &args.chunks))
+        };
+        backward(&mut op).context("warm-up backward call")?;
+        let seconds_backward = time(comm, args.reps, || backward(&mut op))?;
+
+        let mut max = [bytes.sent, bytes.received];
+        comm.all_reduce(&mut max, ReduceOp::Max)?;
+        if me == 0 {
+            let threads = rayon::current_num_threads();
+            if args.json {
+                let line = serde_json::json!({
+                    "schedule": kind.name(),
+                    "ranks": comm.size(),
+                    "features": f,
+                    "seconds": seconds,
+                    "seconds_backward": seconds_backward,
+                    "max_recv_bytes_per_rank": max[1],
+                    "max_send_bytes_per_rank": max[0],
+                    "reps": args.reps,
+                    "nodes": view.header().num_global_nodes,
+                    "threads_per_rank": threads,
+                });
+                println!("{line}");
+            } else {
+                println!(
+                    "{} schedule, {} ranks × {threads} threads, F = {f}: forward {:.3} ms, \
+                     backward {:.3} ms (median of {} over the slowest rank); per forward call a \
+                     rank receives at most {} bytes and sends at most {}",
+                    kind.name(),
+                    comm.size(),
+                    seconds * 1e3,
+                    seconds_backward * 1e3,
+                    args.reps,
+                    max[1],
+                    max[0]
+                );
+            }
+        }
+        Ok(())
+    }
+}

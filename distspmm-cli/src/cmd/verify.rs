@@ -1,0 +1,271 @@
+//! `distspmm verify`: runs the distributed forward and backward products with both schedules
+//! and compares them with a single-process f64 product of the reassembled Â at rank 0.
+
+use std::path::PathBuf;
+
+use anyhow::{anyhow, Context};
+use dist_comm::spmm::DistSpmm;
+use dist_comm::{BlockLayout, Communicator, ReduceOp};
+use distspmm_core::chunk::ChunkDir;
+use distspmm_core::schedule::ScheduleKind;
+use distspmm_core::sparse::{CsrOwned, DenseView, DenseViewMut};
+use rayon::prelude::*;
+
+use super::ranks::{self, explain, test_matrix, Launch, OnAllRanks, RankMain};
+
+/// Check the distributed SpMM against a single-process product.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// Chunk directory written by `distspmm partition`.
+    #[arg(long)]
+    pub chunks: PathBuf,
+    /// Feature columns F of the random test matrices X and dY.
+    #[arg(long, default_value_t = 16)]
+    pub features: usize,
+    /// Seed of the test matrices.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Largest accepted error, relative to the largest |entry| of the reference result.
+    #[arg(long, default_value_t = 1e-5)]
+    pub tolerance: f64,
+    /// Print one JSON line instead of the table.
+    #[arg(long)]
+    pub json: bool,
+    /// How ranks are formed.
+    #[command(flatten)]
+    pub launch: Launch,
+}
+
+/// Runs `distspmm verify`.
+pub fn run(args: &Args) -> anyhow::Result<()> {
+    ranks::launch(&args.launch, &Verify(args))
+}
+
+struct Verify<'a>(&'a Args);
+
+/// The single-process results `Â·X` and `Âᵀ·dY` (f64), computed at rank 0.
+struct Reference {
+    y: Vec<f64>,
+    dx: Vec<f64>,
+}
+
+impl Reference {
+    fn compute(dir: &ChunkDir, features: usize, seed: u64) -> anyhow::Result<Self> {
+        let a = dir
+            .reassemble()
+            .context("cannot reassemble Â from the chunks")?;
+        let n = a.nrows();
+        let x = test_matrix(seed, 0, n, features);
+        let dy = test_matrix(seed + 1, 0, n, features);
+        Ok(Self {
+            y: product(&a, &x, features),
+            dx: transpose_product(&a, &dy, features),
+        })
+    }
+}
+
+/// `A·X` in f64, one row per task.
+fn product(a: &CsrOwned<f32>, x: &[f32], features: usize) -> Vec<f64> {
+    let mut y = vec![0f64; a.nrows() * features];
+    y.par_chunks_mut(features.max(1))
+        .enumerate()
+        .for_each(|(i, out)| {
+            let (cols, vals) = a.row(i);
+            for (&k, &v) in cols.iter().zip(vals) {
+                let row = &x[k as usize * features..(k as usize + 1) * features];
+                for (o, &xv) in out.iter_mut().zip(row) {
+                    *o += f64::from(v) * f64::from(xv);
+                }
+            }
+        });
+    y
+}
+
+/// `Aᵀ·dY` in f64 by scattering the rows of A.
+fn transpose_product(a: &CsrOwned<f32>, dy: &[f32], features: usize) -> Vec<f64> {
+    let mut dx = vec![0f64; a.ncols() * features];
+    for i in 0..a.nrows() {
+        let (cols, vals) = a.row(i);
+        let row = &dy[i * features..(i + 1) * features];
+        for (&k, &v) in cols.iter().zip(vals) {
+            let out = &mut dx[k as usize * features..(k as usize + 1) * features];
+            for (o, &g) in out.iter_mut().zip(row) {
+                *o += f64::from(v) * f64::from(g);
+            }
+        }
+    }
+    dx
+}
+
+/// `(max |got − want|, that over max |want|)`.
+fn errors(got: &[f32], want: &[f64]) -> (f64, f64) {
+    let abs = got
+        .iter()
+        .zip(want)
+        .map(|(&g, &w)| (f64::from(g) - w).abs())
+        .fold(0f64, f64::max);
+    let scale = want.iter().map(|w| w.abs()).fold(0f64, f64::max);
+    (abs, if scale > 0.0 { abs / scale } else { abs })
+}
+
+/// Gathers every rank's rows (row-major, `features` wide) at rank 0, in rank order; other
+/// ranks get an empty vector.
+fn gather_at_root<C: Communicator>(
+    comm: &C,
+    local: &[f32],
+    offsets: &[u64],
+    features: usize,
+) -> anyhow::Result<Vec<f32>> {
+    let (ranks, me) = (comm.size(), comm.rank());
+    let send: Vec<usize> = (0..ranks)
+        .map(|r| if r == 0 { local.len() } else { 0 })
+        .collect();
+    let recv: Vec<usize> = (0..ranks)
+        .map(|r| {
+            if me == 0 {
+                (offsets[r + 1] - offsets[r]) as usize * features
+            } else {
+                0
+            }
+        })
+        .collect();
+    let (send, recv) = (BlockLayout::packed(send), BlockLayout::packed(recv));
+    let mut out = vec![0f32; recv.extent()];
+    comm.all_to_all_v(local, &send, &mut out, &recv)?;
+    Ok(out)
+}
+
+/// One compared product.
+#[derive(Debug, Clone, serde::Serialize)]
+struct Check {
+    schedule: &'static str,
+    product: &'static str,
+    max_abs_error: f64,
+    max_rel_error: f64,
+    sent_bytes_max: u64,
+    received_bytes_max: u64,
+    pass: bool,
+}
+
+impl RankMain for Verify<'_> {
+    fn run<C: Communicator>(&self, comm: &C) -> anyhow::Result<()> {
+        let args = self.0;
+        let f = args.features;
+        let (dir, chunk) = ranks::load_chunk(comm, &args.chunks)?;
+        let view = *chunk.view();
+        let offsets = view.part_offsets();
+        let (me, n) = (comm.rank(), view.num_local_nodes());
+        let reference = if me == 0 {
+            Some(Reference::compute(&dir, f, args.seed)?)
+        } else {
+            None
+        };
+        let x = test_matrix(args.seed, offsets[me], n, f);
+        let dy = test_matrix(args.seed + 1, offsets[me], n, f);
+        let (mut y, mut dx) = (vec![0f32; n * f], vec![0f32; n * f]);
+        // Per schedule and product: max abs error, max rel error (rank 0), bytes (all ranks).
+        let mut found = Vec::new();
+        for kind in ScheduleKind::ALL {
+            let mut op = DistSpmm::new(comm, view, kind).map_err(|e| explain(e, &args.chunks))?;
+            op.forward(
+                DenseView::from_row_major(&x[..], n, f)?,
+                DenseViewMut::from_row_major(&mut y[..], n, f)?,
+            )
+            .map_err(|e| explain(e, &args.chunks))?;
+            let forward = op.bytes_last_call();
+            op.backward(
+                DenseView::from_row_major(&dy[..], n, f)?,
+                DenseViewMut::from_row_major(&mut dx[..], n, f)?,
+            )
+            .map_err(|e| explain(e, &args.chunks))?;
+            let backward = op.bytes_last_call();
+            for (got, traffic, product) in [(&y, forward, 0), (&dx, backward, 1)] {
+                let all = gather_at_root(comm, got, offsets, f)?;
+                let (abs, rel) = match &reference {
+                    Some(r) => errors(&all, if product == 0 { &r.y } else { &r.dx }),
+                    None => (0.0, 0.0),
+                };
+                let mut bytes = [traffic.sent, traffic.received];
+                comm.all_reduce(&mut bytes, ReduceOp::Max)?;
+                found.push((kind, product, abs, rel, bytes));
+            }
+        }
+        // Rank 0's verdict, shared so that every rank exits the same way.
+        let mut measured: Vec<f64> = found.iter().flat_map(|c| [c.2, c.3]).collect();
+        comm.broadcast(&mut measured, 0)?;
+        let checks: Vec<Check> = found
+            .iter()
+            .zip(measured.chunks_exact(2))
+            .map(|(&(kind, product, _, _, bytes), e)| Check {
+                schedule: kind.name(),
+                product: ["Y = Â·X", "dX = Âᵀ·dY"][product],
+                max_abs_error: e[0],
+                max_rel_error: e[1],
+                sent_bytes_max: bytes[0],
+                received_bytes_max: bytes[1],
+                pass: e[1] <= args.tolerance,
+            })
+            .collect();
+        let pass = checks.iter().all(|c| c.pass);
+        if me == 0 {
+            report(args, &checks, comm.size(), offsets[comm.size()], pass);
+        }
+        if pass {
+            Ok(())
+        } else {
+            Err(OnAllRanks(anyhow!(
+                "the distributed products differ from the single-process product by more than \
+                 {} relative to the largest entry (see the table)",
+                args.tolerance
+            ))
+            .into())
+        }
+    }
+}
+
+fn report(args: &Args, checks: &[Check], ranks: usize, nodes: u64, pass: bool) {
+    if args.json {
+        let line = serde_json::json!({
+            "chunks": args.chunks.display().to_string(),
+            "ranks": ranks,
+            "nodes": nodes,
+            "features": args.features,
+            "tolerance": args.tolerance,
+            "checks": checks,
+            "pass": pass,
+        });
+        println!("{line}");
+        return;
+    }
+    println!(
+        "verify {}: {ranks} ranks, {nodes} nodes, F = {}, against a single-process f64 product \
+         of the reassembled Â",
+        args.chunks.display(),
+        args.features
+    );
+    println!(
+        "{:<10} {:<11} {:>13} {:>13} {:>15} {:>15}",
+        "schedule", "product", "max |error|", "relative", "sent B/rank", "received B/rank"
+    );
+    for c in checks {
+        println!(
+            "{:<10} {:<11} {:>13.3e} {:>13.3e} {:>15} {:>15}  {}",
+            c.schedule,
+            c.product,
+            c.max_abs_error,
+            c.max_rel_error,
+            c.sent_bytes_max,
+            c.received_bytes_max,
+            if c.pass { "ok" } else { "FAILED" }
+        );
+    }
+    println!(
+        "{} (tolerance {:e} relative to the largest |entry| of the reference)",
+        if pass {
+            "all products agree"
+        } else {
+            "MISMATCH"
+        },
+        args.tolerance
+    );
+}
