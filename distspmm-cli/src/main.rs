@@ -27,6 +27,8 @@ enum Command {
     Partition(cmd::partition::Args),
     /// Summarise and validate a chunk file or a chunk directory.
     Inspect(cmd::inspect::Args),
+    /// Benchmarks: time the CPU SpMM kernels (`bench spmm`) and the distributed SpMM.
+    Bench(cmd::bench::Args),
     /// Check the distributed SpMM (both schedules, forward and backward) against a
     /// single-process product; run under `mpirun -n P` or with --local-ranks P.
     Verify(cmd::verify::Args),
@@ -57,6 +59,7 @@ fn main() -> std::process::ExitCode {
         Command::Generate(args) => cmd::generate::run(&args),
         Command::Partition(args) => cmd::partition::run(&args),
         Command::Inspect(args) => cmd::inspect::run(&args),
+        Command::Bench(args) => cmd::bench::run(&args),
         Command::Verify(args) => cmd::verify::run(&args),
         Command::Plan(args) => cmd::plan::run(&args),
     };

@@ -251,6 +251,8 @@ pub(crate) struct Pass<'a, T> {
     pub(crate) w: usize,
     pub(crate) alpha: T,
     pub(crate) beta: T,
+    /// Bytes of the whole output Y (all rows, all columns): large outputs are streamed.
+    pub(crate) y_bytes: usize,
 }
 
 impl<T: Send> SplitRows for DenseViewMut<'_, T> {
@@ -292,7 +294,7 @@ pub(crate) fn run<T: Scalar>(
     #[cfg(target_arch = "x86_64")]
     if isa == Isa::Avx512 {
         if let Some((op, x, mut y)) = as_f32(op, x, y.reborrow()) {
-            let width = avx512::pass_width(f, x.rows());
+            let width = avx512::pass_width(f);
             for f0 in (0..f).step_by(width) {
                 let pass = Pass {
                     op,
@@ -301,6 +303,7 @@ pub(crate) fn run<T: Scalar>(
                     w: width.min(f - f0),
                     alpha: bytemuck::cast(alpha),
                     beta: bytemuck::cast(beta),
+                    y_bytes: rows * f * 4,
                 };
                 for_each_block(
                     op.indptr,
@@ -329,6 +332,7 @@ pub(crate) fn run<T: Scalar>(
             w: width.min(f - f0),
             alpha,
             beta,
+            y_bytes: rows * f * size_of::<T>(),
         };
         for_each_block(
             op.indptr,

@@ -444,3 +444,59 @@ fn f64_products_match_the_reference_exactly() {
         assert_eq!(got, want, "F = {f}");
     }
 }
+
+#[cfg(target_arch = "x86_64")]
+#[test]
+fn large_aligned_outputs_take_the_streaming_store_path() {
+    use crate::sparse::PageBuffer;
+    // 65536 × 32 f32 = 8 MiB of Y on a page-aligned buffer: streamed when AVX-512 is present.
+    let (m, k, f) = (65_536usize, 3000usize, 32usize);
+    let (mut r, mut c, mut v) = (Vec::new(), Vec::new(), Vec::new());
+    for i in 0..m {
+        for j in 0..(i % 5) {
+            r.push(i as u32);
+            c.push(((i * 7 + j * 613) % k) as u32);
+            v.push(1.0 / (1 + j) as f32);
+        }
+    }
+    let a = CsrOwned::from_triplets(m, k, &r, &c, &v).unwrap();
+    let xbuf = dense(k, f, 5);
+    let x = DenseView::from_row_major(&xbuf, k, f).unwrap();
+    let mut ybuf = PageBuffer::<f32>::zeroed(m * f).unwrap();
+    ybuf.iter_mut().for_each(|v| *v = f32::NAN);
+    let pass = Pass {
+        op: Operand::of(a.view()),
+        x,
+        f0: 0,
+        w: f,
+        alpha: 1.0,
+        beta: 0.0,
+        y_bytes: m * f * 4,
+    };
+    assert!(avx512::streams(&pass, ybuf.as_ptr(), f));
+    spmm(
+        0.5,
+        &a.view(),
+        x,
+        0.0,
+        DenseViewMut::from_row_major(&mut ybuf[..], m, f).unwrap(),
+    )
+    .unwrap();
+    let mut want = vec![0.0f32; m * f];
+    reference::spmm(
+        0.5,
+        &a.view(),
+        x,
+        0.0,
+        DenseViewMut::from_row_major(&mut want, m, f).unwrap(),
+    )
+    .unwrap();
+    for (i, (g, w)) in ybuf.iter().zip(&want).enumerate() {
+        assert!(
+            (g - w).abs() <= 1e-5 * (1.0 + w.abs()),
+            "Y[{}][{}] = {g}, expected {w}",
+            i / f,
+            i % f
+        );
+    }
+}

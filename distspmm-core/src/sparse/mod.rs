@@ -10,6 +10,8 @@
 //! accepts entries in any order and merges duplicates by summing them.
 
 mod assemble;
+#[cfg(feature = "std")]
+mod buffer;
 mod compressed;
 mod dense;
 mod error;
@@ -18,6 +20,8 @@ mod scalar;
 
 #[cfg(feature = "std")]
 pub(crate) use assemble::{assemble, TripletSource};
+#[cfg(feature = "std")]
+pub use buffer::PageBuffer;
 pub use compressed::{
     ByCol, ByRow, Compressed, Csc, CscOwned, CscView, Csr, CsrOwned, CsrView, Orientation,
 };
