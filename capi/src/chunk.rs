@@ -116,15 +116,15 @@ pub unsafe extern "C" fn dsp_chunk_open(
     out: *mut *mut Chunk,
 ) -> Status {
     ffi_boundary("dsp_chunk_open", || {
-        // SAFETY: the caller guarantees a live handle or NULL.
-        let comm = unsafe { Comm::borrow(comm, "comm") }?;
-        comm.check_thread()?;
-        let mpi = comm.mpi();
         // SAFETY: the caller guarantees NULL or valid for a write.
         let out = unsafe { OutPtr::new(out, "out") };
         if let Ok(out) = &out {
             out.write(std::ptr::null_mut());
         }
+        // SAFETY: the caller guarantees a live handle or NULL.
+        let comm = unsafe { Comm::borrow(comm, "comm") }?;
+        comm.check_thread()?;
+        let mpi = comm.mpi();
         // A NULL `out` is still a local failure the peers must hear about.
         let local = out
             .as_ref()

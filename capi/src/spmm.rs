@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::thread::ThreadId;
 
 use chunk_format::{ChunkView, MappedChunk};
-use dist_comm::spmm::{abstain, DistSpmm, DistSpmmError};
+use dist_comm::spmm::{DistSpmm, DistSpmmError};
 use dist_comm::MpiComm;
 use distspmm_core::schedule::ScheduleKind;
 use distspmm_core::sparse::{DenseView, DenseViewMut};
@@ -106,9 +106,10 @@ fn build(comm: &Comm, chunk: &Chunk, schedule: ScheduleKind) -> Result<Spmm, Err
 }
 
 /// Creates this rank's distributed SpMM for `chunk` (opened with the same communicator) and
-/// `schedule` (a `dsp_schedule` value). Collective over `comm`: the ranks first agree on the
-/// partition (fingerprint, P, N) and the schedule, so a mismatch or a bad argument on any rank
-/// fails on every rank (`DSP_STATUS_PEER_FAILED` on the ranks whose own arguments were fine).
+/// `schedule` (a `dsp_schedule` value). Collective over `comm`: the ranks agree on their
+/// arguments, then on the partition (fingerprint, P, N) and the schedule, so a bad argument on
+/// any rank fails on every rank (`DSP_STATUS_PEER_FAILED` on the ranks whose own arguments were
+/// fine) and different schedules are `DSP_STATUS_ARGUMENT_MISMATCH` everywhere.
 /// On failure `*out` is NULL. Creating thread of `comm` only.
 ///
 /// # Safety
@@ -121,14 +122,14 @@ pub unsafe extern "C" fn dsp_spmm_create(
     out: *mut *mut Spmm,
 ) -> Status {
     ffi_boundary("dsp_spmm_create", || {
-        // SAFETY: the caller guarantees a live handle or NULL.
-        let comm = unsafe { Comm::borrow(comm, "comm") }?;
-        comm.check_thread()?;
         // SAFETY: the caller guarantees NULL or valid for a write.
         let out = unsafe { OutPtr::new(out, "out") };
         if let Ok(out) = &out {
             out.write(std::ptr::null_mut());
         }
+        // SAFETY: the caller guarantees a live handle or NULL.
+        let comm = unsafe { Comm::borrow(comm, "comm") }?;
+        comm.check_thread()?;
         let local = (|| {
             let out = out.as_ref().map_err(Error::clone)?;
             // SAFETY: the caller guarantees a live handle or NULL.
@@ -141,17 +142,21 @@ pub unsafe extern "C" fn dsp_spmm_create(
             })?;
             Ok((out, chunk, kind))
         })();
-        match local {
-            Ok((out, chunk, kind)) => {
-                out.write(build(comm, chunk, kind)?.into_raw());
-                Ok(())
+        // Agree on the local checks first, so that a bad argument anywhere fails everywhere
+        // with this library's statuses; the operator then agrees on the partition itself.
+        let key = local
+            .as_ref()
+            .map(|_| schedule as u64)
+            .map_err(Error::clone);
+        agree(comm.mpi(), key, |code| {
+            match Schedule::from_code(code as i32) {
+                Some(ScheduleKind::Halo) => "schedule halo".into(),
+                _ => "schedule broadcast".into(),
             }
-            Err(e) => {
-                // Join the operator's agreement so the other ranks fail instead of waiting.
-                let _ = abstain(comm.mpi(), None);
-                Err(e)
-            }
-        }
+        })?;
+        let (out, chunk, kind) = local?;
+        out.write(build(comm, chunk, kind)?.into_raw());
+        Ok(())
     })
 }
 
@@ -247,8 +252,10 @@ unsafe fn call(
     agree(op.op.comm(), key, |c| format!("cols = {c}"))?;
     let (input, output) = local?;
     let dense_error = |e: distspmm_core::sparse::SparseError| Error::invalid(e.to_string());
-    let input = DenseView::new(input, rows, cols, ld_in.max(cols)).map_err(dense_error)?;
-    let output = DenseViewMut::new(output, rows, cols, ld_out.max(cols)).map_err(dense_error)?;
+    // With no columns the buffers hold nothing (they may be empty), whatever the ld says.
+    let ld = |ld: usize| if cols == 0 { 0 } else { ld };
+    let input = DenseView::new(input, rows, cols, ld(ld_in)).map_err(dense_error)?;
+    let output = DenseViewMut::new(output, rows, cols, ld(ld_out)).map_err(dense_error)?;
     match direction {
         Direction::Forward => op.op.forward(input, output)?,
         Direction::Backward => op.op.backward(input, output)?,

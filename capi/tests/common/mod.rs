@@ -81,11 +81,42 @@ pub fn scratch() -> PathBuf {
     dir
 }
 
+/// Builds `libdistspmm.so` and `libdistspmm.a` into [`profile_dir`]: `cargo test` compiles
+/// the library only as the rlib its tests link, so the C artifacts may be stale or missing.
+/// Runs cargo on the same target directory and profile (cargo releases the build lock
+/// before it runs tests; nothing is rebuilt when they are current).
+pub fn build_library() {
+    let profile_dir = profile_dir();
+    let target_dir = profile_dir.parent().expect("target/<profile>");
+    let profile = match profile_dir.file_name().and_then(|n| n.to_str()) {
+        Some("debug") | None => "dev".to_owned(),
+        Some(name) => name.to_owned(),
+    };
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let out = run(
+        Command::new(cargo)
+            .current_dir(repo_root())
+            .args([
+                "build",
+                "--quiet",
+                "-p",
+                "distspmm-capi",
+                "--lib",
+                "--profile",
+                &profile,
+            ])
+            .env("CARGO_TARGET_DIR", target_dir),
+        Duration::from_secs(900),
+    );
+    assert_success("cargo build -p distspmm-capi --lib", &out);
+}
+
 /// The library, header, pkg-config and CMake files installed by `capi/install.sh` into a
-/// prefix under [`scratch`], once per test binary.
+/// prefix under [`scratch`], once per test binary (after [`build_library`]).
 pub fn prefix() -> &'static Path {
     static PREFIX: OnceLock<PathBuf> = OnceLock::new();
     PREFIX.get_or_init(|| {
+        build_library();
         let prefix = scratch().join("prefix");
         let _ = std::fs::remove_dir_all(&prefix);
         let out = run(

@@ -1,0 +1,265 @@
+//! The C ABI from C and C++: installs the library (`capi/install.sh`), compiles
+//! `tests/c/api_test.c` (C99) and `tests/c/api_test.cpp` (C++11, a host that initialises MPI)
+//! with warnings as errors through the installed pkg-config file, runs them without MPI and
+//! under `mpirun -n 2`, links the static library, and checks the shared library's exports.
+
+mod common;
+
+use std::ffi::OsStr;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use distspmm_core::graph::Graph;
+
+const BUILD_TIMEOUT: Duration = Duration::from_secs(180);
+const RUN_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// The chunk directories the C tests read.
+struct Fixtures {
+    /// The small featured graph in 2 parts.
+    dir2: PathBuf,
+    /// The same graph in 3 parts (opened under 2 ranks: a parts mismatch).
+    dir3: PathBuf,
+    /// A directed graph without node data in 2 parts (Ahat is not symmetric).
+    directed: PathBuf,
+    /// An existing directory without a manifest.
+    empty: PathBuf,
+}
+
+/// A seeded random directed graph (duplicates and self loops included, as inputs may have).
+fn directed_graph(nodes: u32, edges: usize, seed: u64) -> Graph {
+    let mut state = seed;
+    let mut next = || {
+        state = state
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        ((state >> 33) % u64::from(nodes)) as u32
+    };
+    let (src, dst): (Vec<u32>, Vec<u32>) = (0..edges).map(|_| (next(), next())).unzip();
+    Graph::from_edges(nodes as usize, src, dst)
+}
+
+fn fixtures() -> &'static Fixtures {
+    static FIXTURES: OnceLock<Fixtures> = OnceLock::new();
+    FIXTURES.get_or_init(|| {
+        let root = common::scratch().join("chunks");
+        let f = Fixtures {
+            dir2: root.join("csbm-2"),
+            dir3: root.join("csbm-3"),
+            directed: root.join("directed-2"),
+            empty: root.join("empty"),
+        };
+        let graph = common::small_graph();
+        common::write_chunks(&graph, 2, &f.dir2);
+        common::write_chunks(&graph, 3, &f.dir3);
+        common::write_chunks(&directed_graph(150, 700, 7), 2, &f.directed);
+        std::fs::create_dir_all(&f.empty).unwrap();
+        f
+    })
+}
+
+/// `pkg-config --cflags --libs distspmm` (or `--static`) against the installed prefix.
+fn pkg_config(static_link: bool) -> Option<Vec<String>> {
+    let pkg_config = common::tool("pkg-config")?;
+    let mut command = Command::new(pkg_config);
+    command.env("PKG_CONFIG_PATH", common::prefix().join("lib/pkgconfig"));
+    if static_link {
+        command.arg("--static");
+    }
+    let out = common::run(
+        command.args(["--cflags", "--libs", "distspmm"]),
+        RUN_TIMEOUT,
+    );
+    common::assert_success("pkg-config distspmm", &out);
+    let flags = String::from_utf8(out.stdout).unwrap();
+    Some(flags.split_whitespace().map(str::to_owned).collect())
+}
+
+/// Compiles `source` into `output` with `compiler`, strict warnings, and pkg-config's flags.
+fn compile(
+    compiler: &str,
+    standard: &str,
+    source: &str,
+    output: &Path,
+    static_link: bool,
+) -> Option<PathBuf> {
+    let compiler = common::tool(compiler)?;
+    let mut flags = pkg_config(static_link)?;
+    if static_link {
+        // Link libdistspmm.a itself rather than the shared library next to it.
+        for f in &mut flags {
+            if f == "-ldistspmm" {
+                *f = common::prefix()
+                    .join("lib/libdistspmm.a")
+                    .display()
+                    .to_string();
+            }
+        }
+    } else {
+        flags.push(format!(
+            "-Wl,-rpath,{}",
+            common::prefix().join("lib").display()
+        ));
+    }
+    let source = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/c")
+        .join(source);
+    let out = common::run(
+        Command::new(&compiler)
+            .args([standard, "-Wall", "-Wextra", "-Werror", "-pedantic", "-O1"])
+            .arg(&source)
+            .arg("-o")
+            .arg(output)
+            .args(&flags)
+            .arg("-lm"),
+        BUILD_TIMEOUT,
+    );
+    common::assert_success(&format!("compiling {}", source.display()), &out);
+    Some(output.to_path_buf())
+}
+
+fn c_test_binary() -> Option<&'static Path> {
+    static BINARY: OnceLock<Option<PathBuf>> = OnceLock::new();
+    BINARY
+        .get_or_init(|| {
+            compile(
+                "cc",
+                "-std=c99",
+                "api_test.c",
+                &common::scratch().join("api_test"),
+                false,
+            )
+        })
+        .as_deref()
+}
+
+/// Every rank printed its summary with no failed check.
+fn assert_all_ranks_passed(what: &str, out: &std::process::Output, ranks: usize) {
+    common::assert_success(what, out);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let passed = stdout.lines().filter(|l| l.ends_with(", 0 failed")).count();
+    assert_eq!(
+        passed, ranks,
+        "{what}: not every rank reported success:\n{stdout}"
+    );
+}
+
+#[test]
+fn c99_without_mpi_null_arguments_and_statuses() {
+    let Some(binary) = c_test_binary() else {
+        return;
+    };
+    let out = common::run(Command::new(binary).arg("nompi"), RUN_TIMEOUT);
+    assert_all_ranks_passed("api_test nompi", &out, 1);
+}
+
+#[test]
+fn c99_under_mpirun_every_function() {
+    let Some(binary) = c_test_binary() else {
+        return;
+    };
+    let f = fixtures();
+    let args: Vec<&OsStr> = vec![
+        OsStr::new("mpi"),
+        f.dir2.as_os_str(),
+        f.dir3.as_os_str(),
+        f.directed.as_os_str(),
+        f.empty.as_os_str(),
+    ];
+    let Some(out) = common::mpirun(2, binary, &args, &[], RUN_TIMEOUT) else {
+        return;
+    };
+    assert_all_ranks_passed("mpirun -n 2 api_test mpi", &out, 2);
+}
+
+#[test]
+fn cxx11_host_initialised_mpi_adoption_and_threads() {
+    let Some(binary) = compile(
+        "mpicxx",
+        "-std=c++11",
+        "api_test.cpp",
+        &common::scratch().join("api_test_cpp"),
+        false,
+    ) else {
+        return;
+    };
+    let f = fixtures();
+    let Some(out) = common::mpirun(2, &binary, &[f.dir2.as_os_str()], &[], RUN_TIMEOUT) else {
+        return;
+    };
+    assert_all_ranks_passed("mpirun -n 2 api_test_cpp", &out, 2);
+}
+
+#[test]
+fn static_library_links_with_pkg_config_static() {
+    let Some(binary) = compile(
+        "cc",
+        "-std=c99",
+        "api_test.c",
+        &common::scratch().join("api_test_static"),
+        true,
+    ) else {
+        return;
+    };
+    let out = common::run(Command::new(&binary).arg("nompi"), RUN_TIMEOUT);
+    assert_all_ranks_passed("api_test_static nompi", &out, 1);
+    let Some(readelf) = common::tool("readelf") else {
+        return;
+    };
+    let dynamic = common::run(Command::new(readelf).arg("-d").arg(&binary), RUN_TIMEOUT);
+    assert!(
+        !String::from_utf8_lossy(&dynamic.stdout).contains("libdistspmm"),
+        "the static build must not need libdistspmm.so"
+    );
+}
+
+#[test]
+fn shared_library_exports_only_dsp_symbols_and_has_a_soname() {
+    let lib = common::prefix().join("lib/libdistspmm.so");
+    let Some(nm) = common::tool("nm") else { return };
+    let out = common::run(
+        Command::new(nm).args(["-D", "--defined-only"]).arg(&lib),
+        RUN_TIMEOUT,
+    );
+    common::assert_success("nm -D", &out);
+    let symbols: Vec<String> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| l.split_whitespace().nth(2).map(str::to_owned))
+        .collect();
+    assert!(
+        symbols.len() >= 30,
+        "only {} exported symbols",
+        symbols.len()
+    );
+    let foreign: Vec<&String> = symbols.iter().filter(|s| !s.starts_with("dsp_")).collect();
+    assert!(
+        foreign.is_empty(),
+        "symbols without the dsp_ prefix: {foreign:?}"
+    );
+    // Every function the header declares is exported.
+    let header = std::fs::read_to_string(common::prefix().join("include/distspmm.h")).unwrap();
+    for line in header
+        .lines()
+        .filter(|l| l.ends_with(");") && !l.starts_with(' '))
+    {
+        let name = line
+            .split('(')
+            .next()
+            .and_then(|h| h.split_whitespace().last())
+            .unwrap()
+            .trim_start_matches('*');
+        assert!(
+            symbols.iter().any(|s| s == name),
+            "{name} is declared but not exported"
+        );
+    }
+    let Some(readelf) = common::tool("readelf") else {
+        return;
+    };
+    let dynamic = common::run(Command::new(readelf).arg("-d").arg(&lib), RUN_TIMEOUT);
+    let text = String::from_utf8_lossy(&dynamic.stdout);
+    let soname = format!("[libdistspmm.so.{}]", env!("CARGO_PKG_VERSION_MAJOR"));
+    assert!(text.contains(&soname), "SONAME {soname} missing:\n{text}");
+}
