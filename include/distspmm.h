@@ -325,9 +325,10 @@ dsp_status dsp_allreduce_sum_f32(dsp_comm *comm, float *buf, size_t count);
 dsp_status dsp_allreduce_sum_f64(dsp_comm *comm, double *buf, size_t count);
 
 // Creates this rank's distributed SpMM for `chunk` (opened with the same communicator) and
-// `schedule` (a `dsp_schedule` value). Collective over `comm`: the ranks first agree on the
-// partition (fingerprint, P, N) and the schedule, so a mismatch or a bad argument on any rank
-// fails on every rank (`DSP_STATUS_PEER_FAILED` on the ranks whose own arguments were fine).
+// `schedule` (a `dsp_schedule` value). Collective over `comm`: the ranks agree on their
+// arguments, then on the partition (fingerprint, P, N) and the schedule, so a bad argument on
+// any rank fails on every rank (`DSP_STATUS_PEER_FAILED` on the ranks whose own arguments were
+// fine) and different schedules are `DSP_STATUS_ARGUMENT_MISMATCH` everywhere.
 // On failure `*out` is NULL. Creating thread of `comm` only.
 //
 // # Safety
