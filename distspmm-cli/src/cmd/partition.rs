@@ -22,21 +22,9 @@ pub struct Args {
     /// Output directory (created if missing).
     #[arg(long)]
     out: PathBuf,
-    /// How nodes are assigned to parts.
-    #[arg(long, value_enum, default_value_t = MethodArg::Metis)]
-    method: MethodArg,
-    /// Seed for METIS or the random permutation.
-    #[arg(long, default_value_t = 1)]
-    seed: u64,
-    /// METIS imbalance tolerance: largest part ≤ this × mean part size (1.03 = METIS ufactor 30).
-    #[arg(long, default_value_t = 1.03)]
-    imbalance: f64,
-    /// METIS objective: edge cut or communication volume.
-    #[arg(long, value_enum, default_value_t = ObjectiveArg::Cut)]
-    objective: ObjectiveArg,
-    /// Normalisation of Â: gcn (D^-1/2 (A+I) D^-1/2), row (D^-1 (A+I)) or none.
-    #[arg(long, default_value = "gcn")]
-    normalize: Normalization,
+    /// Method, seed, imbalance, objective and normalisation.
+    #[command(flatten)]
+    partitioning: PartitionOptions,
     /// Reuse this saved partition map (e.g. DIR/partition.map of an earlier run) instead of
     /// partitioning again.
     #[arg(long, value_name = "FILE")]
@@ -52,8 +40,48 @@ pub struct Args {
     json: bool,
 }
 
+/// How a graph is partitioned and normalised: the options `distspmm partition` and
+/// `distspmm plan --input` share.
+#[derive(Debug, clap::Args)]
+pub struct PartitionOptions {
+    /// How nodes are assigned to parts.
+    #[arg(long, value_enum, default_value_t = MethodArg::Metis)]
+    pub method: MethodArg,
+    /// Seed for METIS or the random permutation.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// METIS imbalance tolerance: largest part ≤ this × mean part size (1.03 = METIS ufactor 30).
+    #[arg(long, default_value_t = 1.03)]
+    pub imbalance: f64,
+    /// METIS objective: edge cut or communication volume.
+    #[arg(long, value_enum, default_value_t = ObjectiveArg::Cut)]
+    pub objective: ObjectiveArg,
+    /// Normalisation of Â: gcn (D^-1/2 (A+I) D^-1/2), row (D^-1 (A+I)) or none.
+    #[arg(long, default_value = "gcn")]
+    pub normalize: Normalization,
+}
+
+impl PartitionOptions {
+    /// The partitioning method these options describe.
+    pub fn method(&self) -> Method {
+        match self.method {
+            MethodArg::Metis => Method::Metis(MetisOptions {
+                seed: self.seed,
+                imbalance: self.imbalance,
+                objective: match self.objective {
+                    ObjectiveArg::Cut => Objective::Cut,
+                    ObjectiveArg::Vol => Objective::Volume,
+                },
+            }),
+            MethodArg::Contiguous => Method::Contiguous,
+            MethodArg::Random => Method::Random { seed: self.seed },
+        }
+    }
+}
+
+/// Partitioning methods.
 #[derive(Debug, Clone, Copy, clap::ValueEnum)]
-enum MethodArg {
+pub enum MethodArg {
     /// METIS multilevel k-way.
     Metis,
     /// Contiguous id ranges.
@@ -62,8 +90,9 @@ enum MethodArg {
     Random,
 }
 
+/// METIS objectives.
 #[derive(Debug, Clone, Copy, clap::ValueEnum)]
-enum ObjectiveArg {
+pub enum ObjectiveArg {
     /// Minimise cut edges.
     Cut,
     /// Minimise total communication volume.
@@ -92,7 +121,7 @@ impl Phase {
         }
     }
 
-    fn done(self) -> f64 {
+    fn done(self) {
         let seconds = self.started.elapsed().as_secs_f64();
         let message = self.bar.message();
         tracing::info!(phase = %message, seconds, "phase done");
@@ -100,7 +129,6 @@ impl Phase {
             .set_style(ProgressStyle::with_template("  {msg}").expect("static template"));
         self.bar
             .finish_with_message(format!("{message}: {seconds:.2} s"));
-        seconds
     }
 }
 
@@ -124,7 +152,11 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
     // METIS runs on one core: normalise Â on the others meanwhile.
     let (a_hat, partitioned) = std::thread::scope(|scope| {
         let partitioning = scope.spawn(|| -> anyhow::Result<(Partition, u64)> {
-            let phase = Phase::start(&bars, "partitioning");
+            let label = match args.partition_map {
+                Some(_) => "reading the partition map",
+                None => "partitioning",
+            };
+            let phase = Phase::start(&bars, label);
             let adjacency = Adjacency::from_edges(graph.num_nodes, &graph.src, &graph.dst)?;
             if let Some(path) = &args.write_metis_graph {
                 adjacency
@@ -133,7 +165,7 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
             }
             let partition = match &args.partition_map {
                 Some(path) => load_map(path, args.parts, graph.num_nodes)?,
-                None => partition::partition(&adjacency, args.parts, &method(args))?,
+                None => partition::partition(&adjacency, args.parts, &args.partitioning.method())?,
             };
             let edge_cut = partition.edge_cut(&adjacency)?;
             phase.done();
@@ -145,7 +177,7 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
             &graph.src,
             &graph.dst,
             graph.weights.as_deref(),
-            args.normalize,
+            args.partitioning.normalize,
         )
         .with_context(|| format!("cannot normalise {}", args.input.display()));
         phase.done();
@@ -165,7 +197,7 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
     );
     let options = WriteOptions {
         force: args.force,
-        normalization: args.normalize.name().into(),
+        normalization: args.partitioning.normalize.name().into(),
         command_line: std::env::args().collect(),
         edge_cut: Some(edge_cut),
         progress: progress.clone(),
@@ -215,21 +247,6 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
         );
     }
     Ok(())
-}
-
-fn method(args: &Args) -> Method {
-    match args.method {
-        MethodArg::Metis => Method::Metis(MetisOptions {
-            seed: args.seed,
-            imbalance: args.imbalance,
-            objective: match args.objective {
-                ObjectiveArg::Cut => Objective::Cut,
-                ObjectiveArg::Vol => Objective::Volume,
-            },
-        }),
-        MethodArg::Contiguous => Method::Contiguous,
-        MethodArg::Random => Method::Random { seed: args.seed },
-    }
 }
 
 fn load_map(path: &std::path::Path, parts: u32, nodes: usize) -> anyhow::Result<Partition> {
