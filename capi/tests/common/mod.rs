@@ -271,7 +271,11 @@ pub fn mpirun(
         .args(args)
         .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
         .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
-        .env("OMPI_MCA_rmaps_base_oversubscribe", "1");
+        .env("OMPI_MCA_rmaps_base_oversubscribe", "1")
+        // Oversubscribed ranks must not spin while they wait, and one kernel thread per rank
+        // is all two cores hold: otherwise a run is several times slower on a busy machine.
+        .env("OMPI_MCA_mpi_yield_when_idle", "1")
+        .env("RAYON_NUM_THREADS", "1");
     for (k, v) in env {
         command.env(k, v);
     }
