@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Runs every fuzz target, one after another, for SECONDS each (default 600), niced, growing
+# corpus/<target>/ from seeds/<target>/. Logs go to target/logs/<target>.log; a summary line per
+# target (executions, coverage, features, corpus size, finding or not) to target/logs/summary.txt.
+# Stops at the first target that finds a crash (the reproducer is under artifacts/<target>/).
+#
+# Usage: fuzz/run-all.sh [SECONDS] [TARGET...]
+set -euo pipefail
+cd "$(dirname "$0")"
+source ./targets.sh
+seconds=${1:-600}
+shift || true
+[[ $# -gt 0 ]] && targets=("$@") || targets=("${FUZZ_TARGETS[@]}")
+export RUSTC_BOOTSTRAP=1
+mkdir -p target/logs
+nice -n 10 cargo fuzz build
+for t in "${targets[@]}"; do
+    mkdir -p "corpus/$t"
+    log=target/logs/$t.log
+    start=$(date -u +%FT%TZ)
+    status=ok
+    nice -n 10 cargo fuzz run "$t" "corpus/$t" "seeds/$t" -- \
+        -max_total_time="$seconds" -max_len="${FUZZ_MAX_LEN[$t]}" -timeout=10 \
+        -print_final_stats=1 >"$log" 2>&1 || status=FINDING
+    execs=$(grep -o 'stat::number_of_executed_units: *[0-9]*' "$log" | grep -o '[0-9]*$' || echo '?')
+    done_line=$(grep -E '^#[0-9]+[[:space:]]+DONE' "$log" | tail -1 || true)
+    cov=$(grep -o 'cov: [0-9]*' <<<"$done_line" | grep -o '[0-9]*' || echo '?')
+    ft=$(grep -o 'ft: [0-9]*' <<<"$done_line" | grep -o '[0-9]*' || echo '?')
+    corp=$(grep -o 'corp: [0-9]*' <<<"$done_line" | grep -o '[0-9]*' || echo '?')
+    line="$t start=$start seconds=$seconds execs=$execs cov=$cov ft=$ft corpus=$corp result=$status"
+    echo "$line" | tee -a target/logs/summary.txt
+    if [[ $status != ok ]]; then
+        echo "$t found a crash; see $log and artifacts/$t/" >&2
+        exit 1
+    fi
+done
