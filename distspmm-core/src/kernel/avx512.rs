@@ -20,11 +20,11 @@
 use core::arch::x86_64::{
     __m512, __mmask16, _mm512_add_ps, _mm512_fmadd_ps, _mm512_loadu_ps, _mm512_mask_storeu_ps,
     _mm512_maskz_loadu_ps, _mm512_mul_ps, _mm512_set1_ps, _mm512_setzero_ps, _mm512_storeu_ps,
-    _mm512_stream_ps, _mm_prefetch, _mm_sfence, _MM_HINT_NTA,
+    _mm512_stream_ps, _mm_sfence,
 };
 use core::ops::Range;
 
-use super::{prefetch, Operand, Pass};
+use super::{prefetch, prefetch_nta, Operand, Pass, PREFETCH_LINES, STREAM_AHEAD};
 use crate::sparse::DenseViewMut;
 
 /// Lanes of a `zmm` register of `f32`.
@@ -32,11 +32,6 @@ const LANES: usize = 16;
 /// Widest pass: 8 accumulators. Measured on RMAT scale 18 (2 threads, Zen 4): passes of 128
 /// beat both 64 and 256 at F = 256.
 const MAX_WIDTH: usize = 8 * LANES;
-/// Cache lines of X in flight through prefetches. Deep: at F = 16 (one line per non-zero) the
-/// best distance measured was 160 non-zeros, against 48 for a 2 × slower product.
-const PREFETCH_LINES: usize = 160;
-/// Entries of the index and value arrays between a read and its non-temporal prefetch.
-const STREAM_AHEAD: usize = 256;
 /// Outputs at least this large are written with streaming stores when possible.
 const STREAM_MIN_BYTES: usize = 8 << 20;
 
@@ -199,11 +194,4 @@ unsafe fn pass_nv<const NV: usize>(
         // Streaming stores are weakly ordered: make them visible before the block is joined.
         _mm_sfence();
     }
-}
-
-/// Prefetches the line holding `p` without keeping it in the outer caches (a hint).
-#[inline(always)]
-fn prefetch_nta<T>(p: *const T) {
-    // SAFETY: prefetch is a hint that never dereferences or faults, whatever the address.
-    unsafe { _mm_prefetch::<_MM_HINT_NTA>(p.cast::<i8>()) }
 }

@@ -5,11 +5,8 @@
 
 use core::ops::Range;
 
-use super::{prefetch, Isa, Operand, Pass};
+use super::{prefetch, prefetch_nta, Isa, Operand, Pass, PREFETCH_LINES, STREAM_AHEAD};
 use crate::sparse::{DenseViewMut, Scalar};
-
-/// Non-zeros between a gather and the prefetch of its X row.
-const PREFETCH_DISTANCE: usize = 8;
 
 /// The pass width for `f` feature columns: the smallest of 8, 16, 32, 64 elements (at most
 /// 256 bytes of accumulators) that covers `f`, or the largest.
@@ -86,9 +83,19 @@ fn pass_body<T: Scalar, const W: usize>(
     } = pass.op;
     let (xs, ldx, f0, w) = (pass.x.as_slice(), pass.x.ld(), pass.f0, pass.w);
     let last = (indptr[rows.end] as usize).saturating_sub(1);
+    // Lines of one gathered row (plus one when it does not start on a line).
+    let lines = (w * size_of::<T>()).div_ceil(64) + 1;
+    let per_line = 64 / size_of::<T>();
+    let distance = (PREFETCH_LINES / lines).max(1);
     let ahead = |k: usize| {
-        let j = indices[(k + PREFETCH_DISTANCE).min(last)] as usize;
-        prefetch(xs.as_ptr().wrapping_add(j * ldx + f0));
+        let j = indices[(k + distance).min(last)] as usize;
+        let row = xs.as_ptr().wrapping_add(j * ldx + f0);
+        for l in 0..lines - 1 {
+            prefetch(row.wrapping_add(l * per_line));
+        }
+        prefetch(row.wrapping_add(w - 1));
+        prefetch_nta(indices.as_ptr().wrapping_add(k + STREAM_AHEAD));
+        prefetch_nta(data.as_ptr().wrapping_add(k + STREAM_AHEAD));
     };
     for (r, i) in rows.enumerate() {
         let (s, e) = (indptr[i] as usize, indptr[i + 1] as usize);

@@ -380,6 +380,13 @@ fn as_f32<'a, T: Scalar>(
     Some((op, x, y))
 }
 
+/// Cache lines of X kept in flight by software prefetches; the distance in non-zeros is this
+/// over the lines one gathered row spans. Deep: at F = 16 (one line per non-zero) 160
+/// non-zeros ahead measured best on RMAT scale 18, against 48 for a 2 × slower product.
+pub(crate) const PREFETCH_LINES: usize = 160;
+/// Entries of the index and value arrays between a read and its non-temporal prefetch.
+pub(crate) const STREAM_AHEAD: usize = 256;
+
 /// Prefetches the cache line holding `p` into all cache levels (a hint: never faults).
 #[inline(always)]
 pub(crate) fn prefetch<T>(p: *const T) {
@@ -387,6 +394,20 @@ pub(crate) fn prefetch<T>(p: *const T) {
     // SAFETY: prefetch is a hint that never dereferences or faults, whatever the address.
     unsafe {
         core::arch::x86_64::_mm_prefetch::<{ core::arch::x86_64::_MM_HINT_T0 }>(p.cast::<i8>());
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = p;
+}
+
+/// Prefetches the line holding `p` without keeping it in the outer caches (a hint: never
+/// faults): for the once-read index and value streams, which would otherwise push the hot rows
+/// of X out of the shared cache.
+#[inline(always)]
+pub(crate) fn prefetch_nta<T>(p: *const T) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: prefetch is a hint that never dereferences or faults, whatever the address.
+    unsafe {
+        core::arch::x86_64::_mm_prefetch::<{ core::arch::x86_64::_MM_HINT_NTA }>(p.cast::<i8>());
     }
     #[cfg(not(target_arch = "x86_64"))]
     let _ = p;
