@@ -77,11 +77,17 @@ fn pkg_config(static_link: bool) -> Option<Vec<String>> {
     Some(flags.split_whitespace().map(str::to_owned).collect())
 }
 
+fn test_source(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/c")
+        .join(name)
+}
+
 /// Compiles `source` into `output` with `compiler`, strict warnings, and pkg-config's flags.
 fn compile(
     compiler: &str,
     standard: &str,
-    source: &str,
+    source: &Path,
     output: &Path,
     static_link: bool,
 ) -> Option<PathBuf> {
@@ -103,9 +109,6 @@ fn compile(
             common::prefix().join("lib").display()
         ));
     }
-    let source = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/c")
-        .join(source);
     let out = common::run(
         Command::new(&compiler)
             .args([standard, "-Wall", "-Wextra", "-Werror", "-pedantic", "-O1"])
@@ -127,7 +130,7 @@ fn c_test_binary() -> Option<&'static Path> {
             compile(
                 "cc",
                 "-std=c99",
-                "api_test.c",
+                &test_source("api_test.c"),
                 &common::scratch().join("api_test"),
                 false,
             )
@@ -179,7 +182,7 @@ fn cxx11_host_initialised_mpi_adoption_and_threads() {
     let Some(binary) = compile(
         "mpicxx",
         "-std=c++11",
-        "api_test.cpp",
+        &test_source("api_test.cpp"),
         &common::scratch().join("api_test_cpp"),
         false,
     ) else {
@@ -197,7 +200,7 @@ fn static_library_links_with_pkg_config_static() {
     let Some(binary) = compile(
         "cc",
         "-std=c99",
-        "api_test.c",
+        &test_source("api_test.c"),
         &common::scratch().join("api_test_static"),
         true,
     ) else {
@@ -262,4 +265,29 @@ fn shared_library_exports_only_dsp_symbols_and_has_a_soname() {
     let text = String::from_utf8_lossy(&dynamic.stdout);
     let soname = format!("[libdistspmm.so.{}]", env!("CARGO_PKG_VERSION_MAJOR"));
     assert!(text.contains(&soname), "SONAME {soname} missing:\n{text}");
+}
+
+#[test]
+fn the_minimal_example_of_the_docs_compiles_and_runs() {
+    let docs = std::fs::read_to_string(common::repo_root().join("docs/c-api.md")).unwrap();
+    let start = docs.find("```c\n").expect("docs/c-api.md has a C example") + 5;
+    let end = start + docs[start..].find("```").expect("the C example ends");
+    let source = common::scratch().join("doc_example.c");
+    std::fs::write(&source, &docs[start..end]).unwrap();
+    let Some(binary) = compile(
+        "cc",
+        "-std=c99",
+        &source,
+        &common::scratch().join("doc_example"),
+        false,
+    ) else {
+        return;
+    };
+    let f = fixtures();
+    let Some(out) = common::mpirun(2, &binary, &[f.dir2.as_os_str()], &[], RUN_TIMEOUT) else {
+        return;
+    };
+    common::assert_success("mpirun -n 2 doc_example", &out);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains("sum of Ahat X = "), "{stdout}");
 }

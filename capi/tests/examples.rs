@@ -101,3 +101,89 @@ fn cpp_gcn_trainer_links_only_libdistspmm_and_reaches_78_percent_on_cora() {
         );
     }
 }
+
+/// A Python with numpy, SciPy and mpi4py: the repository's `.venv` (scripts/ensure-deps.sh
+/// with `DISTSPMM_PY_EXTRAS=1`), else `python3`.
+fn python() -> Option<PathBuf> {
+    let venv = common::repo_root().join(".venv/bin/python");
+    let python = if venv.is_file() {
+        venv
+    } else {
+        common::tool("python3")?
+    };
+    let out = common::run(
+        Command::new(&python).args(["-c", "import numpy, scipy, mpi4py"]),
+        TRAIN_TIMEOUT,
+    );
+    common::require(
+        out.status.success().then_some(python),
+        "numpy, scipy or mpi4py is missing (DISTSPMM_PY_EXTRAS=1 scripts/ensure-deps.sh)",
+    )
+}
+
+/// The small featured graph with its edges replaced by random directed ones, so that Ahat is
+/// not symmetric and a transposition mistake in backward shows.
+fn directed_featured_graph() -> distspmm_core::graph::Graph {
+    let mut graph = common::small_graph();
+    let n = graph.num_nodes as u64;
+    let mut state = 99u64;
+    let mut next = || {
+        state = state
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        ((state >> 33) % n) as u32
+    };
+    let (src, dst): (Vec<u32>, Vec<u32>) = (0..4 * n).map(|_| (next(), next())).unzip();
+    graph.src = src;
+    graph.dst = dst;
+    graph
+}
+
+fn run_python_check(python: &Path, chunks: &Path, graph: &Path) {
+    let script = common::repo_root().join("examples/python/check_spmm.py");
+    let lib = common::prefix().join("lib/libdistspmm.so");
+    let args: Vec<&OsStr> = vec![
+        script.as_os_str(),
+        OsStr::new("--chunks"),
+        chunks.as_os_str(),
+        OsStr::new("--graph"),
+        graph.as_os_str(),
+        OsStr::new("--lib"),
+        lib.as_os_str(),
+    ];
+    let Some(out) = common::mpirun(2, python, &args, &[], TRAIN_TIMEOUT) else {
+        return;
+    };
+    common::assert_success("mpirun -n 2 python check_spmm.py", &out);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    eprintln!("{stdout}");
+    assert_eq!(
+        stdout.matches(": ok").count(),
+        2,
+        "every rank must report ok:\n{stdout}"
+    );
+    assert_eq!(
+        stdout
+            .lines()
+            .filter(|l| l.contains("forward err="))
+            .count(),
+        4,
+        "two ranks x two schedules:\n{stdout}"
+    );
+}
+
+#[test]
+fn python_ctypes_forward_and_backward_match_scipy() {
+    let Some(python) = python() else { return };
+    let dir = common::scratch().join("python-directed");
+    std::fs::create_dir_all(&dir).unwrap();
+    let npz = dir.join("graph.npz");
+    let _ = std::fs::remove_file(&npz);
+    distspmm_core::graph::npz::write_npz(&npz, &directed_featured_graph()).expect("write .npz");
+    let chunks = dir.join("chunks");
+    common::write_chunks(&distspmm_core::graph::load(&npz).unwrap(), 2, &chunks);
+    run_python_check(&python, &chunks, &npz);
+    if let Some(cora) = common::cora() {
+        run_python_check(&python, &cora_chunks(&cora, 2), &cora);
+    }
+}
