@@ -55,9 +55,15 @@ fn checksum(state: &serde_json::Value) -> Result<String> {
 
 /// Writes `state` atomically into `dir` (created if missing).
 pub fn save(dir: &Path, state: &State) -> Result<()> {
-    std::fs::create_dir_all(dir).with_context(|| format!("cannot create checkpoint directory {}", dir.display()))?;
+    std::fs::create_dir_all(dir)
+        .with_context(|| format!("cannot create checkpoint directory {}", dir.display()))?;
     let value = serde_json::to_value(state)?;
-    let envelope = Envelope { format: FORMAT.into(), version: VERSION, checksum: checksum(&value)?, state: value };
+    let envelope = Envelope {
+        format: FORMAT.into(),
+        version: VERSION,
+        checksum: checksum(&value)?,
+        state: value,
+    };
     let final_path = path_in(dir);
     let tmp = dir.join(format!(".{FILE_NAME}.tmp-{}", std::process::id()));
     let write = || -> Result<()> {
@@ -80,32 +86,55 @@ pub fn save(dir: &Path, state: &State) -> Result<()> {
 pub fn load(dir: &Path) -> Result<State> {
     let path = path_in(dir);
     let bytes = std::fs::read(&path).with_context(|| {
-        format!("cannot read checkpoint {} (run without --resume to start from scratch)", path.display())
+        format!(
+            "cannot read checkpoint {} (run without --resume to start from scratch)",
+            path.display()
+        )
     })?;
-    let envelope: Envelope = serde_json::from_slice(&bytes)
-        .with_context(|| format!("{} is not a distspmm checkpoint (corrupted or truncated JSON)", path.display()))?;
+    let envelope: Envelope = serde_json::from_slice(&bytes).with_context(|| {
+        format!(
+            "{} is not a distspmm checkpoint (corrupted or truncated JSON)",
+            path.display()
+        )
+    })?;
     if envelope.format != FORMAT {
-        bail!("{} is a {:?} file, not a {FORMAT}", path.display(), envelope.format);
+        bail!(
+            "{} is a {:?} file, not a {FORMAT}",
+            path.display(),
+            envelope.format
+        );
     }
     if envelope.version > VERSION {
-        bail!("{} has checkpoint version {}; this distspmm reads up to {VERSION}: upgrade distspmm", path.display(), envelope.version);
+        bail!(
+            "{} has checkpoint version {}; this distspmm reads up to {VERSION}: upgrade distspmm",
+            path.display(),
+            envelope.version
+        );
     }
     if checksum(&envelope.state)? != envelope.checksum {
-        bail!("{} fails its checksum: the file was modified or corrupted", path.display());
+        bail!(
+            "{} fails its checksum: the file was modified or corrupted",
+            path.display()
+        );
     }
-    let state: State = serde_json::from_value(envelope.state).with_context(|| format!("{} has an unexpected layout", path.display()))?;
+    let state: State = serde_json::from_value(envelope.state)
+        .with_context(|| format!("{} has an unexpected layout", path.display()))?;
     let shapes_ok = {
         let dims = state.config.dims();
         state.params.weights.len() == state.config.layers
             && state.params.biases.len() == state.config.layers
             && (0..state.config.layers).all(|l| {
-                state.params.weights[l].len() == dims[l] * dims[l + 1] && state.params.biases[l].len() == dims[l + 1]
+                state.params.weights[l].len() == dims[l] * dims[l + 1]
+                    && state.params.biases[l].len() == dims[l + 1]
             })
             && state.adam.m.len() == state.params.len()
             && state.adam.v.len() == state.params.len()
     };
     if !shapes_ok {
-        bail!("{} holds parameters whose shapes do not match its own configuration", path.display());
+        bail!(
+            "{} holds parameters whose shapes do not match its own configuration",
+            path.display()
+        );
     }
     Ok(state)
 }
@@ -115,12 +144,31 @@ mod tests {
     use super::*;
 
     fn state() -> State {
-        let config = GcnConfig { in_dim: 5, hidden: 3, classes: 2, layers: 2, dropout: 0.5, lr: 0.01, weight_decay: 5e-4, seed: 1 };
+        let config = GcnConfig {
+            in_dim: 5,
+            hidden: 3,
+            classes: 2,
+            layers: 2,
+            dropout: 0.5,
+            lr: 0.01,
+            weight_decay: 5e-4,
+            seed: 1,
+        };
         let params = Params::glorot(&config);
         let mut adam = Adam::new(params.len());
-        adam.m.iter_mut().enumerate().for_each(|(i, v)| *v = 1.0 / (i as f32 + 3.0));
+        adam.m
+            .iter_mut()
+            .enumerate()
+            .for_each(|(i, v)| *v = 1.0 / (i as f32 + 3.0));
         adam.t = 7;
-        State { config, mode: "data".into(), data_id: "abc".into(), epoch: 7, params, adam }
+        State {
+            config,
+            mode: "data".into(),
+            data_id: "abc".into(),
+            epoch: 7,
+            params,
+            adam,
+        }
     }
 
     #[test]
@@ -130,7 +178,10 @@ mod tests {
         save(dir.path(), &s).unwrap();
         assert_eq!(load(dir.path()).unwrap(), s);
         // No temporary file is left behind.
-        let names: Vec<_> = std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
+        let names: Vec<_> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
         assert_eq!(names, vec![std::ffi::OsString::from(FILE_NAME)]);
     }
 
@@ -146,10 +197,19 @@ mod tests {
         let mut bad = good.clone();
         bad[at] = b'8';
         std::fs::write(&path, &bad).unwrap();
-        assert!(load(dir.path()).unwrap_err().to_string().contains("checksum"));
+        assert!(load(dir.path())
+            .unwrap_err()
+            .to_string()
+            .contains("checksum"));
         std::fs::write(&path, &good[..good.len() / 2]).unwrap();
-        assert!(load(dir.path()).unwrap_err().to_string().contains("truncated"));
+        assert!(load(dir.path())
+            .unwrap_err()
+            .to_string()
+            .contains("truncated"));
         std::fs::remove_file(&path).unwrap();
-        assert!(load(dir.path()).unwrap_err().to_string().contains("without --resume"));
+        assert!(load(dir.path())
+            .unwrap_err()
+            .to_string()
+            .contains("without --resume"));
     }
 }

@@ -2,7 +2,7 @@
 //! distributed SpMM, the dense-weight gradients are summed across ranks.
 
 use super::model::{Aggregate, GcnConfig, LocalData, TRAIN};
-use super::{agree, check_features, normalize_rows, train_loop, Args, Job, Schedule};
+use super::{agree, check_features, maybe_normalize_rows, train_loop, Args, Job, Schedule};
 use anyhow::{bail, Context, Result};
 use chunk_format::ChunkView;
 use dist_comm::spmm::DistSpmm;
@@ -51,7 +51,10 @@ pub struct DistAggregate<'a, C: dist_comm::Communicator> {
 
 impl<C: dist_comm::Communicator> std::fmt::Debug for DistAggregate<'_, C> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("DistAggregate").field("schedule", &self.op.schedule()).field("rows", &self.op.local_rows()).finish()
+        f.debug_struct("DistAggregate")
+            .field("schedule", &self.op.schedule())
+            .field("rows", &self.op.local_rows())
+            .finish()
     }
 }
 
@@ -90,7 +93,7 @@ impl<C: dist_comm::Communicator> Aggregate for DistAggregate<'_, C> {
     }
 }
 
-/// This rank's node data, copied out of the chunk (features are row-normalised in place).
+/// This rank's node data, copied out of the chunk.
 struct NodeData {
     features: Vec<f32>,
     labels: Vec<i32>,
@@ -106,22 +109,41 @@ fn node_data(args: &Args, view: &ChunkView<'_>, path: &std::path::Path) -> Resul
     let in_dim = h.feature_dim as usize;
     let classes = h.num_classes as usize;
     let Some(features) = view.features() else {
-        bail!("{} carries no features; partition a graph with node features (`x`) to train a GCN", path.display())
+        bail!(
+            "{} carries no features; partition a graph with node features (`x`) to train a GCN",
+            path.display()
+        )
     };
     let Some(labels) = view.labels() else {
-        bail!("{} carries no labels; partition a graph with labels (`y`) to train a GCN", path.display())
+        bail!(
+            "{} carries no labels; partition a graph with labels (`y`) to train a GCN",
+            path.display()
+        )
     };
     let masks = view.masks().map_or_else(|| vec![0u8; n], <[u8]>::to_vec);
     let ids = view.original_ids().to_vec();
-    if let Some((r, &y)) = labels.iter().enumerate().find(|(_, &y)| y >= classes as i32) {
-        bail!("{}: node {} has label {y} but the chunk declares {classes} classes", path.display(), ids[r]);
+    if let Some((r, &y)) = labels
+        .iter()
+        .enumerate()
+        .find(|(_, &y)| y >= classes as i32)
+    {
+        bail!(
+            "{}: node {} has label {y} but the chunk declares {classes} classes",
+            path.display(),
+            ids[r]
+        );
     }
     let mut features = features.to_vec();
-    check_features(&mut features, in_dim, |r| ids[r], args.on_nonfinite).with_context(|| format!("in {}", path.display()))?;
-    if args.normalize_features {
-        normalize_rows(&mut features, in_dim);
-    }
-    Ok(NodeData { features, labels: labels.to_vec(), masks, ids, in_dim, classes })
+    check_features(&mut features, in_dim, |r| ids[r], args.on_nonfinite)
+        .with_context(|| format!("in {}", path.display()))?;
+    Ok(NodeData {
+        features,
+        labels: labels.to_vec(),
+        masks,
+        ids,
+        in_dim,
+        classes,
+    })
 }
 
 /// Runs data-parallel training on this rank.
@@ -146,7 +168,10 @@ where
     let (dir, chunk) = agree(comm, opened)?;
     let chunk_path = dir.chunk_path(rank as u32)?;
     let view = chunk.view();
-    let nd = agree(comm, node_data(args, view, &chunk_path))?;
+    let mut nd = agree(comm, node_data(args, view, &chunk_path))?;
+    if args.normalize_features {
+        maybe_normalize_rows(comm, &mut nd.features, nd.in_dim)?;
+    }
     let cfg = GcnConfig {
         in_dim: nd.in_dim,
         hidden: args.hidden,
@@ -157,11 +182,31 @@ where
         weight_decay: args.weight_decay,
         seed: args.seed,
     };
-    let mut train_total = [nd.masks.iter().zip(&nd.labels).filter(|(&m, &y)| m & TRAIN != 0 && y >= 0).count() as u64];
+    let mut train_total = [nd
+        .masks
+        .iter()
+        .zip(&nd.labels)
+        .filter(|(&m, &y)| m & TRAIN != 0 && y >= 0)
+        .count() as u64];
     comm.all_reduce_sum(&mut train_total)?;
-    let model = agree(comm, super::model::Gcn::new(cfg.clone(), view.num_local_nodes(), train_total[0]))?;
+    let model = agree(
+        comm,
+        super::model::Gcn::new(cfg.clone(), view.num_local_nodes(), train_total[0]),
+    )?;
     let mut agg = dist_aggregate(comm, *view, args.schedule)?;
-    let data = LocalData { features: &nd.features, labels: &nd.labels, masks: &nd.masks, original_ids: &nd.ids };
-    let job = Job { args, cfg, mode: "data", data_id: dir.manifest().fingerprint.clone(), rank, ranks };
+    let data = LocalData {
+        features: &nd.features,
+        labels: &nd.labels,
+        masks: &nd.masks,
+        original_ids: &nd.ids,
+    };
+    let job = Job {
+        args,
+        cfg,
+        mode: "data",
+        data_id: dir.manifest().fingerprint.clone(),
+        rank,
+        ranks,
+    };
     train_loop(&job, comm, model, &mut agg, &data)
 }

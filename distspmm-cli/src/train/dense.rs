@@ -152,10 +152,32 @@ mod tests {
         let a = [1.0f32, 2.0];
         let b = [3.0f32, 4.0];
         let mut c = [10.0f32];
-        gemm(1.0, &a, Shape::new(1, 2), Op::N, &b, Shape::new(2, 1), Op::N, 1.0, &mut c, Shape::new(1, 1));
+        gemm(
+            1.0,
+            &a,
+            Shape::new(1, 2),
+            Op::N,
+            &b,
+            Shape::new(2, 1),
+            Op::N,
+            1.0,
+            &mut c,
+            Shape::new(1, 1),
+        );
         assert_eq!(c[0], 21.0);
         let mut c = [f32::NAN, f32::NAN];
-        gemm(1.0, &[], Shape::new(2, 0), Op::N, &[], Shape::new(0, 1), Op::N, 0.0, &mut c, Shape::new(2, 1));
+        gemm(
+            1.0,
+            &[],
+            Shape::new(2, 0),
+            Op::N,
+            &[],
+            Shape::new(0, 1),
+            Op::N,
+            0.0,
+            &mut c,
+            Shape::new(2, 1),
+        );
         assert_eq!(c, [0.0, 0.0]);
     }
 }

@@ -79,7 +79,8 @@ pub struct Args {
     /// Seed of the initial weights and the dropout masks.
     #[arg(long, default_value_t = 42)]
     pub seed: u64,
-    /// Row-normalise the features (divide each row by its sum), as the GCN paper.
+    /// Row-normalise the features (divide each row by its sum) as the GCN paper; skipped, with a
+    /// note, for features with negative values, where a row sum is not a scale.
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set, value_name = "BOOL")]
     pub normalize_features: bool,
     /// Directory for checkpoints (weights, optimiser state, epoch).
@@ -147,12 +148,16 @@ impl<C> std::fmt::Debug for CommReduce<'_, C> {
 
 impl<C: AllReduce> Reduce for CommReduce<'_, C> {
     fn sum_f32(&mut self, buf: &mut [f32]) -> Result<()> {
-        self.bytes += std::mem::size_of_val(buf) as u64;
-        self.comm.all_reduce_sum(buf).context("allreduce across ranks failed")
+        self.bytes += size_of_val(buf) as u64;
+        self.comm
+            .all_reduce_sum(buf)
+            .context("allreduce across ranks failed")
     }
     fn sum_f64(&mut self, buf: &mut [f64]) -> Result<()> {
-        self.bytes += std::mem::size_of_val(buf) as u64;
-        self.comm.all_reduce_sum(buf).context("allreduce across ranks failed")
+        self.bytes += size_of_val(buf) as u64;
+        self.comm
+            .all_reduce_sum(buf)
+            .context("allreduce across ranks failed")
     }
 }
 
@@ -161,7 +166,8 @@ impl<C: AllReduce> Reduce for CommReduce<'_, C> {
 pub fn agree<C: AllReduce + AllGather, T>(comm: &C, local: Result<T>) -> Result<T> {
     const MSG: usize = 1024;
     let mut failed = [u64::from(local.is_err())];
-    comm.all_reduce(&mut failed, ReduceOp::Max).context("cannot agree with the other ranks")?;
+    comm.all_reduce(&mut failed, ReduceOp::Max)
+        .context("cannot agree with the other ranks")?;
     if failed[0] == 0 {
         return local;
     }
@@ -171,17 +177,28 @@ pub fn agree<C: AllReduce + AllGather, T>(comm: &C, local: Result<T>) -> Result<
         let n = text.len().min(MSG);
         mine[..n].copy_from_slice(&text.as_bytes()[..n]);
     }
-    let all = comm.all_gather_vec(&mine[..]).context("cannot gather the other ranks' errors")?;
+    let all = comm
+        .all_gather_vec(&mine[..])
+        .context("cannot gather the other ranks' errors")?;
     let (rank, msg) = all
         .chunks(MSG)
         .enumerate()
         .find(|(_, m)| m[0] != 0)
-        .map(|(r, m)| (r, String::from_utf8_lossy(&m[..m.iter().position(|&b| b == 0).unwrap_or(MSG)]).into_owned()))
+        .map(|(r, m)| {
+            (
+                r,
+                String::from_utf8_lossy(&m[..m.iter().position(|&b| b == 0).unwrap_or(MSG)])
+                    .into_owned(),
+            )
+        })
         .unwrap_or((0, "unknown error".into()));
     bail!("rank {rank} of {}: {msg}", comm.size())
 }
 
-/// Divides each row by its sum (rows summing to 0 stay 0).
+/// Row normalisation as the GCN paper's preprocessing: divide each row by its sum (rows summing
+/// to 0 stay 0). It is meant for non-negative features (bag-of-words, counts), where the row sum
+/// is a scale; for signed features (e.g. Gaussian CSBM features) a row sum near 0 would blow
+/// values up, so [`maybe_normalize_rows`] leaves those alone and says so.
 pub fn normalize_rows(x: &mut [f32], width: usize) {
     if width == 0 {
         return;
@@ -194,9 +211,35 @@ pub fn normalize_rows(x: &mut [f32], width: usize) {
     }
 }
 
+/// Applies [`normalize_rows`] if the features are non-negative on every rank (collective);
+/// returns whether it did.
+pub fn maybe_normalize_rows<C: AllReduce>(comm: &C, x: &mut [f32], width: usize) -> Result<bool> {
+    let mut m = [x.iter().copied().fold(f32::INFINITY, f32::min)];
+    comm.all_reduce(&mut m, ReduceOp::Min)
+        .context("cannot agree on the feature minimum")?;
+    if m[0] < 0.0 {
+        if comm.rank() == 0 {
+            eprintln!(
+                "note: the features have negative values (minimum {}); row normalisation is for non-negative features such as bag-of-words, so it is skipped (--normalize-features false silences this)",
+                m[0]
+            );
+        }
+        return Ok(false);
+    }
+    normalize_rows(x, width);
+    Ok(true)
+}
+
 /// Checks features for NaN/Inf per the policy; with `Warn` they are replaced by 0.
-pub fn check_features(x: &mut [f32], width: usize, first_id: impl Fn(usize) -> u64, policy: NonFinite) -> Result<()> {
-    let Some(at) = x.iter().position(|v| !v.is_finite()) else { return Ok(()) };
+pub fn check_features(
+    x: &mut [f32],
+    width: usize,
+    first_id: impl Fn(usize) -> u64,
+    policy: NonFinite,
+) -> Result<()> {
+    let Some(at) = x.iter().position(|v| !v.is_finite()) else {
+        return Ok(());
+    };
     let (row, col) = (at / width.max(1), at % width.max(1));
     let what = format!("feature {col} of node {} is {}", first_id(row), x[at]);
     match policy {
@@ -221,17 +264,39 @@ struct EpochRecord {
 
 /// The two models behind one interface for the loop.
 trait Trainable {
-    fn step(&mut self, agg: &mut dyn Aggregate, red: &mut dyn Reduce, data: &LocalData<'_>, epoch: u64) -> Result<f64>;
-    fn eval(&mut self, agg: &mut dyn Aggregate, red: &mut dyn Reduce, data: &LocalData<'_>) -> Result<Metrics>;
+    fn step(
+        &mut self,
+        agg: &mut dyn Aggregate,
+        red: &mut dyn Reduce,
+        data: &LocalData<'_>,
+        epoch: u64,
+    ) -> Result<f64>;
+    fn eval(
+        &mut self,
+        agg: &mut dyn Aggregate,
+        red: &mut dyn Reduce,
+        data: &LocalData<'_>,
+    ) -> Result<Metrics>;
     fn state(&self) -> (&model::Params, &model::Adam);
     fn restore(&mut self, params: model::Params, adam: model::Adam);
 }
 
 impl Trainable for model::Gcn {
-    fn step(&mut self, agg: &mut dyn Aggregate, red: &mut dyn Reduce, data: &LocalData<'_>, epoch: u64) -> Result<f64> {
+    fn step(
+        &mut self,
+        agg: &mut dyn Aggregate,
+        red: &mut dyn Reduce,
+        data: &LocalData<'_>,
+        epoch: u64,
+    ) -> Result<f64> {
         self.train_step(agg, red, data, epoch)
     }
-    fn eval(&mut self, agg: &mut dyn Aggregate, red: &mut dyn Reduce, data: &LocalData<'_>) -> Result<Metrics> {
+    fn eval(
+        &mut self,
+        agg: &mut dyn Aggregate,
+        red: &mut dyn Reduce,
+        data: &LocalData<'_>,
+    ) -> Result<Metrics> {
         self.evaluate(agg, red, data)
     }
     fn state(&self) -> (&model::Params, &model::Adam) {
@@ -244,10 +309,21 @@ impl Trainable for model::Gcn {
 }
 
 impl Trainable for tensor::TensorGcn {
-    fn step(&mut self, agg: &mut dyn Aggregate, red: &mut dyn Reduce, data: &LocalData<'_>, epoch: u64) -> Result<f64> {
+    fn step(
+        &mut self,
+        agg: &mut dyn Aggregate,
+        red: &mut dyn Reduce,
+        data: &LocalData<'_>,
+        epoch: u64,
+    ) -> Result<f64> {
         self.train_step(agg, red, data, epoch)
     }
-    fn eval(&mut self, agg: &mut dyn Aggregate, red: &mut dyn Reduce, data: &LocalData<'_>) -> Result<Metrics> {
+    fn eval(
+        &mut self,
+        agg: &mut dyn Aggregate,
+        red: &mut dyn Reduce,
+        data: &LocalData<'_>,
+    ) -> Result<Metrics> {
         self.evaluate(agg, red, data)
     }
     fn state(&self) -> (&model::Params, &model::Adam) {
@@ -278,7 +354,8 @@ pub fn run(args: Args) -> Result<()> {
         (Mode::Tensor, Some(_), _) => bail!("--chunks is for data-parallel training; --mode tensor reads --input"),
         _ => {}
     }
-    let comm = dist_comm::MpiComm::init().context("cannot start MPI (is this an OpenMPI build of distspmm launched with mpirun?)")?;
+    let comm = dist_comm::MpiComm::init()
+        .context("cannot start MPI (is this an OpenMPI build of distspmm launched with mpirun?)")?;
     match args.mode {
         Mode::Data => data::run(&args, &comm),
         Mode::Tensor => run_tensor(&args, &comm),
@@ -302,10 +379,18 @@ fn run_tensor<C: AllReduce + AllGather + Group>(args: &Args, comm: &C) -> Result
         seed: args.seed,
     };
     if args.normalize_features {
-        normalize_rows(&mut features, in_dim);
+        maybe_normalize_rows(comm, &mut features, in_dim)?;
     }
-    let data = LocalData { features: &features, labels: &labels, masks: &masks, original_ids: &ids };
-    let model = agree(comm, tensor::TensorGcn::new(cfg.clone(), n, rank, ranks, &data))?;
+    let data = LocalData {
+        features: &features,
+        labels: &labels,
+        masks: &masks,
+        original_ids: &ids,
+    };
+    let model = agree(
+        comm,
+        tensor::TensorGcn::new(cfg.clone(), n, rank, ranks, &data),
+    )?;
     let mut agg = data::LocalAggregate::new(a, a_csc);
     let job = Job {
         args,
@@ -330,26 +415,63 @@ type TensorInputs = (
 );
 
 fn tensor_inputs(args: &Args, input: &std::path::Path) -> Result<TensorInputs> {
-    let g = distspmm_core::graph::load(input).with_context(|| format!("cannot load {}", input.display()))?;
+    let g = distspmm_core::graph::load(input)
+        .with_context(|| format!("cannot load {}", input.display()))?;
     let n = g.num_nodes;
-    let feats = g.features.as_ref().with_context(|| format!("{} has no node features (`x`); a GCN needs them", input.display()))?;
-    let labels = g.labels.clone().with_context(|| format!("{} has no labels (`y`)", input.display()))?;
+    let feats = g.features.as_ref().with_context(|| {
+        format!(
+            "{} has no node features (`x`); a GCN needs them",
+            input.display()
+        )
+    })?;
+    let labels = g
+        .labels
+        .clone()
+        .with_context(|| format!("{} has no labels (`y`)", input.display()))?;
     let classes = labels.iter().copied().max().unwrap_or(-1) + 1;
     let mut masks = vec![0u8; n];
-    for (bit, m) in [(TRAIN, &g.train_mask), (model::VAL, &g.val_mask), (model::TEST, &g.test_mask)] {
+    for (bit, m) in [
+        (TRAIN, &g.train_mask),
+        (model::VAL, &g.val_mask),
+        (model::TEST, &g.test_mask),
+    ] {
         if let Some(m) = m {
-            masks.iter_mut().zip(m).filter(|(_, &b)| b).for_each(|(v, _)| *v |= bit);
+            masks
+                .iter_mut()
+                .zip(m)
+                .filter(|(_, &b)| b)
+                .for_each(|(v, _)| *v |= bit);
         }
     }
     if !masks.iter().any(|m| m & TRAIN != 0) {
-        bail!("{} has no training nodes (`train_mask` missing or all false)", input.display());
+        bail!(
+            "{} has no training nodes (`train_mask` missing or all false)",
+            input.display()
+        );
     }
     let mut features = feats.data.clone();
     check_features(&mut features, feats.dim, |r| r as u64, args.on_nonfinite)?;
-    let a = distspmm_core::normalize::adjacency(n, &g.src, &g.dst, g.weights.as_deref(), distspmm_core::normalize::Normalization::Gcn)
-        .with_context(|| format!("cannot normalise the adjacency of {}", input.display()))?;
-    let a_csc = a.to_csc().context("cannot build the transposed adjacency")?;
-    Ok((a, a_csc, features, labels, masks, (0..n as u64).collect(), feats.dim, classes.max(0) as usize))
+    let a = distspmm_core::normalize::adjacency(
+        n,
+        &g.src,
+        &g.dst,
+        g.weights.as_deref(),
+        distspmm_core::normalize::Normalization::Gcn,
+    )
+    .with_context(|| format!("cannot normalise the adjacency of {}", input.display()))?;
+    let a_csc = a
+        .to_csc()
+        .context("cannot build the transposed adjacency")?;
+    Ok((
+        a,
+        a_csc,
+        features,
+        labels,
+        masks,
+        (0..n as u64).collect(),
+        feats.dim,
+        classes.max(0) as usize,
+    ))
 }
 
 /// The epoch loop shared by both modes: train, evaluate, report, checkpoint.
@@ -364,9 +486,13 @@ fn train_loop<C: AllReduce + AllGather + Group, M: Trainable>(
     let mut red = CommReduce::new(comm);
     let mut start_epoch = 0;
     if args.resume {
-        let dir = args.checkpoint.as_ref().expect("clap: --resume requires --checkpoint");
+        let dir = args
+            .checkpoint
+            .as_ref()
+            .expect("clap: --resume requires --checkpoint");
         let state = agree(comm, checkpoint::load(dir))?;
-        let same = state.config == job.cfg && state.mode == job.mode && state.data_id == job.data_id;
+        let same =
+            state.config == job.cfg && state.mode == job.mode && state.data_id == job.data_id;
         if !same {
             bail!(
                 "checkpoint {} was written for another run (model {:?}, mode {}, data {}); this run is model {:?}, mode {}, data {}: use the same options or another --checkpoint directory",
@@ -376,11 +502,17 @@ fn train_loop<C: AllReduce + AllGather + Group, M: Trainable>(
         start_epoch = state.epoch;
         model.restore(state.params, state.adam);
         if job.rank == 0 {
-            eprintln!("resuming from {} after epoch {}", checkpoint::path_in(dir).display(), start_epoch);
+            eprintln!(
+                "resuming from {} after epoch {}",
+                checkpoint::path_in(dir).display(),
+                start_epoch
+            );
         }
     }
     if start_epoch >= args.epochs {
-        bail!("the checkpoint has already trained {start_epoch} epochs; ask for more with --epochs");
+        bail!(
+            "the checkpoint has already trained {start_epoch} epochs; ask for more with --epochs"
+        );
     }
     let mut records: Vec<EpochRecord> = Vec::new();
     for epoch in start_epoch..args.epochs {
@@ -399,7 +531,12 @@ fn train_loop<C: AllReduce + AllGather + Group, M: Trainable>(
                 NonFinite::Warn => tracing::warn!("{msg}"),
             }
         }
-        let rec = EpochRecord { loss, metrics, seconds: seconds[0], bytes: bytes[0] };
+        let rec = EpochRecord {
+            loss,
+            metrics,
+            seconds: seconds[0],
+            bytes: bytes[0],
+        };
         if job.rank == 0 {
             let line = format!(
                 "epoch {:>4}  loss {:.4}  train {:.4}  val {:.4}  test {:.4}  time {:>8.2} ms  comm {:>10} B",
@@ -432,7 +569,11 @@ fn train_loop<C: AllReduce + AllGather + Group, M: Trainable>(
                     adam: adam.clone(),
                 };
                 // Every rank holds the same parameters; rank 0 writes them.
-                let written = if job.rank == 0 { checkpoint::save(dir, &state) } else { Ok(()) };
+                let written = if job.rank == 0 {
+                    checkpoint::save(dir, &state)
+                } else {
+                    Ok(())
+                };
                 agree(comm, written)?;
             }
         }
@@ -475,4 +616,72 @@ fn train_loop<C: AllReduce + AllGather + Group, M: Trainable>(
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rows_are_normalised_only_when_every_rank_is_non_negative() {
+        let out = dist_comm::LocalComm::run(2, |comm| {
+            let mut x = if comm.rank() == 0 {
+                vec![1.0f32, 3.0, 0.0, 0.0]
+            } else {
+                vec![2.0f32, 2.0, 4.0, 0.0]
+            };
+            let done = maybe_normalize_rows(&comm, &mut x, 2).unwrap();
+            (done, x)
+        });
+        assert_eq!(out[0], (true, vec![0.25, 0.75, 0.0, 0.0]));
+        assert_eq!(out[1], (true, vec![0.5, 0.5, 1.0, 0.0]));
+        let out = dist_comm::LocalComm::run(2, |comm| {
+            let mut x = if comm.rank() == 0 {
+                vec![1.0f32, 3.0]
+            } else {
+                vec![-2.0f32, 2.5]
+            };
+            let done = maybe_normalize_rows(&comm, &mut x, 2).unwrap();
+            (done, x)
+        });
+        assert_eq!(
+            out[0],
+            (false, vec![1.0, 3.0]),
+            "a negative value on another rank leaves all rows alone"
+        );
+        assert_eq!(out[1], (false, vec![-2.0, 2.5]));
+    }
+
+    #[test]
+    fn a_failure_on_one_rank_is_the_same_error_on_all() {
+        let out = dist_comm::LocalComm::run(3, |comm| {
+            let local: Result<u32> = if comm.rank() == 1 {
+                Err(anyhow::anyhow!("chunk 1 is broken"))
+            } else {
+                Ok(7)
+            };
+            agree(&comm, local).map_err(|e| e.to_string())
+        });
+        for r in &out {
+            assert_eq!(r.as_ref().unwrap_err(), "rank 1 of 3: chunk 1 is broken");
+        }
+        let ok = dist_comm::LocalComm::run(2, |comm| {
+            agree(&comm, Ok::<_, anyhow::Error>(comm.rank())).unwrap()
+        });
+        assert_eq!(ok, vec![0, 1]);
+    }
+
+    #[test]
+    fn non_finite_features_fail_or_are_zeroed() {
+        let mut x = vec![1.0, f32::NAN, 2.0, f32::INFINITY];
+        let err = check_features(&mut x.clone(), 2, |r| 100 + r as u64, NonFinite::Fail)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("feature 1 of node 100 is NaN") && err.contains("--on-nonfinite warn"),
+            "{err}"
+        );
+        check_features(&mut x, 2, |r| r as u64, NonFinite::Warn).unwrap();
+        assert_eq!(x, vec![1.0, 0.0, 2.0, 0.0]);
+    }
 }

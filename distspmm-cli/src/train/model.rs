@@ -55,7 +55,10 @@ impl GcnConfig {
     /// Widths of the layer boundaries: `[in, hidden, …, hidden, classes]`.
     pub fn dims(&self) -> Vec<usize> {
         let mut d = vec![self.in_dim];
-        d.extend(std::iter::repeat_n(self.hidden, self.layers.saturating_sub(1)));
+        d.extend(std::iter::repeat_n(
+            self.hidden,
+            self.layers.saturating_sub(1),
+        ));
         d.push(self.classes);
         d
     }
@@ -63,11 +66,29 @@ impl GcnConfig {
     /// Checks the configuration makes a trainable model.
     pub fn validate(&self) -> Result<()> {
         ensure!(self.layers >= 1, "--layers must be at least 1");
-        ensure!(self.in_dim >= 1, "the chunks carry no features (feature dimension 0); a GCN needs node features");
-        ensure!(self.classes >= 2, "the chunks carry {} classes; training needs labels with at least 2 classes", self.classes);
-        ensure!(self.hidden >= 1 || self.layers == 1, "--hidden must be at least 1");
-        ensure!((0.0..1.0).contains(&self.dropout), "--dropout must be in [0, 1), got {}", self.dropout);
-        ensure!(self.lr.is_finite() && self.lr > 0.0, "--lr must be a positive number, got {}", self.lr);
+        ensure!(
+            self.in_dim >= 1,
+            "the chunks carry no features (feature dimension 0); a GCN needs node features"
+        );
+        ensure!(
+            self.classes >= 2,
+            "the chunks carry {} classes; training needs labels with at least 2 classes",
+            self.classes
+        );
+        ensure!(
+            self.hidden >= 1 || self.layers == 1,
+            "--hidden must be at least 1"
+        );
+        ensure!(
+            (0.0..1.0).contains(&self.dropout),
+            "--dropout must be in [0, 1), got {}",
+            self.dropout
+        );
+        ensure!(
+            self.lr.is_finite() && self.lr > 0.0,
+            "--lr must be a positive number, got {}",
+            self.lr
+        );
         ensure!(
             self.weight_decay.is_finite() && self.weight_decay >= 0.0,
             "--weight-decay must be a non-negative number, got {}",
@@ -114,7 +135,8 @@ impl Params {
 
     /// Total number of parameters.
     pub fn len(&self) -> usize {
-        self.weights.iter().map(Vec::len).sum::<usize>() + self.biases.iter().map(Vec::len).sum::<usize>()
+        self.weights.iter().map(Vec::len).sum::<usize>()
+            + self.biases.iter().map(Vec::len).sum::<usize>()
     }
 
     /// Overwrites the parameters from a flat vector in [`Params::flatten`] order.
@@ -148,7 +170,11 @@ impl Adam {
 
     /// Zero state for `n` parameters.
     pub fn new(n: usize) -> Self {
-        Self { m: vec![0.0; n], v: vec![0.0; n], t: 0 }
+        Self {
+            m: vec![0.0; n],
+            v: vec![0.0; n],
+            t: 0,
+        }
     }
 
     /// One step: `params -= lr · m̂ / (√v̂ + ε)`.
@@ -156,7 +182,12 @@ impl Adam {
         self.t += 1;
         let bc1 = 1.0 - Self::BETA1.powi(self.t as i32);
         let bc2 = 1.0 - Self::BETA2.powi(self.t as i32);
-        for (((p, &g), m), v) in params.iter_mut().zip(grads).zip(&mut self.m).zip(&mut self.v) {
+        for (((p, &g), m), v) in params
+            .iter_mut()
+            .zip(grads)
+            .zip(&mut self.m)
+            .zip(&mut self.v)
+        {
             *m = Self::BETA1 * *m + (1.0 - Self::BETA1) * g;
             *v = Self::BETA2 * *v + (1.0 - Self::BETA2) * g * g;
             let mhat = *m / bc1;
@@ -249,7 +280,14 @@ pub(crate) struct DropoutKey {
 impl DropoutKey {
     /// Writes columns `cols` of the `ids.len() × width` row-major `src` to `dst`
     /// (`ids.len() × cols.len()`), dropped and rescaled.
-    pub fn apply(&self, ids: &[u64], src: &[f32], width: usize, cols: std::ops::Range<usize>, dst: &mut [f32]) {
+    pub fn apply(
+        &self,
+        ids: &[u64],
+        src: &[f32],
+        width: usize,
+        cols: std::ops::Range<usize>,
+        dst: &mut [f32],
+    ) {
         let w = cols.len();
         if w == 0 {
             return;
@@ -263,8 +301,14 @@ impl DropoutKey {
         let scale = 1.0 / (1.0 - self.p);
         // A drop threshold on 24 random bits, as an f32 uniform would have.
         let threshold = (f64::from(self.p) * f64::from(1u32 << 24)) as u64;
-        let base = splitmix64(self.seed ^ splitmix64(self.epoch.wrapping_mul(0x1000_0000_01B3) ^ (self.layer as u64)));
-        for ((d, s), &id) in dst.chunks_exact_mut(w).zip(src.chunks_exact(width)).zip(ids) {
+        let base = splitmix64(
+            self.seed ^ splitmix64(self.epoch.wrapping_mul(0x1000_0000_01B3) ^ (self.layer as u64)),
+        );
+        for ((d, s), &id) in dst
+            .chunks_exact_mut(w)
+            .zip(src.chunks_exact(width))
+            .zip(ids)
+        {
             let row_key = splitmix64(base ^ id.wrapping_mul(0x9E37_79B9_7F4A_7C15));
             for (c, dv) in cols.clone().zip(d.iter_mut()) {
                 let u = splitmix64(row_key.wrapping_add(c as u64)) >> 40;
@@ -286,7 +330,10 @@ impl Gcn {
     /// training nodes summed over all ranks.
     pub fn new(cfg: GcnConfig, rows: usize, train_total: u64) -> Result<Self> {
         cfg.validate()?;
-        ensure!(train_total > 0, "the training mask is empty on every rank: nothing to train on");
+        ensure!(
+            train_total > 0,
+            "the training mask is empty on every rank: nothing to train on"
+        );
         let params = Params::glorot(&cfg);
         let adam = Adam::new(params.len());
         let dims = cfg.dims();
@@ -319,14 +366,38 @@ impl Gcn {
     }
 
     /// This layer's input after dropout, into `layers[l].input`.
-    fn dropout_input(&mut self, l: usize, src: &[f32], data: &LocalData<'_>, epoch: u64, training: bool) {
+    fn dropout_input(
+        &mut self,
+        l: usize,
+        src: &[f32],
+        data: &LocalData<'_>,
+        epoch: u64,
+        training: bool,
+    ) {
         let fi = self.dims[l];
-        let key = DropoutKey { seed: self.cfg.seed, epoch, layer: l, p: if training { self.cfg.dropout } else { 0.0 } };
-        key.apply(data.original_ids, &src[..self.rows * fi], fi, 0..fi, &mut self.layers[l].input);
+        let key = DropoutKey {
+            seed: self.cfg.seed,
+            epoch,
+            layer: l,
+            p: if training { self.cfg.dropout } else { 0.0 },
+        };
+        key.apply(
+            data.original_ids,
+            &src[..self.rows * fi],
+            fi,
+            0..fi,
+            &mut self.layers[l].input,
+        );
     }
 
     /// Forward pass over this rank's rows; the logits end up in the last layer's `out`.
-    fn forward(&mut self, agg: &mut dyn Aggregate, data: &LocalData<'_>, epoch: u64, training: bool) -> Result<()> {
+    fn forward(
+        &mut self,
+        agg: &mut dyn Aggregate,
+        data: &LocalData<'_>,
+        epoch: u64,
+        training: bool,
+    ) -> Result<()> {
         let n = self.rows;
         for l in 0..self.cfg.layers {
             let (fi, fo) = (self.dims[l], self.dims[l + 1]);
@@ -341,14 +412,40 @@ impl Gcn {
             let layer = &mut self.layers[l];
             if layer.aggregate_first {
                 agg.forward(&layer.input, fi, &mut layer.mid)?;
-                gemm(1.0, &layer.mid, Shape::new(n, fi), Op::N, w, Shape::new(fi, fo), Op::N, 0.0, &mut layer.z, Shape::new(n, fo));
+                gemm(
+                    1.0,
+                    &layer.mid,
+                    Shape::new(n, fi),
+                    Op::N,
+                    w,
+                    Shape::new(fi, fo),
+                    Op::N,
+                    0.0,
+                    &mut layer.z,
+                    Shape::new(n, fo),
+                );
             } else {
-                gemm(1.0, &layer.input, Shape::new(n, fi), Op::N, w, Shape::new(fi, fo), Op::N, 0.0, &mut layer.mid, Shape::new(n, fo));
+                gemm(
+                    1.0,
+                    &layer.input,
+                    Shape::new(n, fi),
+                    Op::N,
+                    w,
+                    Shape::new(fi, fo),
+                    Op::N,
+                    0.0,
+                    &mut layer.mid,
+                    Shape::new(n, fo),
+                );
                 agg.forward(&layer.mid, fo, &mut layer.z)?;
             }
             let b = &self.params.biases[l];
             let last = l + 1 == self.cfg.layers;
-            for (zr, or) in layer.z.chunks_exact_mut(fo).zip(layer.out.chunks_exact_mut(fo)) {
+            for (zr, or) in layer
+                .z
+                .chunks_exact_mut(fo)
+                .zip(layer.out.chunks_exact_mut(fo))
+            {
                 for ((z, o), &bb) in zr.iter_mut().zip(or.iter_mut()).zip(b) {
                     *z += bb;
                     *o = if last { *z } else { z.max(0.0) };
@@ -359,7 +456,12 @@ impl Gcn {
     }
 
     /// Evaluates without dropout: loss over training nodes and the three accuracies, summed over ranks.
-    pub fn evaluate(&mut self, agg: &mut dyn Aggregate, red: &mut dyn Reduce, data: &LocalData<'_>) -> Result<Metrics> {
+    pub fn evaluate(
+        &mut self,
+        agg: &mut dyn Aggregate,
+        red: &mut dyn Reduce,
+        data: &LocalData<'_>,
+    ) -> Result<Metrics> {
         self.forward(agg, data, 0, false)?;
         let mut counts = self.local_counts(data);
         red.sum_f64(&mut counts)?;
@@ -368,12 +470,23 @@ impl Gcn {
 
     /// Counts over this rank's rows from the logits of the last forward pass.
     fn local_counts(&self, data: &LocalData<'_>) -> [f64; 7] {
-        count_metrics(&self.layers[self.cfg.layers - 1].out, self.cfg.classes, data.labels, data.masks)
+        count_metrics(
+            &self.layers[self.cfg.layers - 1].out,
+            self.cfg.classes,
+            data.labels,
+            data.masks,
+        )
     }
 
     /// One training step (forward with dropout, backward, gradient sum across ranks, Adam);
     /// returns the mean training loss of the step's forward pass.
-    pub fn train_step(&mut self, agg: &mut dyn Aggregate, red: &mut dyn Reduce, data: &LocalData<'_>, epoch: u64) -> Result<f64> {
+    pub fn train_step(
+        &mut self,
+        agg: &mut dyn Aggregate,
+        red: &mut dyn Reduce,
+        data: &LocalData<'_>,
+        epoch: u64,
+    ) -> Result<f64> {
         self.forward(agg, data, epoch, true)?;
         let mut counts = self.local_counts(data);
         self.backward(agg, data)?;
@@ -403,7 +516,14 @@ impl Gcn {
         let layers = self.cfg.layers;
         let c = self.cfg.classes;
         let mut dz = std::mem::take(&mut self.d_a);
-        nll_grad(&self.layers[layers - 1].out, c, data.labels, data.masks, self.train_total, &mut dz[..n * c]);
+        nll_grad(
+            &self.layers[layers - 1].out,
+            c,
+            data.labels,
+            data.masks,
+            self.train_total,
+            &mut dz[..n * c],
+        );
         let mut scratch = std::mem::take(&mut self.d_b);
         // Offsets of each layer's weight and bias in the flat gradient.
         let mut offsets = Vec::with_capacity(layers);
@@ -427,17 +547,61 @@ impl Gcn {
             let need_input_grad = l > 0;
             if layer.aggregate_first {
                 // Z = (Â·H)·W: dW = (Â·H)ᵀ·dZ, d(Â·H) = dZ·Wᵀ, dH = Âᵀ·d(Â·H).
-                gemm(1.0, &layer.mid, Shape::new(n, fi), Op::T, &dz, Shape::new(n, fo), Op::N, 0.0, gw, Shape::new(fi, fo));
+                gemm(
+                    1.0,
+                    &layer.mid,
+                    Shape::new(n, fi),
+                    Op::T,
+                    &dz,
+                    Shape::new(n, fo),
+                    Op::N,
+                    0.0,
+                    gw,
+                    Shape::new(fi, fo),
+                );
                 if need_input_grad {
-                    gemm(1.0, &dz, Shape::new(n, fo), Op::N, w, Shape::new(fi, fo), Op::T, 0.0, &mut scratch, Shape::new(n, fi));
+                    gemm(
+                        1.0,
+                        &dz,
+                        Shape::new(n, fo),
+                        Op::N,
+                        w,
+                        Shape::new(fi, fo),
+                        Op::T,
+                        0.0,
+                        &mut scratch,
+                        Shape::new(n, fi),
+                    );
                     agg.backward(&scratch[..n * fi], fi, &mut dz[..n * fi])?;
                 }
             } else {
                 // Z = Â·(H·W): d(H·W) = Âᵀ·dZ, dW = Hᵀ·d(H·W), dH = d(H·W)·Wᵀ.
                 agg.backward(&dz[..n * fo], fo, &mut scratch[..n * fo])?;
-                gemm(1.0, &layer.input, Shape::new(n, fi), Op::T, &scratch, Shape::new(n, fo), Op::N, 0.0, gw, Shape::new(fi, fo));
+                gemm(
+                    1.0,
+                    &layer.input,
+                    Shape::new(n, fi),
+                    Op::T,
+                    &scratch,
+                    Shape::new(n, fo),
+                    Op::N,
+                    0.0,
+                    gw,
+                    Shape::new(fi, fo),
+                );
                 if need_input_grad {
-                    gemm(1.0, &scratch, Shape::new(n, fo), Op::N, w, Shape::new(fi, fo), Op::T, 0.0, &mut dz, Shape::new(n, fi));
+                    gemm(
+                        1.0,
+                        &scratch,
+                        Shape::new(n, fo),
+                        Op::N,
+                        w,
+                        Shape::new(fi, fo),
+                        Op::T,
+                        0.0,
+                        &mut dz,
+                        Shape::new(n, fi),
+                    );
                 }
             }
             if need_input_grad {
@@ -446,7 +610,13 @@ impl Gcn {
                 let scale = 1.0 / (1.0 - self.cfg.dropout);
                 let prev = &self.layers[l - 1];
                 for ((d, &kept), &z) in dz[..n * fi].iter_mut().zip(&layer.input).zip(&prev.z) {
-                    let keep = if self.cfg.dropout == 0.0 { 1.0 } else if kept == 0.0 { 0.0 } else { scale };
+                    let keep = if self.cfg.dropout == 0.0 {
+                        1.0
+                    } else if kept == 0.0 {
+                        0.0
+                    } else {
+                        scale
+                    };
                     *d = if z > 0.0 { *d * keep } else { 0.0 };
                 }
             }
@@ -471,7 +641,12 @@ impl Metrics {
 
 /// `[nll_sum, train_ok, train_n, val_ok, val_n, test_ok, test_n]` over the rows of `logits`
 /// (`rows × classes`); unlabelled rows (−1) count nowhere.
-pub(crate) fn count_metrics(logits: &[f32], classes: usize, labels: &[i32], masks: &[u8]) -> [f64; 7] {
+pub(crate) fn count_metrics(
+    logits: &[f32],
+    classes: usize,
+    labels: &[i32],
+    masks: &[u8],
+) -> [f64; 7] {
     let mut k = [0.0f64; 7];
     for ((row, &y), &m) in logits.chunks_exact(classes).zip(labels).zip(masks) {
         if y < 0 {
@@ -498,9 +673,21 @@ pub(crate) fn count_metrics(logits: &[f32], classes: usize, labels: &[i32], mask
 
 /// Gradient of the mean NLL over `train_total` training nodes with respect to the logits:
 /// `(softmax − onehot) / train_total` on this slice's labelled training rows, 0 elsewhere.
-pub(crate) fn nll_grad(logits: &[f32], classes: usize, labels: &[i32], masks: &[u8], train_total: f64, dz: &mut [f32]) {
+pub(crate) fn nll_grad(
+    logits: &[f32],
+    classes: usize,
+    labels: &[i32],
+    masks: &[u8],
+    train_total: f64,
+    dz: &mut [f32],
+) {
     dz.fill(0.0);
-    for (((row, d), &y), &m) in logits.chunks_exact(classes).zip(dz.chunks_exact_mut(classes)).zip(labels).zip(masks) {
+    for (((row, d), &y), &m) in logits
+        .chunks_exact(classes)
+        .zip(dz.chunks_exact_mut(classes))
+        .zip(labels)
+        .zip(masks)
+    {
         if y < 0 || m & TRAIN == 0 {
             continue;
         }
@@ -536,12 +723,34 @@ mod tests {
     }
 
     impl Aggregate for DenseAgg {
-            fn forward(&mut self, x: &[f32], f: usize, y: &mut [f32]) -> Result<()> {
-            gemm(1.0, &self.a, Shape::new(self.n, self.n), Op::N, x, Shape::new(self.n, f), Op::N, 0.0, y, Shape::new(self.n, f));
+        fn forward(&mut self, x: &[f32], f: usize, y: &mut [f32]) -> Result<()> {
+            gemm(
+                1.0,
+                &self.a,
+                Shape::new(self.n, self.n),
+                Op::N,
+                x,
+                Shape::new(self.n, f),
+                Op::N,
+                0.0,
+                y,
+                Shape::new(self.n, f),
+            );
             Ok(())
         }
         fn backward(&mut self, dy: &[f32], f: usize, dx: &mut [f32]) -> Result<()> {
-            gemm(1.0, &self.a, Shape::new(self.n, self.n), Op::T, dy, Shape::new(self.n, f), Op::N, 0.0, dx, Shape::new(self.n, f));
+            gemm(
+                1.0,
+                &self.a,
+                Shape::new(self.n, self.n),
+                Op::T,
+                dy,
+                Shape::new(self.n, f),
+                Op::N,
+                0.0,
+                dx,
+                Shape::new(self.n, f),
+            );
             Ok(())
         }
         fn bytes_received(&self) -> u64 {
@@ -559,16 +768,41 @@ mod tests {
         }
     }
 
-    fn setup(layers: usize, in_dim: usize, hidden: usize) -> (DenseAgg, Vec<f32>, Vec<i32>, Vec<u8>, Vec<u64>, GcnConfig) {
+    fn setup(
+        layers: usize,
+        in_dim: usize,
+        hidden: usize,
+    ) -> (DenseAgg, Vec<f32>, Vec<i32>, Vec<u8>, Vec<u64>, GcnConfig) {
         let n = 7;
         let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(3);
         // A non-symmetric Â so that forward and backward use different products.
-        let a: Vec<f32> = (0..n * n).map(|_| if rng.random::<f32>() < 0.4 { rng.random_range(0.1..1.0) } else { 0.0 }).collect();
-        let x: Vec<f32> = (0..n * in_dim).map(|_| rng.random_range(-1.0..1.0)).collect();
+        let a: Vec<f32> = (0..n * n)
+            .map(|_| {
+                if rng.random::<f32>() < 0.4 {
+                    rng.random_range(0.1..1.0)
+                } else {
+                    0.0
+                }
+            })
+            .collect();
+        let x: Vec<f32> = (0..n * in_dim)
+            .map(|_| rng.random_range(-1.0..1.0))
+            .collect();
         let labels: Vec<i32> = (0..n as i32).map(|i| i % 3).collect();
-        let masks: Vec<u8> = (0..n).map(|i| if i % 2 == 0 { TRAIN } else { TEST }).collect();
+        let masks: Vec<u8> = (0..n)
+            .map(|i| if i % 2 == 0 { TRAIN } else { TEST })
+            .collect();
         let ids: Vec<u64> = (0..n as u64).collect();
-        let cfg = GcnConfig { in_dim, hidden, classes: 3, layers, dropout: 0.0, lr: 0.01, weight_decay: 0.0, seed: 9 };
+        let cfg = GcnConfig {
+            in_dim,
+            hidden,
+            classes: 3,
+            layers,
+            dropout: 0.0,
+            lr: 0.01,
+            weight_decay: 0.0,
+            seed: 9,
+        };
         (DenseAgg { n, a }, x, labels, masks, ids, cfg)
     }
 
@@ -577,12 +811,19 @@ mod tests {
         // Both layer orders: in_dim < hidden (aggregate first) and in_dim > hidden (transform first).
         for (layers, in_dim, hidden) in [(2, 3, 5), (2, 6, 2), (3, 4, 4), (1, 5, 1)] {
             let (mut agg, x, labels, masks, ids, cfg) = setup(layers, in_dim, hidden);
-            let data = LocalData { features: &x, labels: &labels, masks: &masks, original_ids: &ids };
+            let data = LocalData {
+                features: &x,
+                labels: &labels,
+                masks: &masks,
+                original_ids: &ids,
+            };
             let train_n = masks.iter().filter(|&&m| m & TRAIN != 0).count() as u64;
             let mut model = Gcn::new(cfg, agg.n, train_n).unwrap();
             // Move biases off zero and away from ReLU kinks.
             for b in &mut model.params.biases {
-                b.iter_mut().enumerate().for_each(|(i, v)| *v = 0.05 * i as f32 + 0.01);
+                b.iter_mut()
+                    .enumerate()
+                    .for_each(|(i, v)| *v = 0.05 * i as f32 + 0.01);
             }
             model.forward(&mut agg, &data, 0, true).unwrap();
             model.backward(&mut agg, &data).unwrap();
@@ -612,12 +853,21 @@ mod tests {
             let (mut agg, x, labels, masks, ids, mut cfg) = setup(2, 4, 8);
             cfg.dropout = 0.3;
             cfg.weight_decay = 5e-4;
-            let data = LocalData { features: &x, labels: &labels, masks: &masks, original_ids: &ids };
+            let data = LocalData {
+                features: &x,
+                labels: &labels,
+                masks: &masks,
+                original_ids: &ids,
+            };
             let mut model = Gcn::new(cfg, agg.n, 4).unwrap();
             let first = model.evaluate(&mut agg, &mut Alone, &data).unwrap().loss;
             let mut losses = Vec::new();
             for epoch in 0..100 {
-                losses.push(model.train_step(&mut agg, &mut Alone, &data, epoch).unwrap());
+                losses.push(
+                    model
+                        .train_step(&mut agg, &mut Alone, &data, epoch)
+                        .unwrap(),
+                );
             }
             let last = model.evaluate(&mut agg, &mut Alone, &data).unwrap().loss;
             (first, last, losses)
@@ -631,14 +881,27 @@ mod tests {
     fn dropout_masks_depend_on_original_ids_not_row_positions() {
         let (mut agg, x, labels, masks, ids, mut cfg) = setup(1, 4, 1);
         cfg.dropout = 0.5;
-        let data = LocalData { features: &x, labels: &labels, masks: &masks, original_ids: &ids };
+        let data = LocalData {
+            features: &x,
+            labels: &labels,
+            masks: &masks,
+            original_ids: &ids,
+        };
         let mut model = Gcn::new(cfg.clone(), agg.n, 4).unwrap();
         model.forward(&mut agg, &data, 3, true).unwrap();
         let full = model.layers[0].input.clone();
         let dropped = full.iter().filter(|&&v| v == 0.0).count();
-        assert!(dropped > 4 && dropped < 24, "about half of 28 entries dropped, got {dropped}");
+        assert!(
+            dropped > 4 && dropped < 24,
+            "about half of 28 entries dropped, got {dropped}"
+        );
         // The same node seen as row 0 of a one-row rank gets the same mask.
-        let one = LocalData { features: &x[4 * 4..5 * 4], labels: &labels[4..5], masks: &masks[4..5], original_ids: &ids[4..5] };
+        let one = LocalData {
+            features: &x[4 * 4..5 * 4],
+            labels: &labels[4..5],
+            masks: &masks[4..5],
+            original_ids: &ids[4..5],
+        };
         let mut single = Gcn::new(cfg, 1, 1).unwrap();
         single.dropout_input(0, one.features, &one, 3, true);
         assert_eq!(single.layers[0].input, full[4 * 4..5 * 4]);
@@ -647,7 +910,15 @@ mod tests {
     #[test]
     fn bad_configurations_are_explained() {
         let (_, _, _, _, _, cfg) = setup(2, 4, 8);
-        let err = Gcn::new(GcnConfig { dropout: 1.0, ..cfg.clone() }, 3, 1).unwrap_err();
+        let err = Gcn::new(
+            GcnConfig {
+                dropout: 1.0,
+                ..cfg.clone()
+            },
+            3,
+            1,
+        )
+        .unwrap_err();
         assert!(err.to_string().contains("--dropout"));
         let err = Gcn::new(cfg, 3, 0).unwrap_err();
         assert!(err.to_string().contains("training mask is empty"));

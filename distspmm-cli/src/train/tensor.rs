@@ -8,7 +8,10 @@
 //! the same objective and see the same dropout masks.
 
 use super::dense::{gemm, Op, Shape};
-use super::model::{count_metrics, nll_grad, Adam, Aggregate, DropoutKey, GcnConfig, LocalData, Metrics, Params, Reduce, TRAIN};
+use super::model::{
+    count_metrics, nll_grad, Adam, Aggregate, DropoutKey, GcnConfig, LocalData, Metrics, Params,
+    Reduce, TRAIN,
+};
 use anyhow::{ensure, Result};
 use std::ops::Range;
 
@@ -55,17 +58,37 @@ pub struct TensorGcn {
 
 impl TensorGcn {
     /// A fresh model for `rank` of `size` over all `n` nodes.
-    pub fn new(cfg: GcnConfig, n: usize, rank: usize, size: usize, data: &LocalData<'_>) -> Result<Self> {
+    pub fn new(
+        cfg: GcnConfig,
+        n: usize,
+        rank: usize,
+        size: usize,
+        data: &LocalData<'_>,
+    ) -> Result<Self> {
         cfg.validate()?;
-        let train_total = data.masks.iter().zip(data.labels).filter(|(&m, &y)| m & TRAIN != 0 && y >= 0).count();
-        ensure!(train_total > 0, "the training mask is empty: nothing to train on");
+        let train_total = data
+            .masks
+            .iter()
+            .zip(data.labels)
+            .filter(|(&m, &y)| m & TRAIN != 0 && y >= 0)
+            .count();
+        ensure!(
+            train_total > 0,
+            "the training mask is empty: nothing to train on"
+        );
         let params = Params::glorot(&cfg);
         let dims = cfg.dims();
         let layers = (0..cfg.layers)
             .map(|l| {
                 let cols = column_range(dims[l], rank, size);
                 let w = cols.len();
-                Layer { cols, input: vec![0.0; n * w], agg: vec![0.0; n * w], z: vec![0.0; n * dims[l + 1]], out: vec![0.0; n * dims[l + 1]] }
+                Layer {
+                    cols,
+                    input: vec![0.0; n * w],
+                    agg: vec![0.0; n * w],
+                    z: vec![0.0; n * dims[l + 1]],
+                    out: vec![0.0; n * dims[l + 1]],
+                }
             })
             .collect();
         let widest = dims.iter().copied().max().unwrap_or(0);
@@ -85,25 +108,62 @@ impl TensorGcn {
         })
     }
 
-    fn forward(&mut self, agg: &mut dyn Aggregate, red: &mut dyn Reduce, data: &LocalData<'_>, epoch: u64, training: bool) -> Result<()> {
+    fn forward(
+        &mut self,
+        agg: &mut dyn Aggregate,
+        red: &mut dyn Reduce,
+        data: &LocalData<'_>,
+        epoch: u64,
+        training: bool,
+    ) -> Result<()> {
         let n = self.n;
         for l in 0..self.cfg.layers {
             let (fi, fo) = (self.dims[l], self.dims[l + 1]);
-            let key = DropoutKey { seed: self.cfg.seed, epoch, layer: l, p: if training { self.cfg.dropout } else { 0.0 } };
+            let key = DropoutKey {
+                seed: self.cfg.seed,
+                epoch,
+                layer: l,
+                p: if training { self.cfg.dropout } else { 0.0 },
+            };
             let (done, rest) = self.layers.split_at_mut(l);
             let layer = &mut rest[0];
-            let src: &[f32] = if l == 0 { data.features } else { &done[l - 1].out };
+            let src: &[f32] = if l == 0 {
+                data.features
+            } else {
+                &done[l - 1].out
+            };
             let w = layer.cols.len();
-            key.apply(data.original_ids, &src[..n * fi], fi, layer.cols.clone(), &mut layer.input);
+            key.apply(
+                data.original_ids,
+                &src[..n * fi],
+                fi,
+                layer.cols.clone(),
+                &mut layer.input,
+            );
             let w_rows = &self.params.weights[l][layer.cols.start * fo..layer.cols.end * fo];
             if w > 0 {
                 agg.forward(&layer.input, w, &mut layer.agg)?;
             }
-            gemm(1.0, &layer.agg, Shape::new(n, w), Op::N, w_rows, Shape::new(w, fo), Op::N, 0.0, &mut layer.z, Shape::new(n, fo));
+            gemm(
+                1.0,
+                &layer.agg,
+                Shape::new(n, w),
+                Op::N,
+                w_rows,
+                Shape::new(w, fo),
+                Op::N,
+                0.0,
+                &mut layer.z,
+                Shape::new(n, fo),
+            );
             red.sum_f32(&mut layer.z)?;
             let last = l + 1 == self.cfg.layers;
             let b = &self.params.biases[l];
-            for (zr, or) in layer.z.chunks_exact_mut(fo).zip(layer.out.chunks_exact_mut(fo)) {
+            for (zr, or) in layer
+                .z
+                .chunks_exact_mut(fo)
+                .zip(layer.out.chunks_exact_mut(fo))
+            {
                 for ((z, o), &bb) in zr.iter_mut().zip(or.iter_mut()).zip(b) {
                     *z += bb;
                     *o = if last { *z } else { z.max(0.0) };
@@ -114,20 +174,43 @@ impl TensorGcn {
     }
 
     /// Evaluates without dropout. Every rank holds every row's logits, so no reduction is needed.
-    pub fn evaluate(&mut self, agg: &mut dyn Aggregate, red: &mut dyn Reduce, data: &LocalData<'_>) -> Result<Metrics> {
+    pub fn evaluate(
+        &mut self,
+        agg: &mut dyn Aggregate,
+        red: &mut dyn Reduce,
+        data: &LocalData<'_>,
+    ) -> Result<Metrics> {
         self.forward(agg, red, data, 0, false)?;
         let last = &self.layers[self.cfg.layers - 1].out;
-        Ok(Metrics::from_counts(&count_metrics(last, self.cfg.classes, data.labels, data.masks)))
+        Ok(Metrics::from_counts(&count_metrics(
+            last,
+            self.cfg.classes,
+            data.labels,
+            data.masks,
+        )))
     }
 
     /// One training step; returns the mean training loss of its forward pass.
-    pub fn train_step(&mut self, agg: &mut dyn Aggregate, red: &mut dyn Reduce, data: &LocalData<'_>, epoch: u64) -> Result<f64> {
+    pub fn train_step(
+        &mut self,
+        agg: &mut dyn Aggregate,
+        red: &mut dyn Reduce,
+        data: &LocalData<'_>,
+        epoch: u64,
+    ) -> Result<f64> {
         self.forward(agg, red, data, epoch, true)?;
         let n = self.n;
         let layers = self.cfg.layers;
         let c = self.cfg.classes;
         let counts = count_metrics(&self.layers[layers - 1].out, c, data.labels, data.masks);
-        nll_grad(&self.layers[layers - 1].out, c, data.labels, data.masks, self.train_total, &mut self.dz[..n * c]);
+        nll_grad(
+            &self.layers[layers - 1].out,
+            c,
+            data.labels,
+            data.masks,
+            self.train_total,
+            &mut self.dz[..n * c],
+        );
         self.grad.fill(0.0);
         let mut at = 0;
         let mut offsets = Vec::with_capacity(layers);
@@ -150,14 +233,36 @@ impl TensorGcn {
                 }
             }
             let gw_rows = &mut gw[layer.cols.start * fo..layer.cols.end * fo];
-            gemm(1.0, &layer.agg, Shape::new(n, w), Op::T, &self.dz, Shape::new(n, fo), Op::N, 0.0, gw_rows, Shape::new(w, fo));
+            gemm(
+                1.0,
+                &layer.agg,
+                Shape::new(n, w),
+                Op::T,
+                &self.dz,
+                Shape::new(n, fo),
+                Op::N,
+                0.0,
+                gw_rows,
+                Shape::new(w, fo),
+            );
             if l == 0 {
                 continue;
             }
             // d(Â·H_cols) = dZ·W[cols]ᵀ, dH_cols = Âᵀ·that, then through dropout and ReLU; other
             // ranks fill the other columns and one sum assembles the full dZ of the layer below.
             let w_rows = &self.params.weights[l][layer.cols.start * fo..layer.cols.end * fo];
-            gemm(1.0, &self.dz, Shape::new(n, fo), Op::N, w_rows, Shape::new(w, fo), Op::T, 0.0, &mut self.scratch, Shape::new(n, w));
+            gemm(
+                1.0,
+                &self.dz,
+                Shape::new(n, fo),
+                Op::N,
+                w_rows,
+                Shape::new(w, fo),
+                Op::T,
+                0.0,
+                &mut self.scratch,
+                Shape::new(n, w),
+            );
             let dh_cols = &mut self.dh[..n * w];
             if w > 0 {
                 agg.backward(&self.scratch[..n * w], w, dh_cols)?;
@@ -169,8 +274,18 @@ impl TensorGcn {
             for r in 0..n {
                 for (k, c) in layer.cols.clone().enumerate() {
                     let kept = layer.input[r * w + k];
-                    let keep = if self.cfg.dropout == 0.0 { 1.0 } else if kept == 0.0 { 0.0 } else { scale };
-                    dz[r * fi + c] = if prev_z[r * fi + c] > 0.0 { dh_cols[r * w + k] * keep } else { 0.0 };
+                    let keep = if self.cfg.dropout == 0.0 {
+                        1.0
+                    } else if kept == 0.0 {
+                        0.0
+                    } else {
+                        scale
+                    };
+                    dz[r * fi + c] = if prev_z[r * fi + c] > 0.0 {
+                        dh_cols[r * w + k] * keep
+                    } else {
+                        0.0
+                    };
                 }
             }
             red.sum_f32(dz)?;
@@ -220,12 +335,34 @@ mod tests {
     }
 
     impl Aggregate for DenseAgg {
-            fn forward(&mut self, x: &[f32], f: usize, y: &mut [f32]) -> Result<()> {
-            gemm(1.0, &self.a, Shape::new(self.n, self.n), Op::N, x, Shape::new(self.n, f), Op::N, 0.0, y, Shape::new(self.n, f));
+        fn forward(&mut self, x: &[f32], f: usize, y: &mut [f32]) -> Result<()> {
+            gemm(
+                1.0,
+                &self.a,
+                Shape::new(self.n, self.n),
+                Op::N,
+                x,
+                Shape::new(self.n, f),
+                Op::N,
+                0.0,
+                y,
+                Shape::new(self.n, f),
+            );
             Ok(())
         }
         fn backward(&mut self, dy: &[f32], f: usize, dx: &mut [f32]) -> Result<()> {
-            gemm(1.0, &self.a, Shape::new(self.n, self.n), Op::T, dy, Shape::new(self.n, f), Op::N, 0.0, dx, Shape::new(self.n, f));
+            gemm(
+                1.0,
+                &self.a,
+                Shape::new(self.n, self.n),
+                Op::T,
+                dy,
+                Shape::new(self.n, f),
+                Op::N,
+                0.0,
+                dx,
+                Shape::new(self.n, f),
+            );
             Ok(())
         }
         fn bytes_received(&self) -> u64 {
@@ -286,19 +423,47 @@ mod tests {
         let n = 9;
         let in_dim = 7;
         let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(11);
-        let a: Vec<f32> = (0..n * n).map(|_| if rng.random::<f32>() < 0.35 { rng.random_range(0.1..1.0) } else { 0.0 }).collect();
-        let x: Vec<f32> = (0..n * in_dim).map(|_| rng.random_range(-1.0..1.0)).collect();
+        let a: Vec<f32> = (0..n * n)
+            .map(|_| {
+                if rng.random::<f32>() < 0.35 {
+                    rng.random_range(0.1..1.0)
+                } else {
+                    0.0
+                }
+            })
+            .collect();
+        let x: Vec<f32> = (0..n * in_dim)
+            .map(|_| rng.random_range(-1.0..1.0))
+            .collect();
         let labels: Vec<i32> = (0..n as i32).map(|i| i % 3).collect();
-        let masks: Vec<u8> = (0..n).map(|i| if i % 3 != 2 { TRAIN } else { TEST }).collect();
+        let masks: Vec<u8> = (0..n)
+            .map(|i| if i % 3 != 2 { TRAIN } else { TEST })
+            .collect();
         let ids: Vec<u64> = (0..n as u64).map(|i| i * 7 + 1).collect();
-        let cfg = GcnConfig { in_dim, hidden: 5, classes: 3, layers: 2, dropout: 0.4, lr: 0.02, weight_decay: 5e-4, seed: 5 };
-        let data = LocalData { features: &x, labels: &labels, masks: &masks, original_ids: &ids };
+        let cfg = GcnConfig {
+            in_dim,
+            hidden: 5,
+            classes: 3,
+            layers: 2,
+            dropout: 0.4,
+            lr: 0.02,
+            weight_decay: 5e-4,
+            seed: 5,
+        };
+        let data = LocalData {
+            features: &x,
+            labels: &labels,
+            masks: &masks,
+            original_ids: &ids,
+        };
         let epochs = 15;
 
         let mut agg = DenseAgg { n, a: a.clone() };
         let train_n = masks.iter().filter(|&&m| m & TRAIN != 0).count() as u64;
         let mut single = Gcn::new(cfg.clone(), n, train_n).unwrap();
-        let want: Vec<f64> = (0..epochs).map(|e| single.train_step(&mut agg, &mut Alone, &data, e).unwrap()).collect();
+        let want: Vec<f64> = (0..epochs)
+            .map(|e| single.train_step(&mut agg, &mut Alone, &data, e).unwrap())
+            .collect();
 
         for size in [1, 2, 3] {
             let acc = Arc::new(Mutex::new(Vec::new()));
@@ -306,13 +471,15 @@ mod tests {
             let losses: Vec<Vec<f64>> = std::thread::scope(|s| {
                 let handles: Vec<_> = (0..size)
                     .map(|rank| {
-                        let (acc, barrier, a, cfg) = (acc.clone(), barrier.clone(), a.clone(), cfg.clone());
-                        let data = data;
+                        let (acc, barrier, a, cfg) =
+                            (acc.clone(), barrier.clone(), a.clone(), cfg.clone());
                         s.spawn(move || {
                             let mut red = ThreadSum { rank, acc, barrier };
                             let mut agg = DenseAgg { n, a };
                             let mut m = TensorGcn::new(cfg, n, rank, size, &data).unwrap();
-                            (0..epochs).map(|e| m.train_step(&mut agg, &mut red, &data, e).unwrap()).collect()
+                            (0..epochs)
+                                .map(|e| m.train_step(&mut agg, &mut red, &data, e).unwrap())
+                                .collect()
                         })
                     })
                     .collect();
@@ -320,7 +487,10 @@ mod tests {
             });
             for rank_losses in &losses {
                 for (got, want) in rank_losses.iter().zip(&want) {
-                    assert!((got - want).abs() <= 1e-4 * want.abs().max(1.0), "P={size}: {got} vs {want}");
+                    assert!(
+                        (got - want).abs() <= 1e-4 * want.abs().max(1.0),
+                        "P={size}: {got} vs {want}"
+                    );
                 }
             }
         }
