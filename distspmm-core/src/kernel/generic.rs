@@ -1,7 +1,7 @@
 //! The portable pass: fixed-width accumulator arrays the compiler vectorises for the build
 //! target, compiled a second time with AVX2 + FMA enabled for x86-64 CPUs without AVX-512.
 //! Used for every `f64` product and for `f32` where AVX-512 is missing. It sums in the same
-//! order and with the same operations as [`super::reference`], so its results are identical.
+//! order and with the same operations as [`super::reference`](mod@super::reference), so its results are identical.
 
 use core::ops::Range;
 

@@ -1,6 +1,6 @@
 //! CPU sparse × dense products: `Y = α·A·X + β·Y` from the CSR of A ([`spmm`]) and
 //! `Y = α·Aᵀ·X + β·Y` from the CSC of A ([`spmm_transpose`]), plus plain-loop references
-//! ([`reference`]) for the tests.
+//! ([`reference`](mod@reference)) for the tests.
 //!
 //! Column `j` of A in CSC form is row `j` of Aᵀ, so both products gather rows of X into one
 //! output row at a time: no atomics, no scatter. Rows are handed to rayon's threads in blocks of
@@ -16,7 +16,7 @@
 //! by the thread count or the block split. Results are therefore bit-identical for any number of
 //! threads on one machine. Different instruction sets may differ in the last bits (FMA, the
 //! two-accumulator loop for narrow passes); the portable path is bit-identical to
-//! [`reference`].
+//! [`reference`](mod@reference).
 //!
 //! `β = 0` overwrites Y without reading it (NaN in Y does not survive); `α = 0` only scales Y
 //! by β, without reading A or X (as in BLAS).
@@ -222,7 +222,9 @@ pub(crate) fn check_shapes<T>(
 }
 
 /// The arrays of a validated compressed matrix whose outer dimension is Y's rows and whose
-/// indices are below X's rows (what [`check_shapes`] and the [`Csr`]/[`Csc`] invariants give).
+/// indices are below X's rows (what [`check_shapes`] and the [`Compressed`] invariants give).
+/// The unsafe kernels index X and Y on the strength of this invariant: build it only with
+/// [`Operand::of`] from a checked matrix.
 #[derive(Clone, Copy)]
 pub(crate) struct Operand<'a, T> {
     pub(crate) indptr: &'a [u64],
@@ -266,7 +268,8 @@ const ROW_COST: u64 = 2;
 /// The smallest block worth a task.
 const MIN_GRAIN: u64 = 1 << 14;
 
-/// Runs one product after the shapes were checked; `isa` must not exceed what the CPU supports.
+/// Runs one product after the shapes were checked, with at most the instruction set `isa`
+/// (the tests pick lower ones to cover every path).
 pub(crate) fn run<T: Scalar>(
     isa: Isa,
     alpha: T,
@@ -275,6 +278,7 @@ pub(crate) fn run<T: Scalar>(
     beta: T,
     mut y: DenseViewMut<'_, T>,
 ) {
+    let isa = isa.min(Isa::supported());
     let (rows, f) = (y.rows(), y.cols());
     if rows == 0 || f == 0 {
         return;
@@ -312,7 +316,7 @@ pub(crate) fn run<T: Scalar>(
                     grain,
                     y.reborrow(),
                     &|r, y| {
-                        // SAFETY: `isa` is at most what the CPU supports, so AVX-512F is present;
+                        // SAFETY: `isa` was capped at what the CPU supports, so AVX-512F is present;
                         // the operand is a validated matrix whose shape `check_shapes` matched to X
                         // and Y, `r` is a block of Y's rows with `y` its rows, and the pass width
                         // is at most `avx512::pass_width`'s maximum with `f0 + w <= F`.
