@@ -29,6 +29,7 @@ trap 'rm -rf "$WORK"' EXIT
 # gpmetis's edge cut and balance from its report.
 gp_cut() { sed -n 's/.*Edgecut: *\([0-9]*\),.*/\1/p' "$1"; }
 gp_balance() { sed -n 's/.*constraint #0: *\([0-9.]*\) .*/\1/p' "$1"; }
+calc() { python3 -c "print($1)"; }
 json_field() { python3 -c "import json,sys; print(json.loads(sys.stdin.read())['$1'])"; }
 
 CORA=../shared/datasets/cora.npz
@@ -55,17 +56,19 @@ for S in "${SCALES[@]}"; do
   "$BIN" partition --input "$G" --parts 4 --out "$WORK/r$S" --write-metis-graph "$WORK/rmat$S.graph" --json >/dev/null
   echo
   echo "## RMAT scale $S, P = 4 (load average before: $(cut -d' ' -f1 /proc/loadavg))"
-  echo "| run | gpmetis wall s | gpmetis METIS CPU s | gpmetis peak MiB | distspmm wall s | distspmm peak MiB | edge cut (both) |"
-  echo "|---|---|---|---|---|---|---|"
+  echo "| run | gpmetis wall s | gpmetis CPU s (METIS) | gpmetis peak MiB | distspmm wall s | distspmm CPU s | distspmm peak MiB | wall ratio | edge cut (distspmm / gpmetis) |"
+  echo "|---|---|---|---|---|---|---|---|---|"
   for r in $(seq "$REPS"); do
-    /usr/bin/time -f "%e %M" -o "$WORK/gp.time" gpmetis -seed=1 -ufactor=30 "$WORK/rmat$S.graph" 4 >"$WORK/gp.txt"
-    /usr/bin/time -f "%e %M" -o "$WORK/ours.time" "$BIN" partition --input "$G" --parts 4 \
+    /usr/bin/time -f "%e %M %U %S" -o "$WORK/gp.time" gpmetis -seed=1 -ufactor=30 "$WORK/rmat$S.graph" 4 >"$WORK/gp.txt"
+    /usr/bin/time -f "%e %M %U %S" -o "$WORK/ours.time" "$BIN" partition --input "$G" --parts 4 \
       --out "$WORK/r$S" --seed 1 --json >"$WORK/ours.json"
-    read -r gw gm <"$WORK/gp.time"
-    read -r ow om <"$WORK/ours.time"
+    read -r gw gm gu gs <"$WORK/gp.time"
+    read -r ow om ou os <"$WORK/ours.time"
     gcpu=$(sed -n 's/.*Partitioning:[[:space:]]*\([0-9.]*\) sec.*/\1/p' "$WORK/gp.txt")
     ocut=$(json_field edge_cut <"$WORK/ours.json")
     gcut=$(gp_cut "$WORK/gp.txt")
-    printf '| %s | %s | %s | %d | %s | %d | %s / %s |\n' "$r" "$gw" "$gcpu" $((gm / 1024)) "$ow" $((om / 1024)) "$ocut" "$gcut"
+    printf '| %s | %s | %.2f (%s) | %d | %s | %.2f | %d | %.2f | %s / %s |\n' "$r" "$gw" \
+      "$(calc "$gu + $gs")" "$gcpu" $((gm / 1024)) "$ow" "$(calc "$ou + $os")" \
+      $((om / 1024)) "$(calc "$ow / $gw")" "$ocut" "$gcut"
   done
 done

@@ -2,7 +2,6 @@
 # Installs what distspmm needs on a fresh Debian machine, skipping what is already there.
 # Sourced by scripts/quickstart.sh and scripts/test.sh; safe to run on its own.
 #   DISTSPMM_PY_EXTRAS=1   also install the Python wheels the tests use (numpy, scipy, mpi4py)
-#   DISTSPMM_CUDA_TOOLS=1  also install nvcc from PyPI (kernel compile + ptxas checks, no GPU needed)
 set -euo pipefail
 
 APT_PACKAGES=(libopenmpi-dev openmpi-bin libmetis-dev libclang-dev clang pkg-config cmake g++ python3-venv)
@@ -31,11 +30,9 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 
 REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 VENV="$REPO_ROOT/.venv"
-if [ "${DISTSPMM_PY_EXTRAS:-0}" = 1 ] || [ "${DISTSPMM_CUDA_TOOLS:-0}" = 1 ]; then
+if [ "${DISTSPMM_PY_EXTRAS:-0}" = 1 ]; then
   [ -x "$VENV/bin/python" ] || python3 -m venv "$VENV"
-  wheels=()
-  if [ "${DISTSPMM_PY_EXTRAS:-0}" = 1 ]; then wheels+=(numpy scipy mpi4py); fi
-  if [ "${DISTSPMM_CUDA_TOOLS:-0}" = 1 ]; then wheels+=(nvidia-cuda-nvcc nvidia-cuda-runtime nvidia-cuda-cccl); fi
+  wheels=(numpy scipy mpi4py)
   need=()
   for w in "${wheels[@]}"; do
     "$VENV/bin/python" -m pip show -q "$w" >/dev/null 2>&1 || need+=("$w")

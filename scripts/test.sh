@@ -6,7 +6,7 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
-export DISTSPMM_PY_EXTRAS=1 DISTSPMM_CUDA_TOOLS=1
+export DISTSPMM_PY_EXTRAS=1
 # shellcheck source=scripts/ensure-deps.sh
 source scripts/ensure-deps.sh
 export CARGO_TERM_COLOR="${CARGO_TERM_COLOR:-never}"
@@ -25,3 +25,6 @@ cargo build -q -p distspmm-core --no-default-features
 
 step "cargo test --workspace (unit, property and mpirun integration tests)"
 cargo test --workspace
+
+step "CUDA kernels: nvcc build for sm_80/sm_90 + PTX, ptxas spill check, CUDA-feature tests (no GPU needed)"
+distspmm-cuda/ci-check.sh
