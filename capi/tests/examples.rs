@@ -49,7 +49,7 @@ fn test_accuracy(stdout: &str) -> f64 {
     let value = stdout
         .lines()
         .filter_map(|l| l.split("test_acc=").nth(1))
-        .last()
+        .next_back()
         .unwrap_or_else(|| panic!("no test_acc= line in:\n{stdout}"));
     value
         .split_whitespace()

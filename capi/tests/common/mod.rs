@@ -88,8 +88,10 @@ pub fn scratch() -> PathBuf {
 pub fn build_library() {
     let profile_dir = profile_dir();
     let target_dir = profile_dir.parent().expect("target/<profile>");
+    // `cargo test` builds into target/debug with the `test` profile (and `--release` into
+    // target/release with `release`): building with the same profile reuses its dependencies.
     let profile = match profile_dir.file_name().and_then(|n| n.to_str()) {
-        Some("debug") | None => "dev".to_owned(),
+        Some("debug") | None => "test".to_owned(),
         Some(name) => name.to_owned(),
     };
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
