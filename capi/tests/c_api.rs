@@ -112,7 +112,7 @@ fn compile(
     let out = common::run(
         Command::new(&compiler)
             .args([standard, "-Wall", "-Wextra", "-Werror", "-pedantic", "-O1"])
-            .arg(&source)
+            .arg(source)
             .arg("-o")
             .arg(output)
             .args(&flags)
