@@ -1,13 +1,15 @@
-//! Feeds arbitrary bytes to `Manifest::from_json` (the parser and rule check behind every
-//! `ChunkDir::open`). On success the manifest must satisfy what loading relies on, and must
-//! serialise and parse back to itself.
+//! Feeds arbitrary bytes to `Manifest::from_json` (the parser, checksum and rule check behind
+//! every `ChunkDir::open`), twice: as given, and — when the bytes deserialise — resealed with
+//! `Manifest::seal` so that mutations of valid seeds reach the rules behind the checksum. An
+//! accepted manifest must satisfy what loading relies on and read back unchanged from what the
+//! writer would store.
 #![no_main]
 
 use distspmm_core::chunk::Manifest;
 use libfuzzer_sys::fuzz_target;
 
-fuzz_target!(|data: &[u8]| {
-    let Ok(m) = Manifest::from_json(data) else {
+fn check(bytes: &[u8]) {
+    let Ok(m) = Manifest::from_json(bytes) else {
         return;
     };
     let parts = m.parts as usize;
@@ -23,7 +25,17 @@ fuzz_target!(|data: &[u8]| {
         assert!(!c.file.contains('/') && c.file != ".." && !c.file.is_empty());
         assert_eq!(c.nodes, m.part_offsets[p + 1] - m.part_offsets[p]);
     }
-    // What the writer (`write_chunk_dir`, serde_json pretty) would store reads back unchanged.
-    let json = serde_json::to_vec_pretty(&m).expect("an accepted manifest must serialise");
+    let mut again = m.clone();
+    let json = again.seal().expect("an accepted manifest must serialise");
+    assert_eq!(again, m, "sealing an accepted manifest changed it");
     assert_eq!(Manifest::from_json(&json).as_ref(), Ok(&m));
+}
+
+fuzz_target!(|data: &[u8]| {
+    check(data);
+    if let Ok(mut m) = serde_json::from_slice::<Manifest>(data) {
+        if let Ok(sealed) = m.seal() {
+            check(&sealed);
+        }
+    }
 });

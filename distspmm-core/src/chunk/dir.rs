@@ -148,7 +148,7 @@ pub fn write_chunk_dir(
             partition.edge_cut(&Adjacency::from_edges(g.num_nodes, &g.src, &g.dst)?)?
         }
     };
-    let manifest = Manifest {
+    let mut manifest = Manifest {
         format: MANIFEST_FORMAT.into(),
         format_version: MANIFEST_VERSION,
         chunk_format_version: FORMAT_VERSION.to_string(),
@@ -171,12 +171,12 @@ pub fn write_chunk_dir(
         partition_map,
         chunks,
         command_line: options.command_line.clone(),
+        checksum: String::new(),
     };
-    let mut json = serde_json::to_vec_pretty(&manifest).map_err(|e| ChunkDirError::Manifest {
+    let json = manifest.seal().map_err(|reason| ChunkDirError::Manifest {
         path: manifest_path.clone(),
-        reason: e.to_string(),
+        reason,
     })?;
-    json.push(b'\n');
     write_atomically(&manifest_path, &json)?;
     remove_stale_chunks(dir, parts)?;
     Ok(manifest)

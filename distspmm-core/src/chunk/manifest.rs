@@ -58,6 +58,10 @@ pub struct Manifest {
     pub chunks: Vec<ManifestChunk>,
     /// The command line that made the directory.
     pub command_line: Vec<String>,
+    /// xxh3-64 (16 hex digits) of the manifest's contents: its pretty JSON with this field set
+    /// to 16 zeros. Filled in by [`Manifest::seal`] and checked by [`Manifest::from_json`], so
+    /// any change to a value (a flipped byte, a hand edit) is detected.
+    pub checksum: String,
 }
 
 /// A file the manifest names, with its size and checksum.
@@ -90,13 +94,40 @@ pub struct ManifestChunk {
 }
 
 impl Manifest {
-    /// Parses the bytes of a `manifest.json` and checks them with [`Manifest::validate`]. The
-    /// error says what is wrong (JSON syntax with line and column, a missing field, or the rule
-    /// broken); callers add the path.
+    /// Parses the bytes of a `manifest.json`, checks its [`checksum`](Manifest::checksum) and
+    /// then [`Manifest::validate`]. The error says what is wrong (JSON syntax with line and
+    /// column, a missing field, a checksum mismatch, or the rule broken); callers add the path.
     pub fn from_json(bytes: &[u8]) -> Result<Self, String> {
         let manifest: Self = serde_json::from_slice(bytes).map_err(|e| e.to_string())?;
+        let computed = manifest.contents_checksum()?;
+        if manifest.checksum != computed {
+            return Err(std::format!(
+                "checksum {:?} does not match the contents ({computed}): the manifest was \
+                 corrupted or edited; re-run `distspmm partition`",
+                manifest.checksum
+            ));
+        }
         manifest.validate()?;
         Ok(manifest)
+    }
+
+    /// Fills in [`checksum`](Manifest::checksum) and returns the bytes of `manifest.json`
+    /// (pretty JSON and a newline), which [`Manifest::from_json`] reads back.
+    pub fn seal(&mut self) -> Result<Vec<u8>, String> {
+        self.checksum = self.contents_checksum()?;
+        let mut json = serde_json::to_vec_pretty(self).map_err(|e| e.to_string())?;
+        json.push(b'\n');
+        Ok(json)
+    }
+
+    /// xxh3-64 of the pretty JSON with `checksum` zeroed, as 16 hex digits.
+    fn contents_checksum(&self) -> Result<String, String> {
+        let unsealed = Self {
+            checksum: format_checksum(0),
+            ..self.clone()
+        };
+        let json = serde_json::to_vec_pretty(&unsealed).map_err(|e| e.to_string())?;
+        Ok(format_checksum(xxhash_rust::xxh3::xxh3_64(&json)))
     }
 
     /// The fingerprint as bytes.
@@ -279,27 +310,53 @@ mod tests {
             },
             chunks: std::vec![chunk(0, 3, 8), chunk(1, 2, 5)],
             command_line: std::vec!["distspmm".into(), "partition".into()],
+            checksum: String::new(),
         }
     }
 
     #[test]
     fn from_json_round_trips_and_rejects_broken_rules() {
-        let manifest = two_part_manifest();
-        let json = serde_json::to_vec_pretty(&manifest).unwrap();
+        let mut manifest = two_part_manifest();
+        let json = manifest.seal().unwrap();
+        assert_eq!(manifest.checksum.len(), 16);
         assert_eq!(Manifest::from_json(&json).unwrap(), manifest);
 
-        // Every strict prefix is an error (truncated file), never a panic.
-        for len in 0..json.len() {
+        // Every prefix that cuts into the JSON is an error (truncated file), never a panic.
+        for len in 0..json.trim_ascii_end().len() {
             assert!(Manifest::from_json(&json[..len]).is_err(), "prefix {len}");
         }
         let mut extra_part = manifest.clone();
         extra_part.parts = 3;
-        let err = Manifest::from_json(&serde_json::to_vec(&extra_part).unwrap()).unwrap_err();
+        let err = Manifest::from_json(&extra_part.seal().unwrap()).unwrap_err();
         assert!(err.contains("part_offsets"), "{err}");
         let mut escaping = manifest;
         escaping.chunks[1].file = "../part-00001.chunk".into();
-        let err = Manifest::from_json(&serde_json::to_vec(&escaping).unwrap()).unwrap_err();
+        let err = Manifest::from_json(&escaping.seal().unwrap()).unwrap_err();
         assert!(err.contains("not a plain name"), "{err}");
+    }
+
+    #[test]
+    fn every_flipped_byte_and_changed_value_is_detected() {
+        let mut manifest = two_part_manifest();
+        let json = manifest.seal().unwrap();
+        for at in 0..json.len() {
+            for mask in [0x01u8, 0x20, 0x80] {
+                let mut bytes = json.clone();
+                bytes[at] ^= mask;
+                assert!(
+                    Manifest::from_json(&bytes).is_err(),
+                    "byte {at} ^ {mask:#04x} went unnoticed"
+                );
+            }
+        }
+        // A value no rule checks (e.g. the edge cut), changed consistently, is still caught.
+        let mut edited = manifest.clone();
+        edited.edge_cut += 1;
+        let err = Manifest::from_json(&serde_json::to_vec_pretty(&edited).unwrap()).unwrap_err();
+        assert!(err.contains("checksum"), "{err}");
+        // Whitespace does not matter: the checksum covers the contents, not the layout.
+        let compact = serde_json::to_vec(&manifest).unwrap();
+        assert_eq!(Manifest::from_json(&compact).unwrap(), manifest);
     }
 
     #[test]
