@@ -282,9 +282,11 @@ dsp_status dsp_init(dsp_comm **out);
 dsp_status dsp_init_fortran(int32_t fortran_comm, dsp_comm **out);
 
 // Frees a communicator (`MPI_Comm_free` of the duplicate: call it on every rank). If
-// `dsp_init` initialised MPI, MPI is finalised once this communicator and every `dsp_spmm`
-// made with it are freed. NULL is accepted (returns `DSP_STATUS_OK`). From a thread other
-// than the creating one it frees nothing and returns `DSP_STATUS_WRONG_THREAD`.
+// `dsp_init` initialised MPI, MPI is finalised once every handle using it is freed: this
+// communicator, the `dsp_spmm` made with it, and communicators adopted while it lived. NULL is
+// accepted (returns `DSP_STATUS_OK`). From a thread other than the creating one it frees
+// nothing and returns `DSP_STATUS_WRONG_THREAD`. Freeing after the host finalised MPI is
+// fine (any other use then returns `DSP_STATUS_MPI_ENVIRONMENT`).
 //
 // # Safety
 // `comm` is NULL or a `dsp_comm *` from `dsp_init`/`dsp_init_fortran` not yet finalised; it

@@ -123,7 +123,7 @@ pub unsafe extern "C" fn dsp_chunk_open(
         }
         // SAFETY: the caller guarantees a live handle or NULL.
         let comm = unsafe { Comm::borrow(comm, "comm") }?;
-        comm.check_thread()?;
+        comm.check_usable()?;
         let mpi = comm.mpi();
         // A NULL `out` is still a local failure the peers must hear about.
         let local = out

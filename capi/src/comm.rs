@@ -1,7 +1,8 @@
 //! `dsp_comm`: the communicator handle (initialise MPI or adopt the host's communicator),
 //! its queries, and the all-reduce helpers for gradients.
 
-use std::rc::Rc;
+use std::cell::RefCell;
+use std::rc::{Rc, Weak};
 use std::thread::ThreadId;
 
 use dist_comm::{AllReduce, Group, MpiComm, Reducible};
@@ -17,8 +18,31 @@ use crate::boundary::{ffi_boundary, slice_mut, Error, Handle, OutPtr, Status};
 /// `DSP_STATUS_WRONG_THREAD`. Compute threads inside the library never call MPI.
 #[derive(Debug)]
 pub struct Comm {
-    mpi: Rc<MpiComm>,
+    shared: Rc<Shared>,
     owner: ThreadId,
+}
+
+/// What a communicator handle and the operators made with it share.
+#[derive(Debug)]
+pub(crate) struct Shared {
+    // Declared first: the duplicate is freed before MPI may be finalised below.
+    mpi: MpiComm,
+    /// The communicator that initialised MPI, if this one was adopted while it lived: MPI is
+    /// finalised only when every communicator using it is gone.
+    _environment: Option<Rc<Shared>>,
+}
+
+impl Shared {
+    /// The communicator.
+    pub(crate) fn mpi(&self) -> &MpiComm {
+        &self.mpi
+    }
+}
+
+thread_local! {
+    /// The communicator whose drop finalises MPI (`dsp_init` initialised it). MPI is used at
+    /// `MPI_THREAD_FUNNELED`, so all communicators live on this one thread.
+    static ENVIRONMENT: RefCell<Weak<Shared>> = const { RefCell::new(Weak::new()) };
 }
 
 impl Handle for Comm {
@@ -27,27 +51,57 @@ impl Handle for Comm {
 
 impl Comm {
     fn new(mpi: MpiComm) -> Self {
+        let owns = mpi.owns_environment();
+        let environment = if owns {
+            None
+        } else {
+            ENVIRONMENT.with(|e| e.borrow().upgrade())
+        };
+        let shared = Rc::new(Shared {
+            mpi,
+            _environment: environment,
+        });
+        if owns {
+            ENVIRONMENT.with(|e| *e.borrow_mut() = Rc::downgrade(&shared));
+        }
         Self {
-            mpi: Rc::new(mpi),
+            shared,
             owner: std::thread::current().id(),
         }
     }
 
-    /// Fails with [`Status::WrongThread`] unless called on the creating thread.
-    pub(crate) fn check_thread(&self) -> Result<(), Error> {
-        check_owner(self.owner, Self::C_NAME)
+    /// Fails with [`Status::WrongThread`] unless called on the creating thread, and with
+    /// [`Status::MpiEnvironment`] once MPI has been finalised (by the host): an MPI call then
+    /// would abort the process.
+    pub(crate) fn check_usable(&self) -> Result<(), Error> {
+        check_usable(self.owner, Self::C_NAME)
     }
 
-    /// The communicator (after [`Comm::check_thread`]).
+    /// The communicator (after [`Comm::check_usable`]).
     pub(crate) fn mpi(&self) -> &MpiComm {
-        &self.mpi
+        &self.shared.mpi
     }
 
-    /// The communicator for a handle that may outlive this one (`dsp_spmm`), with the thread
-    /// it must be used on.
-    pub(crate) fn share(&self) -> (Rc<MpiComm>, ThreadId) {
-        (Rc::clone(&self.mpi), self.owner)
+    /// What a handle that may outlive this one (`dsp_spmm`) keeps, with the thread it must be
+    /// used on.
+    pub(crate) fn share(&self) -> (Rc<Shared>, ThreadId) {
+        (Rc::clone(&self.shared), self.owner)
     }
+}
+
+/// [`Status::WrongThread`] off the `owner` thread; [`Status::MpiEnvironment`] after
+/// `MPI_Finalize`.
+pub(crate) fn check_usable(owner: ThreadId, what: &str) -> Result<(), Error> {
+    check_owner(owner, what)?;
+    if mpi::environment::is_finalized() {
+        return Err(Error::new(
+            Status::MpiEnvironment,
+            format!(
+                "MPI has been finalised (by the host application); this {what} can only be freed"
+            ),
+        ));
+    }
+    Ok(())
 }
 
 /// [`Status::WrongThread`] unless the current thread is `owner`.
@@ -109,9 +163,11 @@ pub unsafe extern "C" fn dsp_init_fortran(fortran_comm: i32, out: *mut *mut Comm
 }
 
 /// Frees a communicator (`MPI_Comm_free` of the duplicate: call it on every rank). If
-/// `dsp_init` initialised MPI, MPI is finalised once this communicator and every `dsp_spmm`
-/// made with it are freed. NULL is accepted (returns `DSP_STATUS_OK`). From a thread other
-/// than the creating one it frees nothing and returns `DSP_STATUS_WRONG_THREAD`.
+/// `dsp_init` initialised MPI, MPI is finalised once every handle using it is freed: this
+/// communicator, the `dsp_spmm` made with it, and communicators adopted while it lived. NULL is
+/// accepted (returns `DSP_STATUS_OK`). From a thread other than the creating one it frees
+/// nothing and returns `DSP_STATUS_WRONG_THREAD`. Freeing after the host finalised MPI is
+/// fine (any other use then returns `DSP_STATUS_MPI_ENVIRONMENT`).
 ///
 /// # Safety
 /// `comm` is NULL or a `dsp_comm *` from `dsp_init`/`dsp_init_fortran` not yet finalised; it
@@ -123,7 +179,7 @@ pub unsafe extern "C" fn dsp_finalize(comm: *mut Comm) -> Status {
         let Some(comm) = (unsafe { Comm::from_raw(comm) }) else {
             return Ok(());
         };
-        if let Err(e) = comm.check_thread() {
+        if let Err(e) = check_owner(comm.owner, Comm::C_NAME) {
             // Dropping the `Rc` here would race with the owner thread; hand it back instead.
             let _ = Box::into_raw(comm);
             return Err(e);
@@ -144,7 +200,7 @@ pub unsafe extern "C" fn dsp_comm_rank(comm: *const Comm, rank: *mut u32) -> Sta
         let comm = unsafe { Comm::borrow(comm, "comm") }?;
         // SAFETY: the caller guarantees NULL or valid for a write.
         let rank = unsafe { OutPtr::new(rank, "rank") }?;
-        rank.write(comm.mpi.rank() as u32);
+        rank.write(comm.mpi().rank() as u32);
         Ok(())
     })
 }
@@ -160,7 +216,7 @@ pub unsafe extern "C" fn dsp_comm_size(comm: *const Comm, size: *mut u32) -> Sta
         let comm = unsafe { Comm::borrow(comm, "comm") }?;
         // SAFETY: the caller guarantees NULL or valid for a write.
         let size = unsafe { OutPtr::new(size, "size") }?;
-        size.write(comm.mpi.size() as u32);
+        size.write(comm.mpi().size() as u32);
         Ok(())
     })
 }
@@ -174,8 +230,8 @@ pub unsafe extern "C" fn dsp_barrier(comm: *mut Comm) -> Status {
     ffi_boundary("dsp_barrier", || {
         // SAFETY: the caller guarantees a live handle or NULL.
         let comm = unsafe { Comm::borrow(comm, "comm") }?;
-        comm.check_thread()?;
-        comm.mpi.barrier()?;
+        comm.check_usable()?;
+        comm.mpi().barrier()?;
         Ok(())
     })
 }
@@ -185,7 +241,7 @@ pub unsafe extern "C" fn dsp_barrier(comm: *mut Comm) -> Status {
 fn all_reduce_sum<T: Reducible>(comm: *mut Comm, buf: *mut T, count: usize) -> Result<(), Error> {
     // SAFETY: the exported callers' contract: `comm` is NULL or a live handle.
     let comm = unsafe { Comm::borrow(comm, "comm") }?;
-    comm.check_thread()?;
+    comm.check_usable()?;
     // SAFETY: the exported callers' contract: `buf` holds `count` values (or NULL).
     let local = unsafe { slice_mut(buf, count, "buf") };
     let checked = local.as_ref().map(|_| count as u64).map_err(Error::clone);

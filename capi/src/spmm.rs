@@ -16,7 +16,7 @@ use crate::boundary::{
     ffi_boundary, ffi_boundary_void, slice, slice_mut, Error, Handle, OutPtr, Status,
 };
 use crate::chunk::Chunk;
-use crate::comm::{check_owner, Comm};
+use crate::comm::{check_owner, check_usable, Comm, Shared};
 
 /// Which communication schedule a `dsp_spmm` runs (the values are part of the ABI).
 #[repr(i32)]
@@ -52,7 +52,7 @@ pub struct Spmm {
     // Declared first so it is dropped before the communicator and the mapping it borrows.
     op: DistSpmm<'static, MpiComm>,
     _chunk: Arc<MappedChunk>,
-    _comm: Rc<MpiComm>,
+    _comm: Rc<Shared>,
     owner: ThreadId,
 }
 
@@ -90,7 +90,7 @@ fn build(comm: &Comm, chunk: &Chunk, schedule: ScheduleKind) -> Result<Spmm, Err
     let mapped = Arc::clone(chunk.mapped());
     // SAFETY: the reference points into the `Rc` allocation, which does not move and lives as
     // long as `Spmm::_comm`; `Spmm::op` (the only holder of this reference) is dropped first.
-    let comm_ref: &'static MpiComm = unsafe { &*Rc::as_ptr(&shared) };
+    let comm_ref: &'static MpiComm = unsafe { &*Rc::as_ptr(&shared) }.mpi();
     // SAFETY: only the lifetime changes. The view borrows the memory map owned by `mapped`,
     // which does not move when the `Arc` is cloned or moved and lives as long as
     // `Spmm::_chunk`; `Spmm::op` (the only holder of the view) is dropped first.
@@ -129,7 +129,7 @@ pub unsafe extern "C" fn dsp_spmm_create(
         }
         // SAFETY: the caller guarantees a live handle or NULL.
         let comm = unsafe { Comm::borrow(comm, "comm") }?;
-        comm.check_thread()?;
+        comm.check_usable()?;
         let local = (|| {
             let out = out.as_ref().map_err(Error::clone)?;
             // SAFETY: the caller guarantees a live handle or NULL.
@@ -209,7 +209,7 @@ unsafe fn call(
     };
     // SAFETY: the exported callers' contract: NULL or a live handle, used by one thread.
     let op = unsafe { Spmm::borrow_mut(op, "op") }?;
-    check_owner(op.owner, Spmm::C_NAME)?;
+    check_usable(op.owner, Spmm::C_NAME)?;
     let n = op.op.local_rows();
     let local = (|| {
         if rows != n {

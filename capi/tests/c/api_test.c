@@ -375,7 +375,7 @@ static void test_spmm(dsp_comm *comm, uint32_t rank, const char *dir_directed) {
 
 static int test_with_mpi(const char *dir2, const char *dir3, const char *dir_directed,
                          const char *empty) {
-  dsp_comm *comm = NULL;
+  dsp_comm *comm = NULL, *second = NULL;
   dsp_chunk *chunk = NULL;
   uint32_t rank = 99;
   EXPECT(dsp_init(&comm), DSP_STATUS_OK, NULL);
@@ -387,8 +387,14 @@ static int test_with_mpi(const char *dir2, const char *dir3, const char *dir_dir
   EXPECT(dsp_chunk_open(comm, dir2, &chunk), DSP_STATUS_OK, NULL);
   if (chunk != NULL) test_queries(comm, chunk, rank);
   dsp_chunk_free(chunk);
-  test_spmm(comm, rank, dir_directed); /* finalises */
+  /* A second communicator adopts MPI_COMM_WORLD and keeps the MPI that dsp_init started
+   * alive after the first one is finalised. */
+  EXPECT(dsp_init(&second), DSP_STATUS_OK, NULL);
+  EXPECT(dsp_finalize(comm), DSP_STATUS_OK, NULL);
   comm = NULL;
+  if (second == NULL) return 1;
+  EXPECT(dsp_barrier(second), DSP_STATUS_OK, NULL);
+  test_spmm(second, rank, dir_directed); /* finalises MPI once its last handle is freed */
   EXPECT(dsp_init(&comm), DSP_STATUS_MPI_ENVIRONMENT, "finalised");
   CHECK(comm == NULL, "no second life for MPI");
   return 0;

@@ -3,7 +3,8 @@
 //   api_test_cpp DIR2
 // adopting the host's communicator by its Fortran handle, adopting MPI_COMM_WORLD through
 // dsp_init, a parts mismatch under an adopted sub-communicator, the thread rules of dsp_comm /
-// dsp_chunk / dsp_spmm, and RAII ownership with std::unique_ptr.
+// dsp_chunk / dsp_spmm, handles used after the host's MPI_Finalize, and RAII ownership with
+// std::unique_ptr.
 #include <distspmm.h>
 // Only MPI's C interface (its deprecated C++ bindings do not compile cleanly with -Wextra).
 #define OMPI_SKIP_MPICXX 1
@@ -150,6 +151,37 @@ void test_threads(const char *dir2) {
   EXPECT(dsp_barrier(comm.get()), DSP_STATUS_OK, nullptr);
 }
 
+// Handles that outlive the host's MPI_Finalize: using them is an error, not an abort (MPI
+// aborts the process on calls after MPI_Finalize); freeing them is fine.
+void test_after_host_finalize(const char *dir2) {
+  CommPtr late = adopt(MPI_COMM_WORLD);
+  dsp_chunk *raw_chunk = nullptr;
+  EXPECT(dsp_chunk_open(late.get(), dir2, &raw_chunk), DSP_STATUS_OK, nullptr);
+  ChunkPtr chunk(raw_chunk);
+  dsp_spmm *raw_op = nullptr;
+  EXPECT(dsp_spmm_create(late.get(), chunk.get(), DSP_SCHEDULE_BROADCAST, &raw_op),
+         DSP_STATUS_OK, nullptr);
+  SpmmPtr op(raw_op);
+  size_t n = 0;
+  EXPECT(dsp_chunk_num_local_nodes(chunk.get(), &n), DSP_STATUS_OK, nullptr);
+  std::vector<float> x(n * 2, 1.0f), y(n * 2, 0.0f);
+  MPI_Finalize();
+  EXPECT(dsp_barrier(late.get()), DSP_STATUS_MPI_ENVIRONMENT, "MPI has been finalised");
+  float g = 1.0f;
+  EXPECT(dsp_allreduce_sum_f32(late.get(), &g, 1), DSP_STATUS_MPI_ENVIRONMENT, "finalised");
+  dsp_chunk *again = nullptr;
+  EXPECT(dsp_chunk_open(late.get(), dir2, &again), DSP_STATUS_MPI_ENVIRONMENT, "finalised");
+  EXPECT(dsp_spmm_forward(op.get(), n, 2, x.data(), 2, y.data(), 2), DSP_STATUS_MPI_ENVIRONMENT,
+         "finalised");
+  dsp_comm *fresh = nullptr;
+  EXPECT(dsp_init(&fresh), DSP_STATUS_MPI_ENVIRONMENT, "finalised");
+  uint32_t rank = 99;
+  EXPECT(dsp_comm_rank(late.get(), &rank), DSP_STATUS_OK, nullptr);
+  CHECK(static_cast<int>(rank) == rank_);
+  op.reset();
+  EXPECT(dsp_finalize(late.release()), DSP_STATUS_OK, nullptr);
+}
+
 }  // namespace
 
 int main(int argc, char **argv) {
@@ -168,7 +200,7 @@ int main(int argc, char **argv) {
   int finalized = 1;
   MPI_Finalized(&finalized);
   CHECK(finalized == 0);
+  test_after_host_finalize(argv[1]);
   std::printf("api_test_cpp: rank %d: %d checks, %d failed\n", rank_, checks, failures);
-  MPI_Finalize();
   return failures == 0 ? 0 : 1;
 }
