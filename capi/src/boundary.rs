@@ -1,6 +1,6 @@
 //! The boundary between C and Rust: the status enum, the error every body returns, the panic
 //! guard every exported body runs in, the thread-local last-error message, and the one place
-//! where raw pointers become references ([`Handle`], [`OutPtr`], [`slice`], [`slice_mut`]).
+//! where raw pointers become references ([`Handle`], [`OutPtr`], [`slice()`], [`slice_mut`]).
 
 use std::any::Any;
 use std::cell::RefCell;
