@@ -25,6 +25,9 @@ echo "==> generating the default CSBM graph"
 echo "==> partitioning into $RANKS parts with METIS"
 "$BIN" partition --input "$WORK/csbm.npz" --parts "$RANKS" --out "$WORK/chunks" --force
 
-echo "==> training a 2-layer GCN on $RANKS MPI ranks"
-mpirun -n "$RANKS" --oversubscribe --bind-to none \
+# Share the cores between the ranks: each rank's kernels use this many threads.
+THREADS=$(( $(nproc) / RANKS )); [ "$THREADS" -ge 1 ] || THREADS=1
+
+echo "==> training a 2-layer GCN on $RANKS MPI ranks ($THREADS thread(s) each)"
+mpirun -n "$RANKS" --oversubscribe --bind-to none -x RAYON_NUM_THREADS="$THREADS" \
   "$BIN" train --chunks "$WORK/chunks" --epochs "$EPOCHS"
