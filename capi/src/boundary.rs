@@ -103,7 +103,7 @@ impl Status {
 
 /// A failure: the status to return and the message for `dsp_last_error`.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Error {
+pub(crate) struct Error {
     /// The status returned to C.
     pub status: Status,
     /// The detailed message.
@@ -169,7 +169,7 @@ impl From<ChunkDirError> for Error {
 
 /// An error's message followed by those of its sources that it does not already include
 /// (e.g. "cannot open part-00001.chunk: No such file or directory").
-pub fn with_sources(e: &dyn std::error::Error) -> String {
+pub(crate) fn with_sources(e: &dyn std::error::Error) -> String {
     let mut message = e.to_string();
     let mut source = e.source();
     while let Some(s) = source {
@@ -188,13 +188,14 @@ thread_local! {
 }
 
 /// Records `message` as this thread's last error (NUL bytes become spaces).
-pub fn set_last_error(message: &str) {
+pub(crate) fn set_last_error(message: &str) {
     let text = CString::new(message.replace('\0', " ")).unwrap_or_default();
     LAST_ERROR.with(|slot| *slot.borrow_mut() = text);
 }
 
 /// The last error's text, for the Rust tests.
-pub fn last_error() -> String {
+#[cfg(test)]
+pub(crate) fn last_error() -> String {
     LAST_ERROR.with(|slot| slot.borrow().to_string_lossy().into_owned())
 }
 
@@ -218,7 +219,7 @@ fn panic_message(payload: &(dyn Any + Send)) -> String {
 /// message (prefixed with `function`) and returns its status, and a panic becomes
 /// [`Status::Panic`] — it never unwinds into C. Every exported function that returns a status
 /// goes through here.
-pub fn ffi_boundary(function: &str, body: impl FnOnce() -> Result<(), Error>) -> Status {
+pub(crate) fn ffi_boundary(function: &str, body: impl FnOnce() -> Result<(), Error>) -> Status {
     match catch_unwind(AssertUnwindSafe(body)) {
         Ok(Ok(())) => Status::Ok,
         Ok(Err(e)) => {
@@ -238,13 +239,13 @@ pub fn ffi_boundary(function: &str, body: impl FnOnce() -> Result<(), Error>) ->
 
 /// [`ffi_boundary`] for exported functions without a status (the `free` functions): errors and
 /// panics only set the last-error message.
-pub fn ffi_boundary_void(function: &str, body: impl FnOnce() -> Result<(), Error>) {
+pub(crate) fn ffi_boundary_void(function: &str, body: impl FnOnce() -> Result<(), Error>) {
     let _ = ffi_boundary(function, body);
 }
 
 /// A Rust value handed to C as an opaque pointer (`Box::into_raw`), declared once per type.
 /// C owns the pointer until it passes it to the type's free function.
-pub trait Handle: Sized + 'static {
+pub(crate) trait Handle: Sized + 'static {
     /// The C type name, for messages.
     const C_NAME: &'static str;
 
@@ -289,7 +290,7 @@ pub trait Handle: Sized + 'static {
 
 /// An out-parameter C passed in, checked for NULL before any work is done.
 #[derive(Debug)]
-pub struct OutPtr<T>(*mut T);
+pub(crate) struct OutPtr<T>(*mut T);
 
 impl<T> OutPtr<T> {
     /// Checks `ptr`; NULL is [`Status::NullArgument`] naming `arg`.
@@ -342,7 +343,7 @@ fn check_buffer<T>(ptr: *const T, len: usize, arg: &str) -> Result<(), Error> {
 ///
 /// # Safety
 /// Unless NULL, `ptr` points to `len` initialised `T`s that nobody writes during `'a`.
-pub unsafe fn slice<'a, T>(ptr: *const T, len: usize, arg: &str) -> Result<&'a [T], Error> {
+pub(crate) unsafe fn slice<'a, T>(ptr: *const T, len: usize, arg: &str) -> Result<&'a [T], Error> {
     check_buffer(ptr, len, arg)?;
     if len == 0 {
         return Ok(&[]);
@@ -357,7 +358,11 @@ pub unsafe fn slice<'a, T>(ptr: *const T, len: usize, arg: &str) -> Result<&'a [
 /// # Safety
 /// Unless NULL, `ptr` points to `len` initialised `T`s that nobody else reads or writes during
 /// `'a` (C's buffers of plain numbers are always initialised memory).
-pub unsafe fn slice_mut<'a, T>(ptr: *mut T, len: usize, arg: &str) -> Result<&'a mut [T], Error> {
+pub(crate) unsafe fn slice_mut<'a, T>(
+    ptr: *mut T,
+    len: usize,
+    arg: &str,
+) -> Result<&'a mut [T], Error> {
     check_buffer(ptr, len, arg)?;
     if len == 0 {
         return Ok(&mut []);

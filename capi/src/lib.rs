@@ -4,10 +4,10 @@
 //! the distributed SpMM operator) and `distspmm-core` (chunk directories), and turns every
 //! outcome back into a [`Status`]. The rules every exported function follows:
 //!
-//! - its body runs inside [`boundary::ffi_boundary`]: a panic becomes [`Status::Panic`] (or a
+//! - its body runs inside `boundary::ffi_boundary`: a panic becomes [`Status::Panic`] (or a
 //!   NULL / zero return), never an unwind into C;
 //! - handles are boxed Rust values whose ownership is declared once per type
-//!   ([`boundary::Handle`]); raw pointers become references only through its helpers, which
+//!   (`boundary::Handle`); raw pointers become references only through its helpers, which
 //!   turn NULL into [`Status::NullArgument`];
 //! - a failure sets a thread-local message ([`dsp_last_error`]);
 //! - collective calls first agree across ranks on their arguments, so a bad argument on one rank
@@ -18,7 +18,7 @@
 //! states the ABI rules, the thread-safety of each handle and a minimal example.
 
 mod agree;
-pub mod boundary;
+mod boundary;
 mod chunk;
 mod comm;
 mod spmm;
