@@ -7,7 +7,7 @@ use distspmm_core::schedule::{BroadcastPlan, Traffic, Workspace};
 use distspmm_core::sparse::{Csc, CscView, Csr, CsrView, DenseView, DenseViewMut};
 
 use super::halo::received;
-use super::{buffer, rows, value_bytes, DistSpmmError, TAG_BACKWARD};
+use super::{rows, value_bytes, Buffer, DistSpmmError, Op, TAG_BACKWARD};
 use crate::{Communicator, Exchange, RequestId};
 
 /// A block `Â[p][q]` over q-local columns `0..n_q`: the CSR with its column ids mapped through
@@ -26,9 +26,9 @@ pub(super) struct BroadcastState<'a> {
     /// Indexed by source part; `None` for this rank's own part and for empty blocks.
     blocks: Vec<Option<QLocalBlock<'a>>>,
     /// Forward: the rows being broadcast. Backward: this rank's contribution to a root.
-    panel: Vec<f32>,
+    panel: Buffer,
     /// Backward: the P−1 contributions to this rank's rows.
-    inbox: Vec<f32>,
+    inbox: Buffer,
     /// Request ids of the posted receives (reused).
     ids: Vec<RequestId>,
 }
@@ -64,10 +64,25 @@ impl<'a> BroadcastState<'a> {
         Ok(Self {
             plan: BroadcastPlan::from_chunk(chunk),
             blocks,
-            panel: Vec::new(),
-            inbox: Vec::new(),
+            panel: Buffer::default(),
+            inbox: Buffer::default(),
             ids: Vec::with_capacity(chunk.num_parts()),
         })
+    }
+
+    /// Makes room for a call of `op` with `features` columns.
+    pub(super) fn reserve(&mut self, op: Op, features: usize) -> Result<(), DistSpmmError> {
+        self.panel.reserve(self.panel_rows() * features)?;
+        if op == Op::Backward {
+            let own = self
+                .plan
+                .steps()
+                .nth(self.plan.rank())
+                .map_or(0, |s| s.rows);
+            self.inbox
+                .reserve((self.plan.parts() - 1) * own as usize * features)?;
+        }
+        Ok(())
     }
 
     pub(super) fn workspace(&self) -> Workspace {
@@ -106,7 +121,7 @@ impl<'a> BroadcastState<'a> {
     ) -> Result<Traffic, DistSpmmError> {
         let (f, me, parts) = (x.cols(), self.plan.rank(), self.plan.parts());
         let panel_len = self.panel_rows() * f;
-        let panel = buffer(&mut self.panel, panel_len);
+        let panel = self.panel.get(panel_len);
         let mut traffic = Traffic::default();
         let mut beta = 0.0; // the first product overwrites Y
         for step in self.plan.steps() {
@@ -146,8 +161,8 @@ impl<'a> BroadcastState<'a> {
         let (f, me, parts) = (dy.cols(), self.plan.rank(), self.plan.parts());
         let n = dy.rows();
         let panel_len = self.panel_rows() * f;
-        let panel = buffer(&mut self.panel, panel_len);
-        let inbox = buffer(&mut self.inbox, (parts - 1) * n * f);
+        let panel = self.panel.get(panel_len);
+        let inbox = self.inbox.get((parts - 1) * n * f);
         let mut traffic = Traffic::default();
         for step in self.plan.steps() {
             let (q, rows) = (step.root, step.rows as usize);

@@ -5,7 +5,7 @@ use distspmm_core::kernel::{spmm, spmm_transpose};
 use distspmm_core::schedule::{HaloPlan, Traffic, Workspace};
 use distspmm_core::sparse::{CscView, CsrView, DenseView, DenseViewMut};
 
-use super::{buffer, rows, value_bytes, DistSpmmError, TAG_BACKWARD, TAG_FORWARD};
+use super::{rows, value_bytes, Buffer, DistSpmmError, TAG_BACKWARD, TAG_FORWARD};
 use crate::{CommError, Communicator, Completion, Exchange, RequestId};
 
 /// One off-diagonal block over compacted columns (column c = row c of the halo from `src`).
@@ -23,9 +23,9 @@ pub(super) struct HaloState<'a> {
     /// In increasing source part: exactly the parts this rank receives from.
     blocks: Vec<RemoteBlock<'a>>,
     /// Forward: the packed rows this rank sends. Backward: the partial sums it receives.
-    send: Vec<f32>,
+    send: Buffer,
     /// Forward: the halo rows this rank receives. Backward: the partial sums it sends.
-    recv: Vec<f32>,
+    recv: Buffer,
     /// Request ids of the posted receives (reused).
     ids: Vec<RequestId>,
 }
@@ -55,9 +55,16 @@ impl<'a> HaloState<'a> {
             plan: HaloPlan::from_chunk(chunk),
             ids: Vec::with_capacity(blocks.len().max(chunk.num_parts())),
             blocks,
-            send: Vec::new(),
-            recv: Vec::new(),
+            send: Buffer::default(),
+            recv: Buffer::default(),
         })
+    }
+
+    /// Makes room for calls with `features` columns (both directions use both buffers).
+    pub(super) fn reserve(&mut self, features: usize) -> Result<(), DistSpmmError> {
+        self.send
+            .reserve(self.plan.sent_rows() as usize * features)?;
+        self.recv.reserve(self.plan.halo_rows() as usize * features)
     }
 
     pub(super) fn workspace(&self) -> Workspace {
@@ -77,8 +84,8 @@ impl<'a> HaloState<'a> {
     ) -> Result<Traffic, DistSpmmError> {
         let f = x.cols();
         let plan = self.plan;
-        let send = buffer(&mut self.send, plan.sent_rows() as usize * f);
-        let recv = buffer(&mut self.recv, plan.halo_rows() as usize * f);
+        let send = self.send.get(plan.sent_rows() as usize * f);
+        let recv = self.recv.get(plan.halo_rows() as usize * f);
         let traffic = Traffic {
             sent: value_bytes(send.len()),
             received: value_bytes(recv.len()),
@@ -131,8 +138,8 @@ impl<'a> HaloState<'a> {
         let f = dy.cols();
         let plan = self.plan;
         // The forward buffers with their roles swapped.
-        let incoming = buffer(&mut self.send, plan.sent_rows() as usize * f);
-        let outgoing = buffer(&mut self.recv, plan.halo_rows() as usize * f);
+        let incoming = self.send.get(plan.sent_rows() as usize * f);
+        let outgoing = self.recv.get(plan.halo_rows() as usize * f);
         let traffic = Traffic {
             sent: value_bytes(outgoing.len()),
             received: value_bytes(incoming.len()),

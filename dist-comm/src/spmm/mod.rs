@@ -36,8 +36,9 @@
 //! calling thread communicates.
 //!
 //! # Buffers and bytes
-//! Buffers grow at the first call with a given F and are reused; a call allocates nothing
-//! afterwards (the communicator may). [`DistSpmm::workspace`] reports them and equals the plan's
+//! Buffers (on huge-page-advised mappings, as NumPy allocates large arrays) grow at the first
+//! call with a given F and are reused; a call allocates nothing afterwards (the communicator
+//! may). [`DistSpmm::workspace`] reports them and equals the plan's
 //! prediction. [`DistSpmm::bytes_last_call`] counts the payload this rank handed to the
 //! communicator in its last call, with the plan's conventions (a broadcast counts its payload
 //! once per receiving rank on the root's side), so it equals `BroadcastPlan::traffic` /
@@ -55,7 +56,7 @@ use distspmm_core::kernel::KernelError;
 use distspmm_core::schedule::{
     BroadcastPlan, HaloPlan, LayerTraffic, ScheduleKind, Traffic, Workspace,
 };
-use distspmm_core::sparse::{CscView, CsrView, DenseView, DenseViewMut, SparseError};
+use distspmm_core::sparse::{CscView, CsrView, DenseView, DenseViewMut, PageBuffer, SparseError};
 
 use crate::{CommError, Communicator};
 
@@ -93,6 +94,17 @@ pub enum DistSpmmError {
         src: usize,
         /// What the sparse constructor found.
         source: SparseError,
+    },
+    /// This rank cannot allocate its communication buffers (the other ranks get a
+    /// [`DistSpmmError::Disagreement`] pointing here).
+    #[error("cannot allocate {bytes} bytes of communication buffers on rank {rank}: {reason}")]
+    Allocation {
+        /// This rank.
+        rank: usize,
+        /// The size asked for.
+        bytes: u64,
+        /// What the system said.
+        reason: String,
     },
     /// A communication call failed (possibly on this rank only).
     #[error(transparent)]
@@ -277,8 +289,24 @@ impl<'a, C: Communicator> DistSpmm<'a, C> {
         output: DenseViewMut<'_, f32>,
     ) -> Result<(), DistSpmmError> {
         let features = input.cols();
-        let shape = self.check_operands(op, &input, &output);
-        agree::agree_on_call(self.comm, op, features, shape)?;
+        // Everything that can fail locally happens before the agreement, which tells every
+        // rank whether all are ready.
+        let rank = self.rank();
+        let ready = self
+            .check_operands(op, &input, &output)
+            .and_then(|()| match &mut self.state {
+                State::Broadcast(s) => s.reserve(op, features),
+                State::Halo(s) => s.reserve(features),
+            })
+            .map_err(|e| match e {
+                DistSpmmError::Allocation { bytes, reason, .. } => DistSpmmError::Allocation {
+                    rank,
+                    bytes,
+                    reason,
+                },
+                e => e,
+            });
+        agree::agree_on_call(self.comm, op, features, ready)?;
         let traffic = if features == 0 {
             Traffic::default()
         } else {
@@ -397,13 +425,38 @@ impl<'a, C: Communicator> DistSpmm<'a, C> {
     }
 }
 
-/// Grows `buf` to at least `len` elements (never shrinks, so a later call with the same or a
-/// smaller F allocates nothing) and returns its first `len`.
-fn buffer(buf: &mut Vec<f32>, len: usize) -> &mut [f32] {
-    if buf.len() < len {
-        buf.resize(len, 0.0);
+/// A communication buffer on its own huge-page-advised mapping (the halo rows are gathered at
+/// random by the kernels, like X). It grows to the largest size asked for and never shrinks,
+/// so a later call with the same or a smaller F allocates nothing.
+#[derive(Debug, Default)]
+struct Buffer(Option<PageBuffer<f32>>);
+
+impl Buffer {
+    /// Makes room for `len` values.
+    fn reserve(&mut self, len: usize) -> Result<(), DistSpmmError> {
+        if self.len() < len {
+            self.0 = None; // release the old mapping first
+            let buffer = PageBuffer::zeroed(len).map_err(|e| DistSpmmError::Allocation {
+                rank: 0,
+                bytes: value_bytes(len),
+                reason: e.to_string(),
+            })?;
+            self.0 = Some(buffer);
+        }
+        Ok(())
     }
-    &mut buf[..len]
+
+    /// The first `len` values (`len` at most what was reserved).
+    fn get(&mut self, len: usize) -> &mut [f32] {
+        match &mut self.0 {
+            Some(b) => &mut b[..len],
+            None => &mut [],
+        }
+    }
+
+    fn len(&self) -> usize {
+        self.0.as_ref().map_or(0, |b| b.len())
+    }
 }
 
 /// Bytes of a buffer of `len` values.

@@ -12,7 +12,7 @@ use anyhow::Context;
 use dist_comm::spmm::DistSpmm;
 use dist_comm::{Communicator, ReduceOp};
 use distspmm_core::schedule::ScheduleKind;
-use distspmm_core::sparse::{DenseView, DenseViewMut};
+use distspmm_core::sparse::{DenseView, DenseViewMut, PageBuffer};
 
 use super::ranks::{self, explain, test_matrix, Launch, RankMain, ScheduleArg};
 
@@ -49,6 +49,13 @@ pub fn run(args: &DistArgs) -> anyhow::Result<()> {
 
 struct Bench<'a>(&'a DistArgs);
 
+/// A copy of `values` on a huge-page-advised mapping.
+fn on_huge_pages(values: &[f32]) -> std::io::Result<PageBuffer<f32>> {
+    let mut buffer = PageBuffer::zeroed(values.len())?;
+    buffer.copy_from_slice(values);
+    Ok(buffer)
+}
+
 /// Median of the per-repetition maxima over ranks of `call`'s wall time.
 fn time<C: Communicator>(
     comm: &C,
@@ -77,10 +84,10 @@ impl RankMain for Bench<'_> {
         let (me, n) = (comm.rank(), view.num_local_nodes());
         let first = view.part_offsets()[me];
         let mut op = DistSpmm::new(comm, view, kind).map_err(|e| explain(e, &args.chunks))?;
-        let x = test_matrix(1, first, n, f);
-        let dy = test_matrix(2, first, n, f);
-        let (mut y, mut dx) = (vec![0f32; n * f], vec![0f32; n * f]);
-
+        // X, Y, dY and dX on huge pages, as NumPy allocates them for the Python peer.
+        let x = on_huge_pages(&test_matrix(1, first, n, f))?;
+        let dy = on_huge_pages(&test_matrix(2, first, n, f))?;
+        let (mut y, mut dx) = (PageBuffer::zeroed(n * f)?, PageBuffer::zeroed(n * f)?);
         let mut forward = |op: &mut DistSpmm<'_, C>| -> anyhow::Result<()> {
             let y = DenseViewMut::from_row_major(&mut y[..], n, f)?;
             op.forward(DenseView::from_row_major(&x[..], n, f)?, y)
