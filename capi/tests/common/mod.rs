@@ -81,8 +81,9 @@ pub fn scratch() -> PathBuf {
     dir
 }
 
-/// Builds `libdistspmm.so` and `libdistspmm.a` into [`profile_dir`]: `cargo test` compiles
-/// the library only as the rlib its tests link, so the C artifacts may be stale or missing.
+/// Makes sure `libdistspmm.so` and `libdistspmm.a` in [`profile_dir`] are current: the C tests
+/// link them, and a test binary run on its own (or after `cargo test --test X` built only what
+/// X needs) may find them stale or missing.
 /// Runs cargo on the same target directory and profile (cargo releases the build lock
 /// before it runs tests; nothing is rebuilt when they are current).
 pub fn build_library() {
@@ -98,12 +99,15 @@ pub fn build_library() {
     let out = run(
         Command::new(cargo)
             .current_dir(repo_root())
+            // `--tests` keeps the dev-dependency feature set of the test build, so the
+            // dependencies it compiled are reused rather than built a second time.
             .args([
                 "build",
                 "--quiet",
                 "-p",
                 "distspmm-capi",
                 "--lib",
+                "--tests",
                 "--profile",
                 &profile,
             ])
