@@ -35,6 +35,9 @@ enum Command {
     /// Dry run without MPI: per-rank memory and bytes per layer for each schedule, and the
     /// P×P communication matrix as an SVG heatmap.
     Plan(cmd::plan::Args),
+    /// Check a chunk directory, the MPI installation and the hosts before a run: each check
+    /// ok, warn or fail with a fix; non-zero exit if any fails.
+    Doctor(cmd::doctor::Args),
 }
 
 fn init_tracing(verbose: u8) {
@@ -62,6 +65,7 @@ fn main() -> std::process::ExitCode {
         Command::Bench(args) => cmd::bench::run(&args),
         Command::Verify(args) => cmd::verify::run(&args),
         Command::Plan(args) => cmd::plan::run(&args),
+        Command::Doctor(args) => cmd::doctor::run(&args),
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,

@@ -2,6 +2,7 @@
 
 pub mod bench;
 pub mod dist_bench;
+pub mod doctor;
 pub mod generate;
 pub mod inspect;
 pub mod partition;
