@@ -149,20 +149,20 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
     let graph = distspmm_core::graph::load(&args.input).context("cannot read the input graph")?;
     phase.done();
 
+    let label = match args.partition_map {
+        Some(_) => "reading the partition map",
+        None => "partitioning",
+    };
+    let phase = Phase::start(&bars, label);
+    let adjacency = Adjacency::from_edges(graph.num_nodes, &graph.src, &graph.dst)?;
+    if let Some(path) = &args.write_metis_graph {
+        adjacency
+            .write_metis_graph(path)
+            .context("cannot write the METIS graph file")?;
+    }
     // METIS runs on one core: normalise Â on the others meanwhile.
     let (a_hat, partitioned) = std::thread::scope(|scope| {
         let partitioning = scope.spawn(|| -> anyhow::Result<(Partition, u64)> {
-            let label = match args.partition_map {
-                Some(_) => "reading the partition map",
-                None => "partitioning",
-            };
-            let phase = Phase::start(&bars, label);
-            let adjacency = Adjacency::from_edges(graph.num_nodes, &graph.src, &graph.dst)?;
-            if let Some(path) = &args.write_metis_graph {
-                adjacency
-                    .write_metis_graph(path)
-                    .context("cannot write the METIS graph file")?;
-            }
             let partition = match &args.partition_map {
                 Some(path) => load_map(path, args.parts, graph.num_nodes)?,
                 None => partition::partition(&adjacency, args.parts, &args.partitioning.method())?,
@@ -186,6 +186,7 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
             .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
         (a_hat, partitioned)
     });
+    drop(adjacency);
     let (partition, edge_cut) = partitioned?;
     let a_hat = a_hat?;
 

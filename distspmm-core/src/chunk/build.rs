@@ -16,7 +16,7 @@ use chunk_format::{BlockView, ChunkContents};
 use rayon::prelude::*;
 
 use crate::graph::Graph;
-use crate::partition::{Partition, Renumbering};
+use crate::partition::{split_lengths, Partition, Renumbering};
 use crate::sparse::CsrView;
 
 use super::ChunkBuildError;
@@ -186,20 +186,6 @@ fn row_runs(entry_start: &[u64]) -> Vec<usize> {
     }
     bounds.push(nrows);
     bounds
-}
-
-/// Splits `slice` into consecutive pieces of the given lengths (which sum to its length).
-fn split_lengths<T>(
-    mut slice: &mut [T],
-    lengths: impl IntoIterator<Item = usize>,
-) -> Vec<&mut [T]> {
-    let mut pieces = Vec::new();
-    for len in lengths {
-        let (head, tail) = std::mem::take(&mut slice).split_at_mut(len);
-        pieces.push(head);
-        slice = tail;
-    }
-    pieces
 }
 
 /// Transposes one CSR block (`rowptr` from 0, `cols < ncols`) into CSC: `colptr` (`ncols + 1`

@@ -6,8 +6,9 @@ use std::path::Path;
 use std::vec::Vec;
 
 use metis::Idx;
+use rayon::prelude::*;
 
-use super::PartitionError;
+use super::{split_lengths, PartitionError};
 
 /// Undirected structure of a graph in METIS's CSR layout (`xadj`, `adjncy` as [`metis::Idx`]):
 /// both directions of every edge, no self loops, no duplicates. Edge weights are ignored —
@@ -26,8 +27,10 @@ impl Adjacency {
     /// Builds the symmetric adjacency of `num_nodes` nodes from directed edges `src[i] → dst[i]`.
     ///
     /// Linear time and memory: a counting sort by endpoint, then an in-place per-row dedup with a
-    /// last-seen marker. Fails when an id is out of range, the arrays differ in length, or the
-    /// node or adjacency-entry count does not fit METIS's index type.
+    /// last-seen marker. The rows are split into one range per thread; each task reads every
+    /// edge and writes only its own rows, so the tasks need no synchronisation. Fails when an
+    /// id is out of range, the arrays differ in length, or the node or adjacency-entry count
+    /// does not fit METIS's index type.
     pub fn from_edges(num_nodes: usize, src: &[u32], dst: &[u32]) -> Result<Self, PartitionError> {
         if src.len() != dst.len() {
             return Err(PartitionError::EdgeLengthMismatch {
@@ -35,63 +38,120 @@ impl Adjacency {
                 dst: dst.len(),
             });
         }
-        let n_idx = to_idx(num_nodes as u64, "node count")?;
-        // Row degree counts (both directions, loops excluded), with the range check.
-        let mut start = std::vec![0usize; num_nodes + 1];
-        for (i, (&u, &v)) in src.iter().zip(dst).enumerate() {
-            let (u, v) = (u as usize, v as usize);
-            if u >= num_nodes || v >= num_nodes {
-                return Err(PartitionError::EdgeOutOfRange {
-                    edge: i,
-                    src: u as u64,
-                    dst: v as u64,
-                    num_nodes: num_nodes as u64,
-                });
-            }
-            if u != v {
-                start[u + 1] += 1;
-                start[v + 1] += 1;
-            }
+        to_idx(num_nodes as u64, "node count")?;
+        let n = num_nodes;
+        if let Some(edge) = src
+            .par_iter()
+            .zip(dst)
+            .position_first(|(&u, &v)| u as usize >= n || v as usize >= n)
+        {
+            return Err(PartitionError::EdgeOutOfRange {
+                edge,
+                src: u64::from(src[edge]),
+                dst: u64::from(dst[edge]),
+                num_nodes: n as u64,
+            });
         }
-        for i in 0..num_nodes {
-            start[i + 1] += start[i];
-        }
-        let total = start[num_nodes];
+        let tasks = row_tasks(n);
+        let bounds: Vec<usize> = (0..=tasks).map(|t| n * t / tasks).collect();
+        let edges = || src.iter().zip(dst).filter(|(u, v)| u != v);
+
+        // Degrees with duplicates (both directions, loops excluded), each task its own rows.
+        let mut degree = std::vec![0usize; n];
+        split_lengths(&mut degree, bounds.windows(2).map(|w| w[1] - w[0]))
+            .into_par_iter()
+            .zip(bounds.par_windows(2))
+            .for_each(|(degree, range)| {
+                let lo = range[0];
+                let mine = |x: u32| (range[0]..range[1]).contains(&(x as usize));
+                for (&u, &v) in edges() {
+                    if mine(u) {
+                        degree[u as usize - lo] += 1;
+                    }
+                    if mine(v) {
+                        degree[v as usize - lo] += 1;
+                    }
+                }
+            });
         // The pre-dedup entry count bounds the final one; check it against Idx first so that
         // every position below fits.
-        to_idx(total as u64, "adjacency entry count (twice the edges)")?;
-        let mut adjncy: Vec<Idx> = std::vec![0; total];
-        let mut fill = start.clone();
-        for (&u, &v) in src.iter().zip(dst) {
-            if u != v {
-                let (u, v) = (u as usize, v as usize);
-                adjncy[fill[u]] = v as Idx;
-                fill[u] += 1;
-                adjncy[fill[v]] = u as Idx;
-                fill[v] += 1;
-            }
-        }
-        drop(fill);
-        // Dedup each row in place, compacting towards the front.
-        let mut last_row = std::vec![usize::MAX; num_nodes];
-        let mut xadj: Vec<Idx> = Vec::with_capacity(num_nodes + 1);
-        xadj.push(0);
-        let mut out = 0usize;
-        for row in 0..num_nodes {
-            for k in start[row]..start[row + 1] {
-                let col = adjncy[k];
-                let seen = &mut last_row[col as usize];
-                if *seen != row {
-                    *seen = row;
-                    adjncy[out] = col;
-                    out += 1;
+        let region_len: Vec<usize> = bounds
+            .windows(2)
+            .map(|w| degree[w[0]..w[1]].iter().sum())
+            .collect();
+        to_idx(
+            region_len.iter().sum::<usize>() as u64,
+            "adjacency entry count (twice the edges)",
+        )?;
+
+        // Scatter each task's rows into its own region, then dedup them in place (the degrees
+        // become the deduplicated row lengths) and compact to the region's front.
+        let mut adjncy: Vec<Idx> = std::vec![0; region_len.iter().sum()];
+        let kept: Vec<usize> = split_lengths(&mut adjncy, region_len.iter().copied())
+            .into_par_iter()
+            .zip(split_lengths(
+                &mut degree,
+                bounds.windows(2).map(|w| w[1] - w[0]),
+            ))
+            .zip(bounds.par_windows(2))
+            .map(|((region, degree), range)| {
+                let lo = range[0];
+                let mine = |x: u32| (range[0]..range[1]).contains(&(x as usize));
+                let mut cursor = Vec::with_capacity(degree.len());
+                let mut at = 0usize;
+                for &d in degree.iter() {
+                    cursor.push(at);
+                    at += d;
                 }
-            }
-            xadj.push(out as Idx);
+                for (&u, &v) in edges() {
+                    if mine(u) {
+                        region[cursor[u as usize - lo]] = v as Idx;
+                        cursor[u as usize - lo] += 1;
+                    }
+                    if mine(v) {
+                        region[cursor[v as usize - lo]] = u as Idx;
+                        cursor[v as usize - lo] += 1;
+                    }
+                }
+                // Row r's entries end at cursor[r]; rows are contiguous from the region start.
+                let mut last_row = std::vec![u32::MAX; n];
+                let (mut read, mut out) = (0usize, 0usize);
+                for (r, d) in degree.iter_mut().enumerate() {
+                    let end = cursor[r];
+                    let row_start = out;
+                    for k in read..end {
+                        let col = region[k];
+                        let seen = &mut last_row[col as usize];
+                        if *seen != r as u32 {
+                            *seen = r as u32;
+                            region[out] = col;
+                            out += 1;
+                        }
+                    }
+                    read = end;
+                    *d = out - row_start;
+                }
+                out
+            })
+            .collect();
+
+        // Close the gaps between the regions and build the row offsets.
+        let mut write = 0usize;
+        let mut read = 0usize;
+        for (&len, &keep) in region_len.iter().zip(&kept) {
+            adjncy.copy_within(read..read + keep, write);
+            write += keep;
+            read += len;
         }
-        adjncy.truncate(out);
+        adjncy.truncate(write);
         adjncy.shrink_to_fit();
-        debug_assert_eq!(xadj.len() as Idx - 1, n_idx);
+        let mut xadj: Vec<Idx> = Vec::with_capacity(n + 1);
+        xadj.push(0);
+        let mut at: Idx = 0;
+        for &d in &degree {
+            at += d as Idx;
+            xadj.push(at);
+        }
         Ok(Self { xadj, adjncy })
     }
 
@@ -160,6 +220,19 @@ fn push_decimal(line: &mut std::string::String, mut value: u64) {
     for &d in &digits[i..] {
         line.push(d as char);
     }
+}
+
+/// Row ranges for [`Adjacency::from_edges`]: one per thread (each reads every edge, so not
+/// more), at least 1024 rows each; three in the unit tests, to exercise the split.
+fn row_tasks(num_nodes: usize) -> usize {
+    let wanted = if cfg!(test) {
+        3
+    } else {
+        rayon::current_num_threads()
+    };
+    wanted
+        .min(num_nodes / if cfg!(test) { 1 } else { 1024 })
+        .max(1)
 }
 
 fn to_idx(value: u64, what: &'static str) -> Result<Idx, PartitionError> {
