@@ -515,16 +515,37 @@ fn train_loop<C: AllReduce + AllGather + Group, M: Trainable>(
         );
     }
     let mut records: Vec<EpochRecord> = Vec::new();
+    // Steps whose summed gradient was not finite and whose update was skipped (warn policy).
+    let mut skipped = 0u64;
     for epoch in start_epoch..args.epochs {
         let t = Instant::now();
         let before = agg.bytes_received() + red.bytes;
-        let loss = model.step(agg, &mut red, data, epoch)?;
+        // Every rank reaches the same verdict on the summed gradient, so skipping stays in step.
+        let (loss, step_skipped) = match model.step(agg, &mut red, data, epoch) {
+            Ok(loss) => (loss, false),
+            Err(e) => match (
+                e.downcast_ref::<model::NonFiniteGradient>(),
+                args.on_nonfinite,
+            ) {
+                (Some(bad), NonFinite::Warn) => {
+                    skipped += 1;
+                    if skipped == 1 && job.rank == 0 {
+                        tracing::warn!("{bad}; skipping this update (--on-nonfinite warn), and every further one that is not finite");
+                    }
+                    (bad.loss, true)
+                }
+                (Some(bad), NonFinite::Fail) => {
+                    bail!("{bad}; or pass --on-nonfinite warn to skip such updates")
+                }
+                (None, _) => return Err(e),
+            },
+        };
         let metrics = model.eval(agg, &mut red, data)?;
         let mut bytes = [agg.bytes_received() + red.bytes - before];
         comm.all_reduce_sum(&mut bytes)?;
         let mut seconds = [t.elapsed().as_secs_f64()];
         comm.all_reduce(&mut seconds, ReduceOp::Max)?;
-        if !loss.is_finite() {
+        if !loss.is_finite() && !step_skipped {
             let msg = format!("the training loss became {loss} at epoch {}", epoch + 1);
             match args.on_nonfinite {
                 NonFinite::Fail => bail!("{msg}: lower --lr or check the inputs"),
@@ -577,6 +598,12 @@ fn train_loop<C: AllReduce + AllGather + Group, M: Trainable>(
                 agree(comm, written)?;
             }
         }
+    }
+    if skipped > 0 && job.rank == 0 {
+        tracing::warn!(
+            "{skipped} of {} updates were skipped because their gradient was NaN or infinite",
+            records.len()
+        );
     }
     let last = *records.last().expect("at least one epoch ran");
     let mut times: Vec<f64> = records.iter().map(|r| r.seconds).collect();

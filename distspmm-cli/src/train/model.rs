@@ -219,6 +219,44 @@ pub const VAL: u8 = 2;
 /// Mask bit of the test nodes.
 pub const TEST: u8 = 4;
 
+/// A training step whose gradient, summed across ranks, holds NaN or infinite values. The step
+/// returns it as its error *before* touching the parameters, so the caller may stop (the
+/// default) or skip the update and go on (`--on-nonfinite warn`, as mixed-precision trainers
+/// skip overflowing steps). Every rank sees the same summed gradient, hence the same verdict.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct NonFiniteGradient {
+    /// The epoch of the step, 1-based as the epoch lines print it.
+    pub epoch: u64,
+    /// The step's mean training loss (often NaN itself).
+    pub loss: f64,
+}
+
+impl NonFiniteGradient {
+    /// `Err(NonFiniteGradient)` if `grad` holds a NaN or an infinity; `epoch` is 0-based.
+    pub fn check(grad: &[f32], epoch: u64, loss: f64) -> Result<()> {
+        if grad.iter().all(|g| g.is_finite()) {
+            return Ok(());
+        }
+        Err(Self {
+            epoch: epoch + 1,
+            loss,
+        }
+        .into())
+    }
+}
+
+impl std::fmt::Display for NonFiniteGradient {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "a gradient became NaN or infinite at epoch {} (training loss {}): lower --lr or check the features for huge values",
+            self.epoch, self.loss
+        )
+    }
+}
+
+impl std::error::Error for NonFiniteGradient {}
+
 /// Counts summed across ranks after an evaluation: `[nll_sum, train_ok, train_n, val_ok, val_n, test_ok, test_n]`.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct Metrics {
@@ -494,10 +532,8 @@ impl Gcn {
         // two small reductions keep the f64 sums exact.
         red.sum_f32(&mut self.grad)?;
         red.sum_f64(&mut counts)?;
-        ensure!(
-            self.grad.iter().all(|g| g.is_finite()),
-            "a gradient became NaN or infinite at epoch {epoch}: lower --lr, check the features for huge values"
-        );
+        let loss = counts[0] / counts[2].max(1.0);
+        NonFiniteGradient::check(&self.grad, epoch, loss)?;
         // L2 weight decay on the first layer's weights, added once after the sum.
         let w0 = self.params.weights[0].len();
         for (g, &w) in self.grad[..w0].iter_mut().zip(&self.params.weights[0]) {
@@ -506,7 +542,7 @@ impl Gcn {
         let mut flat = self.params.flatten();
         self.adam.step(&mut flat, &self.grad, self.cfg.lr);
         self.params.unflatten(&flat);
-        Ok(counts[0] / counts[2].max(1.0))
+        Ok(loss)
     }
 
     /// Gradient of the global mean NLL with respect to all parameters, for this rank's rows,
@@ -875,6 +911,34 @@ mod tests {
         let (first, last, losses) = run();
         assert!(last < 0.5 * first, "loss {first} -> {last}");
         assert_eq!(losses, run().2, "same seed, same losses");
+    }
+
+    #[test]
+    fn a_non_finite_gradient_is_a_typed_error_raised_before_the_update() {
+        let (mut agg, x, labels, masks, ids, mut cfg) = setup(2, 4, 8);
+        // Adam moves every weight by about lr in its first step: 1e30 overflows the next
+        // forward pass (hidden ~1e30, logits ~1e60 → inf, log-softmax → NaN).
+        cfg.lr = 1e30;
+        let data = LocalData {
+            features: &x,
+            labels: &labels,
+            masks: &masks,
+            original_ids: &ids,
+        };
+        let mut model = Gcn::new(cfg, agg.n, 4).unwrap();
+        model.train_step(&mut agg, &mut Alone, &data, 0).unwrap();
+        let before = model.params.clone();
+        let err = model
+            .train_step(&mut agg, &mut Alone, &data, 1)
+            .unwrap_err();
+        let bad = err
+            .downcast_ref::<NonFiniteGradient>()
+            .unwrap_or_else(|| panic!("not a NonFiniteGradient: {err:#}"));
+        assert_eq!(bad.epoch, 2, "reported 1-based, as the epoch lines");
+        assert_eq!(model.params, before, "the update was applied");
+        assert!(err.to_string().contains("at epoch 2"), "{err}");
+        assert!(NonFiniteGradient::check(&[1.0, -3.0], 0, 0.5).is_ok());
+        assert!(NonFiniteGradient::check(&[1.0, f32::INFINITY], 0, 0.5).is_err());
     }
 
     #[test]

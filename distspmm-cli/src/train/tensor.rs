@@ -9,8 +9,8 @@
 
 use super::dense::{gemm, Op, Shape};
 use super::model::{
-    count_metrics, nll_grad, Adam, Aggregate, DropoutKey, GcnConfig, LocalData, Metrics, Params,
-    Reduce, TRAIN,
+    count_metrics, nll_grad, Adam, Aggregate, DropoutKey, GcnConfig, LocalData, Metrics,
+    NonFiniteGradient, Params, Reduce, TRAIN,
 };
 use anyhow::{ensure, Result};
 use std::ops::Range;
@@ -291,10 +291,8 @@ impl TensorGcn {
             red.sum_f32(dz)?;
         }
         red.sum_f32(&mut self.grad)?;
-        ensure!(
-            self.grad.iter().all(|g| g.is_finite()),
-            "a gradient became NaN or infinite at epoch {epoch}: lower --lr, check the features for huge values"
-        );
+        let loss = counts[0] / counts[2].max(1.0);
+        NonFiniteGradient::check(&self.grad, epoch, loss)?;
         let w0 = self.params.weights[0].len();
         for (g, &w) in self.grad[..w0].iter_mut().zip(&self.params.weights[0]) {
             *g += self.cfg.weight_decay * w;
@@ -302,7 +300,7 @@ impl TensorGcn {
         let mut flat = self.params.flatten();
         self.adam.step(&mut flat, &self.grad, self.cfg.lr);
         self.params.unflatten(&flat);
-        Ok(counts[0] / counts[2].max(1.0))
+        Ok(loss)
     }
 }
 
