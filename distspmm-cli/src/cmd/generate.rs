@@ -39,6 +39,13 @@ struct RmatArgs {
     /// Seed of every random draw (same seed, same file).
     #[arg(long, default_value_t = 1)]
     seed: u64,
+    /// Also give every node this many random features (uniform in [0, 1)), a random label and
+    /// a random train/val/test split, to benchmark training; 0 writes the topology only.
+    #[arg(long, default_value_t = 0)]
+    features: usize,
+    /// Classes of the random labels (with --features).
+    #[arg(long, default_value_t = 8)]
+    classes: usize,
     #[command(flatten)]
     output: Output,
 }
@@ -101,8 +108,15 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
     let spinner = spinner(!output.json);
     spinner.set_message(format!("generating {name} graph"));
     let graph = match &args.what {
-        GenerateWhat::Rmat(a) => generate::rmat(a.scale, a.edge_factor, a.seed)
-            .context("cannot generate the RMAT graph")?,
+        GenerateWhat::Rmat(a) => {
+            let mut g = generate::rmat(a.scale, a.edge_factor, a.seed)
+                .context("cannot generate the RMAT graph")?;
+            if a.features > 0 {
+                generate::random_node_data(&mut g, a.features, a.classes, a.seed)
+                    .context("cannot generate random node data")?;
+            }
+            g
+        }
         GenerateWhat::Csbm(a) => generate::csbm(&CsbmParams {
             nodes: a.nodes,
             classes: a.classes,

@@ -28,6 +28,7 @@ const STREAM_LABELS: u64 = u64::MAX - 1;
 const STREAM_EDGES: u64 = u64::MAX - 2;
 const STREAM_MASKS: u64 = u64::MAX - 3;
 const STREAM_MEANS: u64 = u64::MAX - 4;
+const STREAM_NODE_DATA: u64 = u64::MAX - 5;
 
 fn rng_stream(seed: u64, stream: u64) -> ChaCha8Rng {
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
@@ -37,6 +38,59 @@ fn rng_stream(seed: u64, stream: u64) -> ChaCha8Rng {
 
 fn invalid(msg: std::string::String) -> GraphError {
     GraphErrorKind::Invalid(msg).into()
+}
+
+/// Gives a topology-only graph random node data, for benchmarking training on graphs that come
+/// without any (e.g. [`rmat`]): features uniform in `[0, 1)`, labels uniform in `0..classes`,
+/// and a random split of 10% training, 10% validation and 20% test nodes. There is nothing to
+/// learn in it; it has the shapes and costs of a real workload.
+///
+/// Errors if `classes` is 0 or exceeds `i32::MAX`, or the feature matrix overflows `usize`.
+pub fn random_node_data(
+    graph: &mut Graph,
+    features: usize,
+    classes: usize,
+    seed: u64,
+) -> Result<(), GraphError> {
+    let n = graph.num_nodes;
+    if classes == 0 || classes > i32::MAX as usize {
+        return Err(invalid(format!(
+            "random node data needs 1..={} classes, got {classes}",
+            i32::MAX
+        )));
+    }
+    let len = n
+        .checked_mul(features)
+        .ok_or_else(|| invalid(format!("{n} nodes × {features} features overflow")))?;
+    let mut rng = rng_stream(seed, STREAM_NODE_DATA);
+    let data: Vec<f32> = (0..len).map(|_| rng.random::<f32>()).collect();
+    let labels: Vec<i32> = (0..n)
+        .map(|_| rng.random_range(0..classes as i32))
+        .collect();
+    let mut order: Vec<u32> = (0..n as u32).collect();
+    order.shuffle(&mut rng);
+    let (train_end, val_end, test_end) = (n / 10, n / 5, 2 * n / 5);
+    let mut masks = [vec![false; n], vec![false; n], vec![false; n]];
+    for (i, &v) in order[..test_end].iter().enumerate() {
+        let which = if i < train_end {
+            0
+        } else if i < val_end {
+            1
+        } else {
+            2
+        };
+        masks[which][v as usize] = true;
+    }
+    let [train, val, test] = masks;
+    graph.features = Some(Features {
+        dim: features,
+        data,
+    });
+    graph.labels = Some(labels);
+    graph.train_mask = Some(train);
+    graph.val_mask = Some(val);
+    graph.test_mask = Some(test);
+    Ok(())
 }
 
 /// A Graph500 Kronecker graph with `2^scale` nodes.
@@ -438,3 +492,50 @@ fn planetoid_masks(p: &CsbmParams, members: &[Vec<u32>]) -> (Vec<bool>, Vec<bool
 
 #[cfg(test)]
 mod tests;
+
+#[cfg(test)]
+mod node_data_tests {
+    use super::*;
+
+    #[test]
+    fn random_node_data_has_the_asked_shapes_and_a_disjoint_split() {
+        let mut g = rmat(6, 4, 3).unwrap();
+        random_node_data(&mut g, 8, 5, 9).unwrap();
+        g.validate().unwrap();
+        let n = g.num_nodes;
+        assert_eq!(g.feature_dim(), 8);
+        assert!(g
+            .features
+            .as_ref()
+            .unwrap()
+            .data
+            .iter()
+            .all(|v| (0.0..1.0).contains(v)));
+        assert!(g
+            .labels
+            .as_ref()
+            .unwrap()
+            .iter()
+            .all(|&y| (0..5).contains(&y)));
+        let count = |m: &Option<Vec<bool>>| m.as_ref().unwrap().iter().filter(|&&b| b).count();
+        assert_eq!(
+            (
+                count(&g.train_mask),
+                count(&g.val_mask),
+                count(&g.test_mask)
+            ),
+            (n / 10, n / 5 - n / 10, 2 * n / 5 - n / 5)
+        );
+        for v in 0..n {
+            let k = [&g.train_mask, &g.val_mask, &g.test_mask]
+                .iter()
+                .filter(|m| m.as_ref().unwrap()[v])
+                .count();
+            assert!(k <= 1, "node {v} in {k} masks");
+        }
+        let mut again = rmat(6, 4, 3).unwrap();
+        random_node_data(&mut again, 8, 5, 9).unwrap();
+        assert_eq!(again.labels, g.labels);
+        assert!(random_node_data(&mut again, 8, 0, 9).is_err());
+    }
+}
