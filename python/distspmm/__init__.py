@@ -1,0 +1,18 @@
+"""distspmm from Python: ctypes bindings over libdistspmm.so and a Jittor operator.
+
+No compiled extension of its own: the package loads the C library (see `load`) and exposes
+
+- `Comm`, `Chunk`, `Spmm` (numpy in and out, zero-copy chunk data), `DistSpmmError`, the mask
+  bits `MASK_TRAIN` / `MASK_VAL` / `MASK_TEST`, `load` and `version`;
+- `distspmm.jittor` (imported on demand, it needs Jittor): `DistSpmm(op, x)`, the distributed
+  aggregation `Ahat X` as a differentiable Jittor operator, and `communicator()`, which adopts
+  the MPI that Jittor initialised under `mpirun`.
+
+See docs/jittor.md for the migration from JittorGeometric and examples/jittor/dist_gcn.py for a
+distributed GCN trained with it.
+"""
+
+from . import _capi
+from ._capi import *  # noqa: F403 - the bindings are the package's API
+
+__all__ = list(_capi.__all__)
