@@ -87,8 +87,7 @@ fn run_spmm(args: &SpmmArgs) -> anyhow::Result<()> {
         .context("cannot start the worker threads")?;
 
     let started = Instant::now();
-    let g = graph::load(&args.input)
-        .with_context(|| format!("cannot load the graph {}", args.input.display()))?;
+    let g = graph::load(&args.input).context("cannot load the graph")?;
     tracing::info!(
         nodes = g.num_nodes,
         edges = g.num_edges(),
