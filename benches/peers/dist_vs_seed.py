@@ -76,16 +76,16 @@ def main():
         rows.append((p, threads, med, recv))
 
     print()
-    print(f"| graph | P | threads/rank | seed s | broadcast s | halo s | broadcast × | halo × "
-          f"| recv MiB/rank seed / broadcast / halo | halo/broadcast bytes |")
+    print("| graph | P | threads/rank | seed ms | broadcast ms | halo ms | broadcast × | halo × "
+          "| recv MiB/rank seed / broadcast / halo | halo/broadcast bytes |")
     print("|---|---:|---:|---:|---:|---:|---:|---:|---|---:|")
     for p, threads, med, recv in rows:
-        mib = lambda b: f"{b / 2**20:.1f}"
-        print(f"| {args.graph.stem} | {p} | {threads} | {med['seed']:.4f} | {med['broadcast']:.4f} "
-              f"| {med['halo']:.4f} | {med['seed'] / med['broadcast']:.2f} "
-              f"| {med['seed'] / med['halo']:.2f} | {mib(recv['seed'])} / {mib(recv['broadcast'])} "
-              f"/ {mib(recv['halo'])} | {recv['halo'] / recv['broadcast']:.3f} |")
-
+        ms = lambda k: f"{med[k] * 1e3:.3g}"
+        mib = lambda k: f"{recv[k] / 2**20:.2f}"
+        print(f"| {args.graph.stem} | {p} | {threads} | {ms('seed')} | {ms('broadcast')} "
+              f"| {ms('halo')} | {med['seed'] / med['broadcast']:.2f} "
+              f"| {med['seed'] / med['halo']:.2f} | {mib('seed')} / {mib('broadcast')} "
+              f"/ {mib('halo')} | {recv['halo'] / recv['broadcast']:.3f} |")
 
 if __name__ == "__main__":
     main()
