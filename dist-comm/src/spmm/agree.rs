@@ -104,7 +104,8 @@ fn check(all: &[u64], ranks: usize) -> Result<(), DistSpmmError> {
         let x = rec(r);
         if x[2] as usize != r {
             return disagree(format!(
-                "rank {r} was given the chunk of part {}: rank r must load part r",
+                "rank {r} was given the chunk of part {}: every rank must load the part with \
+                 its own number",
                 x[2]
             ));
         }
