@@ -28,3 +28,7 @@ cargo test --workspace
 
 step "CUDA kernels: nvcc build for sm_80/sm_90 + PTX, ptxas spill check, CUDA-feature tests (no GPU needed)"
 distspmm-cuda/ci-check.sh
+
+step "fuzz targets: build all, run each for a few seconds on its seed corpus"
+cargo fuzz --version >/dev/null 2>&1 || cargo install --locked -q cargo-fuzz
+fuzz/ci-smoke.sh 5
