@@ -54,7 +54,18 @@ fn init_tracing(verbose: u8) {
         .init();
 }
 
+/// Restores the default SIGPIPE action, so `distspmm plan | head` ends quietly like other
+/// command-line tools instead of failing a `println!` with a broken pipe.
+fn default_sigpipe() {
+    // SAFETY: called first thing in `main`, before any other thread exists; `signal` with
+    // `SIG_DFL` only changes this process's disposition for SIGPIPE.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
+}
+
 fn main() -> std::process::ExitCode {
+    default_sigpipe();
     let cli = Cli::parse();
     init_tracing(cli.verbose);
     let result: anyhow::Result<()> = match cli.command {
