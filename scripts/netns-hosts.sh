@@ -24,17 +24,6 @@ h2="$prefix-h2"
 subnet="10.213.77"
 veth="dsp0"
 
-# TCP gives up on an unacknowledged segment after tcp_retries2 retransmissions (Linux default
-# 15, about 15 minutes). Inside the two namespaces only, 5 makes a dead link an error after a
-# few seconds (200 ms RTO doubling: ~6 s), so the MPI job fails instead of hanging.
-# Keepalive settings matter for connections that are idle when the link dies.
-tune() {
-    local ns="$1"
-    ip netns exec "$ns" sysctl -q -w net.ipv4.tcp_retries2=5 \
-        net.ipv4.tcp_keepalive_time=5 net.ipv4.tcp_keepalive_intvl=1 \
-        net.ipv4.tcp_keepalive_probes=3 >/dev/null
-}
-
 down() {
     ip netns del "$h1" 2>/dev/null || true
     ip netns del "$h2" 2>/dev/null || true
@@ -53,7 +42,6 @@ up)
     for ns in "$h1" "$h2"; do
         ip -n "$ns" link set lo up
         ip -n "$ns" link set "$veth" up
-        tune "$ns"
     done
     # Wait for the carrier on both ends (a veth pair comes up within milliseconds).
     for _ in $(seq 1 50); do

@@ -1,0 +1,296 @@
+//! Launch helpers of the failure and multi-host tests: `mpirun` jobs run in the background with
+//! their output in files and a deadline, the rank processes under a job found through `/proc`,
+//! and skips on a machine without Cora or `mpirun` (failures instead when `CI=true`).
+//!
+//! The other integration tests (train.rs, dist.rs) keep their own small copies of the basic
+//! launchers; this module is where they can move once their owners are done.
+
+#![allow(dead_code)] // each test binary uses a part
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Output, Stdio};
+use std::time::{Duration, Instant};
+
+/// The `distspmm` binary under test.
+pub const BIN: &str = env!("CARGO_BIN_EXE_distspmm");
+
+/// Whether missing prerequisites must fail the test instead of skipping it.
+pub fn ci() -> bool {
+    std::env::var("CI").as_deref() == Ok("true")
+}
+
+/// Skips (returns false after a message) or, under `CI=true`, fails.
+pub fn require(ok: bool, what: &str) -> bool {
+    if !ok {
+        assert!(!ci(), "CI=true but {what}");
+        eprintln!("skipping: {what}");
+    }
+    ok
+}
+
+/// `../shared/datasets/cora.npz` relative to the repository root, if present.
+pub fn cora() -> Option<PathBuf> {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/datasets/cora.npz");
+    require(path.exists(), &format!("{} is missing", path.display())).then_some(path)
+}
+
+/// Whether `mpirun` can be started.
+pub fn mpirun_available() -> bool {
+    let found = Command::new("mpirun")
+        .arg("--version")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    require(found, "mpirun is not installed")
+}
+
+/// A path as `&str` for an argument list.
+pub fn s(p: &Path) -> &str {
+    p.to_str().expect("UTF-8 temporary path")
+}
+
+/// `distspmm partition --input INPUT --parts P --out OUT --force EXTRA…`, which must succeed.
+pub fn partition(input: &Path, parts: usize, out: &Path, extra: &[&str]) {
+    let out = Command::new(BIN)
+        .args([
+            "partition",
+            "--input",
+            s(input),
+            "--parts",
+            &parts.to_string(),
+        ])
+        .args(["--out", s(out), "--force"])
+        .args(extra)
+        .output()
+        .expect("run distspmm partition");
+    assert!(
+        out.status.success(),
+        "partition failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// `mpirun -n RANKS` on this machine over shared memory, as root if need be, one kernel thread
+/// per rank (the test machines have two cores); the program and its arguments follow.
+pub fn mpirun(ranks: usize) -> Command {
+    let mut cmd = Command::new("mpirun");
+    cmd.args([
+        "-n",
+        &ranks.to_string(),
+        "--oversubscribe",
+        "--bind-to",
+        "none",
+    ])
+    .args(["--mca", "btl", "self,vader"]);
+    as_root_with_one_thread(&mut cmd);
+    cmd
+}
+
+/// The environment every launch needs: OpenMPI's consent to run as root (CI containers) and
+/// one rayon thread per rank.
+pub fn as_root_with_one_thread(cmd: &mut Command) {
+    cmd.env("OMPI_ALLOW_RUN_AS_ROOT", "1")
+        .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+        .env("RAYON_NUM_THREADS", "1");
+}
+
+/// Polls `done` every `every` until it holds or `limit` has passed; returns whether it held.
+pub fn wait_for(limit: Duration, every: Duration, mut done: impl FnMut() -> bool) -> bool {
+    let start = Instant::now();
+    loop {
+        if done() {
+            return true;
+        }
+        if start.elapsed() >= limit {
+            return false;
+        }
+        std::thread::sleep(every);
+    }
+}
+
+/// `kill -9 PID`.
+pub fn kill9(pid: u32) {
+    let _ = Command::new("kill")
+        .args(["-9", &pid.to_string()])
+        .stderr(Stdio::null())
+        .status();
+}
+
+/// `(parent pid, state letter)` of a process, from `/proc/PID/stat`.
+fn stat(pid: u32) -> Option<(u32, char)> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name is in parentheses and may hold spaces: read after the last ')'.
+    let rest = &text[text.rfind(')')? + 1..];
+    let mut fields = rest.split_whitespace();
+    let state = fields.next()?.chars().next()?;
+    let ppid = fields.next()?.parse().ok()?;
+    Some((ppid, state))
+}
+
+/// Whether a process exists and is not a zombie.
+pub fn alive(pid: u32) -> bool {
+    stat(pid).is_some_and(|(_, state)| state != 'Z' && state != 'X')
+}
+
+/// All processes below `root` (children, grandchildren, …).
+pub fn descendants(root: u32) -> Vec<u32> {
+    let mut parent_of = Vec::new();
+    for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        if let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|n| n.parse::<u32>().ok())
+        {
+            if let Some((ppid, _)) = stat(pid) {
+                parent_of.push((pid, ppid));
+            }
+        }
+    }
+    let mut found = vec![root];
+    let mut i = 0;
+    while i < found.len() {
+        let p = found[i];
+        found.extend(
+            parent_of
+                .iter()
+                .filter(|&&(_, pp)| pp == p)
+                .map(|&(c, _)| c),
+        );
+        i += 1;
+    }
+    found.remove(0);
+    found
+}
+
+/// The MPI rank of a process (its `OMPI_COMM_WORLD_RANK`), if it is an OpenMPI rank.
+pub fn rank_of(pid: u32) -> Option<usize> {
+    let env = std::fs::read(format!("/proc/{pid}/environ")).ok()?;
+    env.split(|&b| b == 0)
+        .find_map(|kv| kv.strip_prefix(b"OMPI_COMM_WORLD_RANK="))
+        .and_then(|v| std::str::from_utf8(v).ok()?.parse().ok())
+}
+
+/// A background job whose stdout and stderr go to files; killed with everything under it when
+/// dropped unfinished.
+#[derive(Debug)]
+pub struct Job {
+    child: Child,
+    logs: tempfile::TempDir,
+    status: Option<ExitStatus>,
+}
+
+impl Job {
+    /// Starts `cmd`.
+    pub fn spawn(mut cmd: Command) -> Self {
+        let logs = tempfile::tempdir().expect("log directory");
+        let file = |name: &str| std::fs::File::create(logs.path().join(name)).expect("log file");
+        let child = cmd
+            .stdin(Stdio::null())
+            .stdout(file("stdout"))
+            .stderr(file("stderr"))
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start {cmd:?}: {e}"));
+        Self {
+            child,
+            logs,
+            status: None,
+        }
+    }
+
+    /// The launched process (mpirun).
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Its standard output so far.
+    pub fn stdout(&self) -> String {
+        std::fs::read_to_string(self.logs.path().join("stdout")).unwrap_or_default()
+    }
+
+    /// Its standard error so far.
+    pub fn stderr(&self) -> String {
+        std::fs::read_to_string(self.logs.path().join("stderr")).unwrap_or_default()
+    }
+
+    /// Whether it has ended (and its status, kept).
+    pub fn finished(&mut self) -> Option<ExitStatus> {
+        if self.status.is_none() {
+            self.status = self.child.try_wait().expect("try_wait");
+        }
+        self.status
+    }
+
+    /// Waits up to `limit` for the end; `None` if it is still running.
+    pub fn wait_until(&mut self, limit: Duration) -> Option<ExitStatus> {
+        wait_for(limit, Duration::from_millis(20), || {
+            self.finished().is_some()
+        });
+        self.status
+    }
+
+    /// The rank processes below the job, as `pid` indexed by rank, once all `ranks` have started
+    /// (waits up to a minute).
+    pub fn ranks(&mut self, ranks: usize) -> Vec<u32> {
+        let mut pids = vec![0; ranks];
+        let started = wait_for(Duration::from_secs(60), Duration::from_millis(50), || {
+            for pid in descendants(self.pid()) {
+                if let Some(r) = rank_of(pid).filter(|&r| r < ranks) {
+                    pids[r] = pid;
+                }
+            }
+            pids.iter().all(|&p| p != 0) || self.finished().is_some()
+        });
+        assert!(
+            started && pids.iter().all(|&p| p != 0),
+            "the {ranks} rank processes did not all appear under mpirun (found {pids:?}); stderr: {}",
+            self.stderr()
+        );
+        pids
+    }
+
+    /// Waits up to `limit` and returns the output; kills the job and fails on a timeout.
+    pub fn output(mut self, limit: Duration) -> Output {
+        let Some(status) = self.wait_until(limit) else {
+            panic!(
+                "still running after {limit:?}; stderr so far: {}",
+                self.stderr()
+            )
+        };
+        Output {
+            status,
+            stdout: self.stdout().into_bytes(),
+            stderr: self.stderr().into_bytes(),
+        }
+    }
+}
+
+impl Drop for Job {
+    fn drop(&mut self) {
+        if self.finished().is_none() {
+            // The ranks first (by their ids), then mpirun itself.
+            for pid in descendants(self.pid()) {
+                kill9(pid);
+            }
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+/// Runs `cmd` to the end (at most `limit`) and returns its output.
+pub fn run(cmd: Command, limit: Duration) -> Output {
+    Job::spawn(cmd).output(limit)
+}
+
+/// The final `--json` line of a successful `distspmm train`.
+pub fn summary(out: &Output) -> serde_json::Value {
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "train failed: {stderr}");
+    let line = stdout
+        .lines()
+        .last()
+        .unwrap_or_else(|| panic!("no output; stderr: {stderr}"));
+    serde_json::from_str(line).unwrap_or_else(|e| panic!("bad JSON line {line:?}: {e}"))
+}
