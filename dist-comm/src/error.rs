@@ -106,4 +106,36 @@ pub enum CommError {
     /// finalised, insufficient thread support, wrong thread).
     #[error("MPI environment: {0}")]
     Environment(String),
+    /// No usable GPU communication on this rank or a peer: the CUDA driver or the NCCL library
+    /// cannot be loaded, or there is no (such) CUDA device. The message says which and where.
+    #[error("no CUDA device or NCCL library: {0}")]
+    NoDevice(String),
+    /// A CUDA driver call of a GPU backend failed.
+    #[error("CUDA call `{call}` failed: {message}")]
+    Cuda {
+        /// The driver operation.
+        call: &'static str,
+        /// The driver's description of the failure.
+        message: String,
+    },
+    /// An NCCL call returned an error code.
+    #[error("{call} failed with NCCL error {code}: {message}")]
+    Nccl {
+        /// The NCCL function.
+        call: &'static str,
+        /// The `ncclResult_t` code.
+        code: i32,
+        /// `ncclGetErrorString` of the code and, where NCCL has one, its last error message.
+        message: String,
+    },
+    /// A device buffer lives on another GPU than the communicator's.
+    #[error("{what} is on CUDA device {actual}, the communicator on device {expected}")]
+    WrongDevice {
+        /// Which buffer.
+        what: &'static str,
+        /// The communicator's device ordinal.
+        expected: usize,
+        /// The buffer's device ordinal.
+        actual: usize,
+    },
 }

@@ -1,5 +1,5 @@
-//! Communicators that move the bytes a distspmm schedule asks for: MPI, in-process threads
-//! (NCCL follows with the CUDA backend).
+//! Communicators that move the bytes a distspmm schedule asks for: MPI, in-process threads,
+//! and NCCL on device buffers (feature `nccl`).
 //!
 //! # Capabilities
 //! Communication is split into narrow traits, in the spirit of rsmpi, so a function asks only for
@@ -55,8 +55,14 @@
 //!   library: sums can differ in the last bits from the `local` backend for P ≥ 3 (OpenMPI gives
 //!   every rank the same result).
 //!
+//! - `NcclComm` (feature `nccl`) — NCCL broadcast, all-reduce and grouped send/receive (the halo
+//!   exchange) on *device* buffers (cudarc slices, or raw device pointers), set up collectively
+//!   over a host communicator (MPI). It does not implement the host-buffer traits above; see the
+//!   `nccl` module for setup, stream ordering and library loading.
+//!
 //! [`conformance`] holds the checks every backend passes (the `local` unit tests run them for
-//! P = 1..5, `dist-comm-selftest` under `mpirun`); a new backend (NCCL) should run them too.
+//! P = 1..5, `dist-comm-selftest` under `mpirun`); a new host-buffer backend should run them too.
+//! The NCCL backend, on device buffers, has its own GPU check: `nccl-selftest`.
 //!
 //! # Thread-safety
 //! A communicator handle is used by one thread at a time: [`LocalComm`] is `Send` but not `Sync`
@@ -91,6 +97,8 @@ mod layout;
 mod local;
 #[cfg(feature = "mpi")]
 mod mpi_backend;
+#[cfg(feature = "nccl")]
+pub mod nccl;
 pub mod spmm;
 
 pub use capability::{
@@ -103,3 +111,5 @@ pub use layout::BlockLayout;
 pub use local::{LocalComm, LocalExchange};
 #[cfg(feature = "mpi")]
 pub use mpi_backend::{MpiComm, MpiExchange};
+#[cfg(feature = "nccl")]
+pub use nccl::{DeviceSelect, NcclComm, NcclUniqueId, RawDeviceBuffer};

@@ -28,7 +28,9 @@
 //! The driver is loaded at run time (cudarc, dynamic loading): [`GpuDevice::open`] probes for
 //! `libcuda.so` first and turns any failure of the bindings into [`CudaError::NoDevice`], so a
 //! `cuda` build on a machine without a GPU reports an error instead of crashing (the catch
-//! needs `panic = "unwind"`, which the workspace profiles keep).
+//! needs `panic = "unwind"`, which the workspace profiles keep). The probe itself is public
+//! as the `probe` module under the lighter feature `driver` (no kernels, no nvcc) for other crates that
+//! use cudarc, such as dist-comm's NCCL backend.
 //!
 //! # Measuring
 //! `examples/gpu_bench.rs` (feature `bench`) compares against cuSPARSE on RMAT graphs;
@@ -59,6 +61,8 @@ mod device;
 mod driver;
 mod error;
 pub mod plan;
+#[cfg(feature = "driver")]
+pub mod probe;
 pub mod ptxas;
 pub mod strategy;
 

@@ -1,7 +1,6 @@
 //! The CUDA driver primitives, through cudarc: context, stream, module, buffers, launches.
 
 use std::collections::HashMap;
-use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
 
 use cudarc::driver::{
@@ -12,6 +11,8 @@ use cudarc::nvrtc::Ptx;
 
 use super::{Arg, RawStream};
 use crate::error::{CudaError, Result};
+pub(crate) use crate::probe::device_count;
+use crate::probe::guarded;
 use crate::strategy::{BLOCK_THREADS, KERNELS};
 
 /// The fatbin that build.rs compiled from `kernels/*.cu` (SASS sm_80, sm_90, PTX compute_90).
@@ -26,49 +27,6 @@ fn driver(call: &'static str) -> impl FnOnce(DriverError) -> CudaError {
         call,
         message: e.to_string(),
     }
-}
-
-fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
-    payload
-        .downcast_ref::<String>()
-        .cloned()
-        .or_else(|| payload.downcast_ref::<&str>().map(|s| (*s).to_owned()))
-        .unwrap_or_else(|| "unknown panic in the CUDA driver bindings".to_owned())
-}
-
-/// Runs `f`, turning a panic of cudarc's dynamic loader (missing library or symbol) into
-/// `NoDevice`: cudarc panics on the first call into a driver it cannot load.
-fn guarded<T>(what: &str, f: impl FnOnce() -> Result<T>) -> Result<T> {
-    catch_unwind(AssertUnwindSafe(f)).unwrap_or_else(|payload| {
-        Err(CudaError::NoDevice(format!(
-            "{what}: {}",
-            panic_message(payload.as_ref())
-        )))
-    })
-}
-
-/// Checks that the driver library can be loaded at all, before cudarc is asked to.
-fn probe_driver() -> Result<()> {
-    // SAFETY: `is_culib_present` only dlopens the usual libcuda names and closes them again;
-    // loading the driver library runs no code of ours.
-    if unsafe { sys::is_culib_present() } {
-        Ok(())
-    } else {
-        Err(CudaError::NoDevice(
-            "the CUDA driver library (libcuda.so) is not installed or not on the loader path"
-                .into(),
-        ))
-    }
-}
-
-/// Number of CUDA devices the driver reports.
-pub(crate) fn device_count() -> Result<usize> {
-    probe_driver()?;
-    guarded("driver initialisation", || {
-        let n = CudaContext::device_count()
-            .map_err(|e| CudaError::NoDevice(format!("driver initialisation failed: {e}")))?;
-        Ok(usize::try_from(n).unwrap_or(0))
-    })
 }
 
 /// One device's context, the stream all work of this crate runs on, and the kernels.
