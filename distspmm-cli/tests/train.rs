@@ -13,15 +13,27 @@ fn cora() -> Option<PathBuf> {
     if path.exists() {
         return Some(path);
     }
-    assert!(std::env::var("CI").as_deref() != Ok("true"), "CI=true but {} is missing", path.display());
+    assert!(
+        std::env::var("CI").as_deref() != Ok("true"),
+        "CI=true but {} is missing",
+        path.display()
+    );
     eprintln!("skipping: {} not found", path.display());
     None
 }
 
 fn mpirun_available() -> bool {
-    let found = Command::new("mpirun").arg("--version").stdout(Stdio::null()).stderr(Stdio::null()).status().is_ok();
+    let found = Command::new("mpirun")
+        .arg("--version")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok();
     if !found {
-        assert!(std::env::var("CI").as_deref() != Ok("true"), "CI=true but mpirun is missing");
+        assert!(
+            std::env::var("CI").as_deref() != Ok("true"),
+            "CI=true but mpirun is missing"
+        );
         eprintln!("skipping: mpirun not found");
     }
     found
@@ -29,7 +41,11 @@ fn mpirun_available() -> bool {
 
 /// Runs a command with a deadline, so a hang fails the test instead of blocking CI.
 fn run_with_timeout(mut cmd: Command, limit: Duration) -> Output {
-    let child = cmd.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("spawn");
+    let child = cmd
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn");
     let id = child.id();
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
@@ -47,12 +63,22 @@ fn run_with_timeout(mut cmd: Command, limit: Duration) -> Output {
 
 fn mpirun(ranks: usize, args: &[&str]) -> Output {
     let mut cmd = Command::new("mpirun");
-    cmd.args(["-n", &ranks.to_string(), "--oversubscribe", "--bind-to", "none", "--mca", "btl", "self,vader", BIN])
-        .args(args)
-        .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
-        .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
-        // Two cores shared by all ranks: one kernel thread per rank.
-        .env("RAYON_NUM_THREADS", "1");
+    cmd.args([
+        "-n",
+        &ranks.to_string(),
+        "--oversubscribe",
+        "--bind-to",
+        "none",
+        "--mca",
+        "btl",
+        "self,vader",
+        BIN,
+    ])
+    .args(args)
+    .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
+    .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+    // Two cores shared by all ranks: one kernel thread per rank.
+    .env("RAYON_NUM_THREADS", "1");
     run_with_timeout(cmd, Duration::from_secs(300))
 }
 
@@ -82,7 +108,10 @@ fn train_json(ranks: usize, args: &[&str]) -> Summary {
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "train failed: {stderr}");
-    let line = stdout.lines().last().unwrap_or_else(|| panic!("no output; stderr: {stderr}"));
+    let line = stdout
+        .lines()
+        .last()
+        .unwrap_or_else(|| panic!("no output; stderr: {stderr}"));
     serde_json::from_str(line).unwrap_or_else(|e| panic!("bad JSON line {line:?}: {e}"))
 }
 
@@ -92,7 +121,9 @@ fn close(a: f64, b: f64, rel: f64) -> bool {
 
 #[test]
 fn cora_reaches_the_gcn_papers_accuracy_on_1_2_and_4_ranks_with_the_same_loss() {
-    let (Some(cora), true) = (cora(), mpirun_available()) else { return };
+    let (Some(cora), true) = (cora(), mpirun_available()) else {
+        return;
+    };
     let dir = tempfile::tempdir().unwrap();
     let mut losses = Vec::new();
     for p in [1, 2, 4] {
@@ -100,44 +131,81 @@ fn cora_reaches_the_gcn_papers_accuracy_on_1_2_and_4_ranks_with_the_same_loss() 
         partition(&cora, p, &chunks);
         let s = train_json(p, &["--chunks", chunks.to_str().unwrap()]);
         assert_eq!(s.epochs, 200);
-        assert!(s.test_acc >= 0.80, "P={p}: test accuracy {} below 80%", s.test_acc);
+        assert!(
+            s.test_acc >= 0.80,
+            "P={p}: test accuracy {} below 80%",
+            s.test_acc
+        );
         if p > 1 {
             assert!(s.comm_bytes_per_epoch > 0, "P={p} moved no bytes");
         }
         losses.push(s.final_loss);
     }
     for (p, l) in [2, 4].iter().zip(&losses[1..]) {
-        assert!(close(*l, losses[0], 1e-3), "P={p} final loss {l} vs P=1 {}", losses[0]);
+        assert!(
+            close(*l, losses[0], 1e-3),
+            "P={p} final loss {l} vs P=1 {}",
+            losses[0]
+        );
     }
 }
 
 #[test]
 fn same_seed_same_losses_and_both_schedules_agree() {
-    let (Some(cora), true) = (cora(), mpirun_available()) else { return };
+    let (Some(cora), true) = (cora(), mpirun_available()) else {
+        return;
+    };
     let dir = tempfile::tempdir().unwrap();
     let chunks = dir.path().join("c");
     partition(&cora, 2, &chunks);
     let c = chunks.to_str().unwrap();
     let a = train_json(2, &["--chunks", c, "--epochs", "30"]);
     let b = train_json(2, &["--chunks", c, "--epochs", "30"]);
-    assert_eq!(a.final_loss.to_bits(), b.final_loss.to_bits(), "two runs with one seed differ");
-    let bcast = train_json(2, &["--chunks", c, "--epochs", "30", "--schedule", "broadcast"]);
-    assert!(close(bcast.final_loss, a.final_loss, 1e-4), "broadcast {} vs halo {}", bcast.final_loss, a.final_loss);
-    assert!(bcast.comm_bytes_per_epoch > a.comm_bytes_per_epoch, "broadcast should move more bytes than halo");
+    assert_eq!(
+        a.final_loss.to_bits(),
+        b.final_loss.to_bits(),
+        "two runs with one seed differ"
+    );
+    let bcast = train_json(
+        2,
+        &["--chunks", c, "--epochs", "30", "--schedule", "broadcast"],
+    );
+    assert!(
+        close(bcast.final_loss, a.final_loss, 1e-4),
+        "broadcast {} vs halo {}",
+        bcast.final_loss,
+        a.final_loss
+    );
+    assert!(
+        bcast.comm_bytes_per_epoch > a.comm_bytes_per_epoch,
+        "broadcast should move more bytes than halo"
+    );
     let other = train_json(2, &["--chunks", c, "--epochs", "30", "--seed", "7"]);
-    assert_ne!(other.final_loss.to_bits(), a.final_loss.to_bits(), "the seed changes nothing");
+    assert_ne!(
+        other.final_loss.to_bits(),
+        a.final_loss.to_bits(),
+        "the seed changes nothing"
+    );
 }
 
 #[test]
 fn tensor_parallel_mode_reaches_the_same_accuracy() {
-    let (Some(cora), true) = (cora(), mpirun_available()) else { return };
+    let (Some(cora), true) = (cora(), mpirun_available()) else {
+        return;
+    };
     let s = train_json(2, &["--mode", "tensor", "--input", cora.to_str().unwrap()]);
-    assert!(s.test_acc >= 0.80, "tensor mode test accuracy {}", s.test_acc);
+    assert!(
+        s.test_acc >= 0.80,
+        "tensor mode test accuracy {}",
+        s.test_acc
+    );
 }
 
 #[test]
 fn resume_continues_to_the_same_final_numbers() {
-    let (Some(cora), true) = (cora(), mpirun_available()) else { return };
+    let (Some(cora), true) = (cora(), mpirun_available()) else {
+        return;
+    };
     let dir = tempfile::tempdir().unwrap();
     let chunks = dir.path().join("c");
     partition(&cora, 2, &chunks);
@@ -145,31 +213,82 @@ fn resume_continues_to_the_same_final_numbers() {
     let straight = train_json(2, &["--chunks", c, "--epochs", "40"]);
     let ck = dir.path().join("ck");
     let ck = ck.to_str().unwrap();
-    let first = train_json(2, &["--chunks", c, "--epochs", "20", "--checkpoint", ck, "--checkpoint-every", "5"]);
+    let first = train_json(
+        2,
+        &[
+            "--chunks",
+            c,
+            "--epochs",
+            "20",
+            "--checkpoint",
+            ck,
+            "--checkpoint-every",
+            "5",
+        ],
+    );
     assert_eq!(first.epochs, 20);
-    let resumed = train_json(2, &["--chunks", c, "--epochs", "40", "--checkpoint", ck, "--resume"]);
-    assert_eq!(resumed.final_loss.to_bits(), straight.final_loss.to_bits(), "resumed run differs");
+    let resumed = train_json(
+        2,
+        &[
+            "--chunks",
+            c,
+            "--epochs",
+            "40",
+            "--checkpoint",
+            ck,
+            "--resume",
+        ],
+    );
+    assert_eq!(
+        resumed.final_loss.to_bits(),
+        straight.final_loss.to_bits(),
+        "resumed run differs"
+    );
     assert_eq!(resumed.test_acc, straight.test_acc);
     // A checkpoint of another model is refused.
-    let out = mpirun(2, &["train", "--chunks", c, "--epochs", "50", "--hidden", "8", "--checkpoint", ck, "--resume"]);
+    let out = mpirun(
+        2,
+        &[
+            "train",
+            "--chunks",
+            c,
+            "--epochs",
+            "50",
+            "--hidden",
+            "8",
+            "--checkpoint",
+            ck,
+            "--resume",
+        ],
+    );
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("another run"));
 }
 
 #[test]
 fn wrong_rank_count_fails_fast_on_every_rank() {
-    let (Some(cora), true) = (cora(), mpirun_available()) else { return };
+    let (Some(cora), true) = (cora(), mpirun_available()) else {
+        return;
+    };
     let dir = tempfile::tempdir().unwrap();
     let chunks = dir.path().join("c3");
     partition(&cora, 3, &chunks);
     let t = Instant::now();
     let out = mpirun(2, &["train", "--chunks", chunks.to_str().unwrap()]);
     assert!(!out.status.success());
-    assert!(t.elapsed() < Duration::from_secs(60), "took {:?}", t.elapsed());
+    assert!(
+        t.elapsed() < Duration::from_secs(60),
+        "took {:?}",
+        t.elapsed()
+    );
     let stderr = String::from_utf8_lossy(&out.stderr);
     // Both ranks print the same message (their lines may interleave on the shared stderr).
     let message = "holds 3 parts but 2 ranks were started: launch `mpirun -n 3` or re-partition with `distspmm partition --parts 2`";
-    assert_eq!(stderr.matches(message).count(), 2, "the same message from each rank expected: {stderr}");
+    assert_eq!(
+        stderr.matches(message).count(),
+        2,
+        "the same message from each rank expected: {stderr}"
+    );
     assert!(!stderr.contains("panicked"));
 }
 
@@ -181,11 +300,35 @@ fn a_graph_without_training_nodes_is_refused_with_a_reason() {
     let dir = tempfile::tempdir().unwrap();
     // A topology-only graph: no features, labels or masks.
     let g = dir.path().join("rmat.npz");
-    let st = Command::new(BIN).args(["generate", "rmat", "--scale", "8", "--edge-factor", "4", "--seed", "1", "--out"]).arg(&g).stdout(Stdio::null()).status().unwrap();
+    let st = Command::new(BIN)
+        .args([
+            "generate",
+            "rmat",
+            "--scale",
+            "8",
+            "--edge-factor",
+            "4",
+            "--seed",
+            "1",
+            "--out",
+        ])
+        .arg(&g)
+        .stdout(Stdio::null())
+        .status()
+        .unwrap();
     assert!(st.success());
     let chunks = dir.path().join("c");
     partition(&g, 2, &chunks);
-    let out = mpirun(2, &["train", "--chunks", chunks.to_str().unwrap(), "--epochs", "2"]);
+    let out = mpirun(
+        2,
+        &[
+            "train",
+            "--chunks",
+            chunks.to_str().unwrap(),
+            "--epochs",
+            "2",
+        ],
+    );
     assert!(!out.status.success());
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("carries no features"), "{stderr}");
@@ -194,7 +337,9 @@ fn a_graph_without_training_nodes_is_refused_with_a_reason() {
 
 #[test]
 fn a_corrupted_chunk_is_reported_by_every_rank() {
-    let (Some(cora), true) = (cora(), mpirun_available()) else { return };
+    let (Some(cora), true) = (cora(), mpirun_available()) else {
+        return;
+    };
     let dir = tempfile::tempdir().unwrap();
     let chunks = dir.path().join("c");
     partition(&cora, 2, &chunks);
@@ -207,11 +352,23 @@ fn a_corrupted_chunk_is_reported_by_every_rank() {
     let mid = bytes.len() / 2;
     bytes[mid] ^= 0x40;
     std::fs::write(&victim, &bytes).unwrap();
-    let out = mpirun(2, &["train", "--chunks", chunks.to_str().unwrap(), "--epochs", "2"]);
+    let out = mpirun(
+        2,
+        &[
+            "train",
+            "--chunks",
+            chunks.to_str().unwrap(),
+            "--epochs",
+            "2",
+        ],
+    );
     assert!(!out.status.success());
     let stderr = String::from_utf8_lossy(&out.stderr);
     let name = victim.file_name().unwrap().to_str().unwrap();
     assert_eq!(stderr.matches(name).count() % 2, 0, "{stderr}");
-    assert!(stderr.matches(name).count() >= 2, "every rank names the corrupted file: {stderr}");
+    assert!(
+        stderr.matches(name).count() >= 2,
+        "every rank names the corrupted file: {stderr}"
+    );
     assert!(!stderr.contains("panicked"));
 }
