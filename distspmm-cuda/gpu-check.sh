@@ -6,10 +6,19 @@
 #                                        # (features cuda, bench) into distspmm-cuda/gpu-carry/
 #   distspmm-cuda/gpu-check.sh run       # on the device machine, with gpu-carry carried:
 #                                        # GPU tests (no skipping) + cuSPARSE benchmark
+#                                        # + dist-comm's NCCL self-test at 2 ranks
 #
-# `run` writes gpu-check.log, tests.log, bench.txt and bench.jsonl under $OUT (or
+# `run` writes gpu-check.log, tests.log, bench.txt, bench.jsonl and nccl.log under $OUT (or
 # ./gpu-check-out when OUT is unset) and exits non-zero if a test or the benchmark fails.
-# Budget: well under 8 minutes on an H200 (RMAT scale 18 and 20, F = 16, 64, 256).
+# Budget: well under 8 minutes on an H200 (RMAT scale 18 and 20, F = 16, 64, 256; the NCCL
+# self-test takes seconds, at most 4 minutes before it is stopped).
+#
+# The NCCL self-test (dist-comm/src/bin/nccl-selftest.rs) runs broadcast, all-reduce and the
+# grouped send/receive of the halo exchange on device buffers against host results. It runs
+# under `mpirun -n 2` when the machine has an MPI that the MPI build can load, and with
+# `--spawn 2` (no MPI: the program starts its own ranks) otherwise. NCCL refuses two ranks on
+# one GPU of one host, so on a single GPU each rank gets its own NCCL_HOSTID and NCCL links
+# them through sockets (checks correctness, not NCCL's speed).
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -36,6 +45,11 @@ for line in sys.stdin:
     cp "$tests" "$carry/gpu-tests"
     (cd "$root" && cargo build -p distspmm-cuda --features bench --release --example gpu_bench)
     cp "$target/release/examples/gpu_bench" "$carry/gpu_bench"
+    # The NCCL self-test twice: without MPI (runs anywhere, `--spawn`) and with it (`mpirun`).
+    (cd "$root" && cargo build -p dist-comm --no-default-features --features nccl --release --bin nccl-selftest)
+    cp "$target/release/nccl-selftest" "$carry/nccl-selftest"
+    (cd "$root" && cargo build -p dist-comm --features nccl --release --bin nccl-selftest)
+    cp "$target/release/nccl-selftest" "$carry/nccl-selftest-mpi"
     (cd "$root" && git rev-parse HEAD >"$carry/commit" 2>/dev/null || true)
     du -sh "$carry"
     echo "gpu-check prepare: carry distspmm-cuda/gpu-carry and run 'bash distspmm-cuda/gpu-check.sh run'"
@@ -61,7 +75,7 @@ run() {
     local out="${OUT:-$PWD/gpu-check-out}"
     mkdir -p "$out"
     exec > >(tee "$out/gpu-check.log") 2>&1
-    [ -x "$carry/gpu-tests" ] && [ -x "$carry/gpu_bench" ] || {
+    [ -x "$carry/gpu-tests" ] && [ -x "$carry/gpu_bench" ] && [ -x "$carry/nccl-selftest" ] || {
         echo "gpu-check run: $carry lacks the prepared binaries; run 'gpu-check.sh prepare' and carry distspmm-cuda/gpu-carry" >&2
         exit 1
     }
@@ -78,8 +92,40 @@ run() {
     echo "== benchmark"
     timeout 300 "$carry/gpu_bench" --scales 18,20 --features 16,64,256 --iters 20 --json "$out/bench.jsonl" \
         2>&1 | tee "$out/bench.txt" || status=1
+    echo "== NCCL self-test (2 ranks)"
+    nccl_selftest "$out/nccl.log" || status=1
     echo "== done, status $status"
     return "$status"
+}
+
+# dist-comm's NCCL self-test at 2 ranks: under mpirun when the MPI build can run here, else
+# with --spawn. Both ranks share GPU 0 when there is only one (a NCCL_HOSTID per rank). If the
+# first try fails, it is repeated once with NCCL's sockets on the loopback interface.
+nccl_selftest() {
+    local log="$1" gpus mpi=""
+    [ -x "$carry/nccl-selftest" ] || { echo "nccl-selftest missing from $carry" | tee "$log"; return 1; }
+    gpus="$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)"
+    if command -v mpirun >/dev/null 2>&1 && [ -x "$carry/nccl-selftest-mpi" ] \
+        && ! ldd "$carry/nccl-selftest-mpi" 2>/dev/null | grep -q 'not found'; then
+        mpi=1
+    fi
+    export NCCL_DEBUG="${NCCL_DEBUG:-WARN}"
+    local try
+    for try in default loopback; do
+        [ "$try" = loopback ] && export NCCL_SOCKET_IFNAME=lo
+        if [ -n "$mpi" ]; then
+            echo "-- mpirun -n 2 ($gpus GPU(s), sockets: $try)" | tee -a "$log"
+            # shellcheck disable=SC2016  # expanded by the per-rank shell
+            OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 timeout 240 \
+                mpirun -n 2 --oversubscribe bash -c \
+                '[ "${1:-0}" -lt 2 ] && export NCCL_HOSTID="nccl-selftest-rank-${OMPI_COMM_WORLD_RANK:-${PMI_RANK:-0}}"; exec "$0"' \
+                "$carry/nccl-selftest-mpi" "$gpus" 2>&1 | tee -a "$log" && return 0
+        else
+            echo "-- nccl-selftest --spawn 2 (no usable mpirun here; $gpus GPU(s), sockets: $try)" | tee -a "$log"
+            timeout 240 "$carry/nccl-selftest" --spawn 2 2>&1 | tee -a "$log" && return 0
+        fi
+    done
+    return 1
 }
 
 case "${1:-}" in

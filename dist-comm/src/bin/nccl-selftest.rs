@@ -15,9 +15,9 @@
 //! library — exit 1 instead when `DISTSPMM_REQUIRE_GPU` is set. Any failed check exits 1.
 //!
 //! NCCL refuses two ranks of one communicator on one GPU of one host. With fewer GPUs than
-//! ranks, `--spawn` gives each rank its own `NCCL_HOSTID` (NCCL then connects them over
-//! loopback sockets: correct, not fast); under `mpirun`, set it per rank in the launch
-//! (`distspmm-cuda/gpu-check.sh` does).
+//! ranks, `--spawn` gives each rank its own `NCCL_HOSTID` (NCCL then connects them through
+//! its socket transport, on the interface it picks or `NCCL_SOCKET_IFNAME`: correct, not
+//! fast); under `mpirun`, set it per rank in the launch (`distspmm-cuda/gpu-check.sh` does).
 
 use std::fmt::Debug;
 use std::process::{Child, Command, ExitCode};
@@ -182,9 +182,6 @@ fn spawn(p: usize, device: Option<usize>) -> ExitCode {
         if shared && std::env::var_os("NCCL_HOSTID").is_none() {
             // One GPU for several ranks: NCCL must see them as separate hosts.
             cmd.env("NCCL_HOSTID", format!("nccl-selftest-rank-{rank}"));
-            if std::env::var_os("NCCL_SOCKET_IFNAME").is_none() {
-                cmd.env("NCCL_SOCKET_IFNAME", "lo");
-            }
         }
         match cmd.spawn() {
             Ok(c) => children.push(c),

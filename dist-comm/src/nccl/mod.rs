@@ -38,7 +38,7 @@
 //! ranks match in the order they are posted. A rank may send to itself.
 //!
 //! # Library loading
-//! The CUDA driver is probed through distspmm-cuda's [`probe`](distspmm_cuda::probe) (no
+//! The CUDA driver is probed through distspmm-cuda's [`probe`] (no
 //! crash without `libcuda.so`); NCCL is opened at run time from `$DISTSPMM_NCCL_LIBRARY`
 //! ([`NCCL_LIBRARY_ENV`]) or as `libnccl.so.2`/`libnccl.so` on the loader path (the
 //! `nvidia-nccl-cu13` wheel's `nvidia/nccl/lib`, or the system's `libnccl2`). Missing pieces
