@@ -280,6 +280,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(miri, ignore = "Miri does not support file-backed memory mappings")]
     fn written_file_maps_back_to_the_same_contents() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("part-1.chunk");
@@ -303,6 +304,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(miri, ignore = "Miri does not support file-backed memory mappings")]
     fn invalid_contents_leave_the_old_file_and_no_temporary() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("c.chunk");
@@ -336,6 +338,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(miri, ignore = "Miri does not support file-backed memory mappings")]
     fn io_and_format_errors_name_the_file() {
         let dir = tempfile::tempdir().unwrap();
         let missing = dir.path().join("missing.chunk");
