@@ -21,6 +21,20 @@
 //! `β = 0` overwrites Y without reading it (NaN in Y does not survive); `α = 0` only scales Y
 //! by β, without reading A or X (as in BLAS).
 //!
+//! ```
+//! use distspmm_core::kernel::spmm;
+//! use distspmm_core::sparse::{CsrOwned, DenseView, DenseViewMut};
+//!
+//! // A = [[0 0 1] [2 0 3]], X = 3 × 2, Y = A·X.
+//! let a = CsrOwned::<f32>::from_triplets(2, 3, &[0, 1, 1], &[2, 0, 2], &[1.0, 2.0, 3.0])?;
+//! let x = [1.0, 10.0, 2.0, 20.0, 3.0, 30.0];
+//! let mut y = [f32::NAN; 4]; // β = 0: never read
+//! let xv = DenseView::from_row_major(&x[..], 3, 2)?;
+//! spmm(1.0, &a.view(), xv, 0.0, DenseViewMut::from_row_major(&mut y[..], 2, 2)?)?;
+//! assert_eq!(y, [3.0, 30.0, 11.0, 110.0]);
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
 //! The instruction set is detected once; the environment variable `DISTSPMM_ISA`
 //! (`portable`, `avx2`, `avx512`) can lower it, e.g. to benchmark the fallbacks.
 
