@@ -26,9 +26,7 @@ use std::time::{Duration, Instant};
 
 use cudarc::driver::{CudaSlice, CudaStream, DevicePtr, DevicePtrMut, DeviceRepr, ValidAsZeroBits};
 use dist_comm::nccl::nccl_version;
-use dist_comm::{
-    CommError, DeviceSelect, NcclComm, NcclUniqueId, RawDeviceBuffer, ReduceOp, Reducible,
-};
+use dist_comm::{CommError, NcclComm, NcclUniqueId, RawDeviceBuffer, ReduceOp, Reducible};
 
 /// Environment of a `--spawn` child: `RANK,SIZE,HEX-ID`.
 const CHILD_ENV: &str = "DISTSPMM_NCCL_SELFTEST_CHILD";
@@ -117,7 +115,7 @@ fn report(comm: &NcclComm, mode: &str) -> ExitCode {
 
 #[cfg(feature = "mpi")]
 fn run_mpi(device: Option<usize>) -> ExitCode {
-    use dist_comm::{Group, MpiComm};
+    use dist_comm::{DeviceSelect, Group, MpiComm};
     let mpi = match MpiComm::init() {
         Ok(c) => c,
         Err(e) => {
