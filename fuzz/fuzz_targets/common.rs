@@ -8,7 +8,7 @@ use distspmm_core::normalize::{adjacency, Normalization, NormalizeError};
 /// header announcing four billion nodes would only measure the machine's memory).
 const NORMALIZE_UP_TO: usize = 1 << 12;
 
-/// Bitwise equality (features and weights may be NaN in an `.npz`).
+/// Bitwise equality of the float arrays (so that −0.0 and 0.0 count as different).
 fn same_graph(a: &Graph, b: &Graph) -> bool {
     let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
     a.num_nodes == b.num_nodes
