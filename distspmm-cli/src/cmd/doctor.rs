@@ -108,7 +108,15 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
     let as_root = running_as_root();
     let mpirun = check_mpirun(&mut report);
     if let Some(mpirun) = &mpirun {
-        check_local_launch(mpirun, ranks, as_root, args.launch_timeout, &mut report);
+        let local_only = args.hostfile.is_none();
+        check_local_launch(
+            mpirun,
+            ranks,
+            as_root,
+            local_only,
+            args.launch_timeout,
+            &mut report,
+        );
     }
     if let Some(hostfile) = &args.hostfile {
         check_hosts(hostfile, ranks, args, &mut report);
@@ -454,11 +462,13 @@ fn check_mpirun(report: &mut Report) -> Option<PathBuf> {
     }
 }
 
-/// Launches `ranks` copies of this binary's `--version` on this machine.
+/// Launches `ranks` copies of this binary's `--version` on this machine. `local_only`: the run
+/// will use only this machine (no hostfile), so more ranks than cores is oversubscription.
 fn check_local_launch(
     mpirun: &Path,
     ranks: u32,
     as_root: bool,
+    local_only: bool,
     timeout_s: u64,
     report: &mut Report,
 ) {
@@ -472,7 +482,7 @@ fn check_local_launch(
                 .into(),
         );
     }
-    if ranks as usize > cores {
+    if local_only && ranks as usize > cores {
         report.warn(
             "oversubscription",
             format!("{ranks} ranks on {cores} cores of this machine"),
@@ -731,7 +741,10 @@ fn check_hosts(hostfile: &Path, ranks: u32, args: &Args, report: &mut Report) {
                 "`mpirun --hostfile {} -n {ranks} ls {}` must list the manifest on every host \
                  (a shared filesystem, or the same copy at the same path)",
                 hostfile.display(),
-                dir.join(distspmm_core::chunk::MANIFEST_FILE).display()
+                std::path::absolute(dir)
+                    .unwrap_or_else(|_| dir.clone())
+                    .join(distspmm_core::chunk::MANIFEST_FILE)
+                    .display()
             )),
         );
     }
