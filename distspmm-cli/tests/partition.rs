@@ -36,6 +36,21 @@ fn s(p: &Path) -> &str {
     p.to_str().unwrap()
 }
 
+/// `partition --input G --parts P --out DIR` followed by `extra`.
+fn partition<'a>(g: &'a Path, parts: &'a str, out: &'a Path, extra: &[&'a str]) -> Vec<&'a str> {
+    let mut args = vec![
+        "partition",
+        "--input",
+        s(g),
+        "--parts",
+        parts,
+        "--out",
+        s(out),
+    ];
+    args.extend_from_slice(extra);
+    args
+}
+
 fn json(line: &str) -> serde_json::Value {
     assert_eq!(line.trim().lines().count(), 1, "not one line: {line}");
     serde_json::from_str(line.trim()).unwrap()
@@ -79,16 +94,7 @@ fn cora_end_to_end_at_2_4_8_parts() {
     for parts in [2u32, 4, 8] {
         let out = tmp.path().join(format!("cora-{parts}"));
         let p = parts.to_string();
-        let v = json(&ok(&[
-            "partition",
-            "--input",
-            s(&cora),
-            "--parts",
-            &p,
-            "--out",
-            s(&out),
-            "--json",
-        ]));
+        let v = json(&ok(&partition(&cora, &p, &out, &["--json"])));
         assert_eq!(v["parts"], parts);
         assert_eq!(v["nodes"], 2708);
         assert_eq!(v["edges"], 10556);
@@ -120,52 +126,18 @@ fn refuses_to_overwrite_another_partition_without_force() {
     let tmp = tempfile::tempdir().unwrap();
     let g = small_graph(tmp.path());
     let out = tmp.path().join("chunks");
-    let first = ok(&[
-        "partition",
-        "--input",
-        s(&g),
-        "--parts",
-        "2",
-        "--out",
-        s(&out),
-    ]);
+    let first = ok(&partition(&g, "2", &out, &[]));
     assert!(first.contains("2 parts"), "{first}");
     // The same partition again is fine.
-    ok(&[
-        "partition",
-        "--input",
-        s(&g),
-        "--parts",
-        "2",
-        "--out",
-        s(&out),
-        "--json",
-    ]);
-    let err = fails(&[
-        "partition",
-        "--input",
-        s(&g),
-        "--parts",
-        "3",
-        "--out",
-        s(&out),
-    ]);
+    ok(&partition(&g, "2", &out, &["--json"]));
+    let err = fails(&partition(&g, "3", &out, &[]));
     assert!(
         err.contains("different partition") && err.contains("--force"),
         "{err}"
     );
     let still = json(&ok(&["inspect", s(&out), "--json"]));
     assert_eq!(still["parts"], 2);
-    ok(&[
-        "partition",
-        "--input",
-        s(&g),
-        "--parts",
-        "3",
-        "--out",
-        s(&out),
-        "--force",
-    ]);
+    ok(&partition(&g, "3", &out, &["--force"]));
     let now = json(&ok(&["inspect", s(&out), "--json"]));
     assert_eq!(now["parts"], 3);
 }
@@ -175,33 +147,19 @@ fn partition_map_is_reused_and_checked() {
     let tmp = tempfile::tempdir().unwrap();
     let g = small_graph(tmp.path());
     let (a, b) = (tmp.path().join("a"), tmp.path().join("b"));
-    ok(&[
-        "partition",
-        "--input",
-        s(&g),
-        "--parts",
+    ok(&partition(
+        &g,
         "3",
-        "--out",
-        s(&a),
-        "--method",
-        "random",
-        "--seed",
-        "7",
-    ]);
+        &a,
+        &["--method", "random", "--seed", "7"],
+    ));
     let map = a.join("partition.map");
-    ok(&[
-        "partition",
-        "--input",
-        s(&g),
-        "--parts",
+    ok(&partition(
+        &g,
         "3",
-        "--out",
-        s(&b),
-        "--partition-map",
-        s(&map),
-        "--normalize",
-        "row",
-    ]);
+        &b,
+        &["--partition-map", s(&map), "--normalize", "row"],
+    ));
     let (ra, rb) = (
         json(&ok(&["inspect", s(&a), "--json"])),
         json(&ok(&["inspect", s(&b), "--json"])),
@@ -209,17 +167,7 @@ fn partition_map_is_reused_and_checked() {
     assert_eq!(ra["fingerprint"], rb["fingerprint"]);
     assert_eq!(rb["partition_method"], "random:seed=7");
     assert_eq!(rb["normalization"], "row");
-    let err = fails(&[
-        "partition",
-        "--input",
-        s(&g),
-        "--parts",
-        "2",
-        "--out",
-        s(&b),
-        "--partition-map",
-        s(&map),
-    ]);
+    let err = fails(&partition(&g, "2", &b, &["--partition-map", s(&map)]));
     assert!(err.contains("--parts 3"), "{err}");
 }
 
@@ -228,27 +176,10 @@ fn more_parts_than_nodes_is_a_clear_error() {
     let tmp = tempfile::tempdir().unwrap();
     let g = small_graph(tmp.path());
     let out = tmp.path().join("chunks");
-    let err = fails(&[
-        "partition",
-        "--input",
-        s(&g),
-        "--parts",
-        "13",
-        "--out",
-        s(&out),
-    ]);
+    let err = fails(&partition(&g, "13", &out, &[]));
     assert!(err.contains("at most 12 parts"), "{err}");
     assert!(!out.join("manifest.json").exists());
-    ok(&[
-        "partition",
-        "--input",
-        s(&g),
-        "--parts",
-        "12",
-        "--out",
-        s(&out),
-        "--json",
-    ]);
+    ok(&partition(&g, "12", &out, &["--json"]));
 }
 
 #[test]
@@ -256,26 +187,8 @@ fn inspect_rejects_corrupted_and_foreign_chunks() {
     let tmp = tempfile::tempdir().unwrap();
     let g = small_graph(tmp.path());
     let (a, b) = (tmp.path().join("a"), tmp.path().join("b"));
-    ok(&[
-        "partition",
-        "--input",
-        s(&g),
-        "--parts",
-        "3",
-        "--out",
-        s(&a),
-    ]);
-    ok(&[
-        "partition",
-        "--input",
-        s(&g),
-        "--parts",
-        "3",
-        "--out",
-        s(&b),
-        "--method",
-        "contiguous",
-    ]);
+    ok(&partition(&g, "3", &a, &[]));
+    ok(&partition(&g, "3", &b, &["--method", "contiguous"]));
     let victim = a.join("part-00002.chunk");
     let original = std::fs::read(&victim).unwrap();
 
