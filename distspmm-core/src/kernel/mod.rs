@@ -278,7 +278,7 @@ impl<T: Send> SplitRows for DenseViewMut<'_, T> {
 }
 
 /// Per-row work in units of one non-zero: storing a row and starting its loop.
-const ROW_COST: u64 = 2;
+pub(crate) const ROW_COST: u64 = 2;
 /// The smallest block worth a task.
 const MIN_GRAIN: u64 = 1 << 14;
 
@@ -311,33 +311,11 @@ pub(crate) fn run<T: Scalar>(
     }
     #[cfg(target_arch = "x86_64")]
     if isa == Isa::Avx512 {
-        if let Some((op, x, mut y)) = as_f32(op, x, y.reborrow()) {
-            let width = avx512::pass_width(f);
-            for f0 in (0..f).step_by(width) {
-                let pass = Pass {
-                    op,
-                    x,
-                    f0,
-                    w: width.min(f - f0),
-                    alpha: bytemuck::cast(alpha),
-                    beta: bytemuck::cast(beta),
-                    y_bytes: rows * f * 4,
-                };
-                for_each_block(
-                    op.indptr,
-                    0..rows,
-                    ROW_COST,
-                    grain,
-                    y.reborrow(),
-                    &|r, y| {
-                        // SAFETY: `isa` was capped at what the CPU supports, so AVX-512F is present;
-                        // the operand is a validated matrix whose shape `check_shapes` matched to X
-                        // and Y, `r` is a block of Y's rows with `y` its rows, and the pass width
-                        // is at most `avx512::pass_width`'s maximum with `f0 + w <= F`.
-                        unsafe { avx512::pass(&pass, r, y) }
-                    },
-                );
-            }
+        if let Some((op, x, y)) = as_f32(op, x, y.reborrow()) {
+            let (alpha, beta) = (bytemuck::cast(alpha), bytemuck::cast(beta));
+            // SAFETY: `isa` was capped at what the CPU supports, so AVX-512F is present, and
+            // `check_shapes` matched the operand to X and Y.
+            unsafe { avx512::run(alpha, op, x, beta, y, grain) };
             return;
         }
     }

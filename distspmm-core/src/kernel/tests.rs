@@ -500,3 +500,50 @@ fn large_aligned_outputs_take_the_streaming_store_path() {
         );
     }
 }
+
+#[cfg(target_arch = "x86_64")]
+#[test]
+fn wide_products_over_a_large_x_are_packed_into_panels_correctly() {
+    // X of 65,536 × 136 f32 (34 MiB) is packed: passes of 32, 32, 32, 32, 8 columns.
+    let (m, k, f) = (300usize, 65_536usize, 136usize);
+    assert_eq!(avx512::plan(f, k), (32, true));
+    assert_eq!(avx512::plan(f, 1000), (80, false));
+    assert_eq!(avx512::plan(128, k), (128, false));
+    let (mut r, mut c, mut v) = (Vec::new(), Vec::new(), Vec::new());
+    for i in 0..m {
+        for j in 0..(i % 7) {
+            r.push(i as u32);
+            c.push(((i * 7919 + j * 104_729) % k) as u32);
+            v.push(0.25 * (j as f32 + 1.0));
+        }
+    }
+    let a = CsrOwned::from_triplets(m, k, &r, &c, &v).unwrap();
+    let xbuf = dense(k, f, 11);
+    let x = DenseView::from_row_major(&xbuf, k, f).unwrap();
+    let y0 = dense(m, f, 12);
+    let (mut got, mut want) = (y0.clone(), y0.clone());
+    spmm(
+        2.0,
+        &a.view(),
+        x,
+        -1.0,
+        DenseViewMut::from_row_major(&mut got, m, f).unwrap(),
+    )
+    .unwrap();
+    reference::spmm(
+        2.0,
+        &a.view(),
+        x,
+        -1.0,
+        DenseViewMut::from_row_major(&mut want, m, f).unwrap(),
+    )
+    .unwrap();
+    for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+        assert!(
+            (g - w).abs() <= 1e-5 * (1.0 + w.abs()),
+            "Y[{}][{}] = {g}, expected {w}",
+            i / f,
+            i % f
+        );
+    }
+}
