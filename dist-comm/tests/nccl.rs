@@ -142,6 +142,44 @@ fn selftest_rejects_bad_arguments() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("--spawn needs a number"));
 }
 
+/// A `--spawn` child reads its rank, the size and the hex id from its environment: a
+/// malformed one is a usage error; a well-formed one joins (here: passes or skips).
+#[test]
+fn selftest_children_read_their_rank_and_id() {
+    const CHILD: &str = "DISTSPMM_NCCL_SELFTEST_CHILD";
+    let exe = env!("CARGO_BIN_EXE_nccl-selftest");
+    for bad in [
+        "",
+        "0,2",
+        "0,2,abc",
+        "x,2,00",
+        &format!("0,2,{}", "zz".repeat(128)),
+    ] {
+        let out = Command::new(exe).env(CHILD, bad).output().expect("run");
+        assert_eq!(out.status.code(), Some(2), "{bad:?}");
+        assert!(
+            String::from_utf8_lossy(&out.stderr).contains("malformed"),
+            "{bad:?}"
+        );
+    }
+    if matches!(distspmm_cuda::probe::device_count(), Ok(n) if n > 0) {
+        // A lone rank of two with a made-up id would wait inside NCCL for its peer.
+        println!("skipping the well-formed case: a CUDA device is present");
+        return;
+    }
+    let out = Command::new(exe)
+        .env(CHILD, format!("1,2,{}", "ab".repeat(128)))
+        .env_remove("DISTSPMM_REQUIRE_GPU")
+        .output()
+        .expect("run");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    assert!(
+        text.contains("rank 1 of 2: skipping: no CUDA device"),
+        "{text}"
+    );
+}
+
 /// Under `mpirun`, the setup's agreement steps run over MPI: without a GPU every rank must
 /// skip (none may wait for a peer that gave up).
 #[cfg(feature = "mpi")]
@@ -160,7 +198,13 @@ fn selftest_under_mpirun_two_ranks_pass_or_skip() {
         return;
     };
     let mut cmd = Command::new(mpirun);
+    // A host id per rank, so that two ranks may share one GPU (see nccl-selftest's docs).
     cmd.args(["-n", "2", "--oversubscribe", "--mca", "btl", "self,vader"])
+        .args([
+            "sh",
+            "-c",
+            "NCCL_HOSTID=dist-comm-test-rank-${OMPI_COMM_WORLD_RANK:-0} exec \"$0\"",
+        ])
         .arg(env!("CARGO_BIN_EXE_nccl-selftest"))
         .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
         .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1");
