@@ -8,6 +8,7 @@
 //! mpirun -n 2 nccl-selftest           # feature `mpi`: NcclComm::new over MPI_COMM_WORLD
 //! nccl-selftest --spawn 2             # no MPI: starts 2 copies of itself, the id in their env
 //! nccl-selftest --spawn 2 --device 0  # every rank on device 0 (default: local rank mod count)
+//! nccl-selftest --spawn 2 --timeout 60  # stop the ranks after 60 s (default 240)
 //! ```
 //!
 //! Every rank prints `nccl-selftest: rank R of P: N checks passed (...)`, or
@@ -30,7 +31,7 @@ use dist_comm::{CommError, NcclComm, NcclUniqueId, RawDeviceBuffer, ReduceOp, Re
 
 /// Environment of a `--spawn` child: `RANK,SIZE,HEX-ID`.
 const CHILD_ENV: &str = "DISTSPMM_NCCL_SELFTEST_CHILD";
-/// How long `--spawn` waits for its children.
+/// How long `--spawn` waits for its children unless `--timeout` says otherwise.
 const SPAWN_TIMEOUT: Duration = Duration::from_secs(240);
 
 fn main() -> ExitCode {
@@ -38,7 +39,7 @@ fn main() -> ExitCode {
     let options = match Options::parse(&args) {
         Ok(o) => o,
         Err(e) => {
-            eprintln!("nccl-selftest: {e}\nusage: nccl-selftest [--spawn P] [--device N]   (or under mpirun with the `mpi` feature)");
+            eprintln!("nccl-selftest: {e}\nusage: nccl-selftest [--spawn P [--timeout SECS]] [--device N]   (or under mpirun with the `mpi` feature)");
             return ExitCode::from(2);
         }
     };
@@ -46,7 +47,7 @@ fn main() -> ExitCode {
         return run_child(&child, options.device);
     }
     match options.spawn {
-        Some(p) => spawn(p, options.device),
+        Some(p) => spawn(p, options.device, options.timeout),
         None => run_mpi(options.device),
     }
 }
@@ -54,6 +55,7 @@ fn main() -> ExitCode {
 struct Options {
     spawn: Option<usize>,
     device: Option<usize>,
+    timeout: Duration,
 }
 
 impl Options {
@@ -61,6 +63,7 @@ impl Options {
         let mut o = Options {
             spawn: None,
             device: None,
+            timeout: SPAWN_TIMEOUT,
         };
         let mut it = args.iter();
         while let Some(a) = it.next() {
@@ -72,6 +75,7 @@ impl Options {
             match a.as_str() {
                 "--spawn" => o.spawn = Some(number("--spawn")?).filter(|&p| p > 0),
                 "--device" => o.device = Some(number("--device")?),
+                "--timeout" => o.timeout = Duration::from_secs(number("--timeout")? as u64),
                 other => return Err(format!("unknown argument {other:?}")),
             }
         }
@@ -142,7 +146,7 @@ fn run_mpi(_device: Option<usize>) -> ExitCode {
 }
 
 /// Starts `p` copies of this program as ranks of one communicator and waits for them.
-fn spawn(p: usize, device: Option<usize>) -> ExitCode {
+fn spawn(p: usize, device: Option<usize>, timeout: Duration) -> ExitCode {
     let count = match distspmm_cuda::probe::device_count() {
         Ok(n) if n > 0 => n,
         Ok(_) => {
@@ -210,7 +214,7 @@ fn spawn(p: usize, device: Option<usize>) -> ExitCode {
             }
         }
         pending = still;
-        if !ok || start.elapsed() > SPAWN_TIMEOUT {
+        if !ok || start.elapsed() > timeout {
             if !pending.is_empty() {
                 eprintln!(
                     "nccl-selftest: launcher: stopping ranks {pending:?} ({})",
