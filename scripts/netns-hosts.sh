@@ -14,7 +14,9 @@
 #
 #   ip netns exec dsp-h1 mpirun --hostfile H -n 2 --mca plm_rsh_agent scripts/netns-rsh.sh \
 #       --mca btl tcp,self --mca btl_tcp_if_include 10.213.77.0/30 \
-#       --mca oob_tcp_if_include 10.213.77.0/30 distspmm train --chunks DIR
+#       --mca oob_tcp_if_include 10.213.77.0/30 --mca oob_tcp_keepalive_time 2 \
+#       --mca oob_tcp_keepalive_intvl 1 --mca oob_tcp_keepalive_probes 3 \
+#       distspmm train --chunks DIR
 set -euo pipefail
 
 cmd="${1:-}"
@@ -67,7 +69,7 @@ hostfile)
     printf '%s.1 slots=1\n%s.2 slots=1\n' "$subnet" "$subnet"
     ;;
 *)
-    sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//' >&2
+    sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//' >&2
     exit 2
     ;;
 esac
