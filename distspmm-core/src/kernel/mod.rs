@@ -8,8 +8,9 @@
 //! the hubs of a power-law graph do not serialise one thread. The feature dimension is walked in
 //! passes whose width is chosen by `F` and by how much of X fits in the cache; within a pass, an
 //! output row lives in SIMD registers (AVX-512 for `f32`, chosen at run time, with an
-//! auto-vectorised AVX2 and a portable fallback), and the X rows a few non-zeros ahead are
-//! prefetched. The hot loop allocates nothing.
+//! auto-vectorised AVX2 and a portable fallback), and the X rows far ahead are prefetched. The
+//! hot loops allocate nothing; an `f32` product of more than 128 columns over an X of at least
+//! 32 MiB allocates one packed panel of X (X's rows × 32) per call.
 //!
 //! **Determinism.** Every output row is summed by one thread in the order of its stored entries,
 //! with a code path chosen only by the element type, `F`, the shape and the instruction set — never
