@@ -1,0 +1,217 @@
+//! The Jittor integration (`python/distspmm`, `examples/jittor`), run under `mpirun`: the
+//! operator against SciPy and finite differences at P = 1 and 2, and the distributed GCN example
+//! on Cora (the loss falls, and P = 2 follows the single-rank loss trajectory).
+//!
+//! Needs the repository's `.venv` with jittor, numpy, scipy and mpi4py (scripts/ensure-deps.sh
+//! with `DISTSPMM_PY_EXTRAS=1`); skips with a message without it, except under `CI=true`.
+//! Jittor compiles its core on the first import (minutes; cached in `~/.cache/jittor`) and its
+//! kernels on first use; `use_mkl=0` keeps it from downloading oneDNN.
+
+mod common;
+
+use std::ffi::{OsStr, OsString};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use distspmm_core::graph::{generate, Graph};
+
+/// The first import compiles Jittor's core (about 15 minutes on two busy cores).
+const IMPORT_TIMEOUT: Duration = Duration::from_secs(2400);
+/// One launch; the first ones also compile Jittor's kernels for these shapes.
+const RUN_TIMEOUT: Duration = Duration::from_secs(900);
+
+/// The venv's Python with Jittor importable (the import is timed: it is the CI cost of Jittor).
+fn jittor_python() -> Option<PathBuf> {
+    let python = common::repo_root().join(".venv/bin/python");
+    let python = common::require(
+        python.is_file().then_some(python),
+        ".venv/bin/python is missing (DISTSPMM_PY_EXTRAS=1 scripts/ensure-deps.sh)",
+    )?;
+    let env = jittor_env(); // builds the library first, outside the timing
+    let started = Instant::now();
+    let out = common::run(
+        Command::new(&python)
+            .args(["-c", "import jittor, numpy, scipy, mpi4py"])
+            .envs(env),
+        IMPORT_TIMEOUT,
+    );
+    let python = common::require(
+        out.status.success().then_some(python),
+        &format!(
+            "jittor, numpy, scipy or mpi4py does not import in .venv \
+             (DISTSPMM_PY_EXTRAS=1 scripts/ensure-deps.sh):\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        ),
+    )?;
+    eprintln!("import jittor: {:.1} s", started.elapsed().as_secs_f64());
+    Some(python)
+}
+
+/// Jittor without oneDNN (no download) and without its info logs; the library just built.
+fn jittor_env() -> Vec<(&'static str, OsString)> {
+    vec![
+        ("use_mkl", "0".into()),
+        ("log_silent", "1".into()),
+        (
+            "DISTSPMM_LIB",
+            common::prefix().join("lib/libdistspmm.so").into(),
+        ),
+    ]
+}
+
+fn mpirun(ranks: usize, python: &Path, args: &[&OsStr]) -> Option<std::process::Output> {
+    let env = jittor_env();
+    let env: Vec<(&str, &OsStr)> = env.iter().map(|(k, v)| (*k, v.as_os_str())).collect();
+    common::mpirun(ranks, python, args, &env, RUN_TIMEOUT)
+}
+
+/// A random directed, weighted graph with features, labels and a split: RMAT's undirected
+/// edges kept in one direction, so Ahat is not symmetric and a transposition mistake shows.
+fn directed_graph() -> Graph {
+    let mut graph = generate::rmat(8, 6, 11).expect("rmat");
+    let (src, dst): (Vec<u32>, Vec<u32>) = graph
+        .src
+        .iter()
+        .zip(&graph.dst)
+        .filter(|(s, d)| s < d)
+        .map(|(&s, &d)| (s, d))
+        .unzip();
+    graph.weights = Some(
+        (0..src.len())
+            .map(|i| 0.5 + (i * 37 % 11) as f32 / 10.0)
+            .collect(),
+    );
+    graph.src = src;
+    graph.dst = dst;
+    generate::random_node_data(&mut graph, 6, 4, 5).expect("node data");
+    graph
+}
+
+fn check_script() -> PathBuf {
+    common::repo_root().join("python/tests/check_jittor_op.py")
+}
+
+fn assert_every_rank_ok(what: &str, out: &std::process::Output, ranks: usize) {
+    common::assert_success(what, out);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    eprintln!("{what}:\n{stdout}");
+    assert_eq!(
+        stdout.lines().filter(|l| l.ends_with(": ok")).count(),
+        ranks,
+        "{what}: every rank must report ok:\n{stdout}"
+    );
+}
+
+#[test]
+fn jittor_operator_matches_scipy_and_finite_differences() {
+    let Some(python) = jittor_python() else {
+        return;
+    };
+    let dir = common::scratch().join("jittor-directed");
+    std::fs::create_dir_all(&dir).unwrap();
+    let npz = dir.join("graph.npz");
+    let _ = std::fs::remove_file(&npz);
+    distspmm_core::graph::npz::write_npz(&npz, &directed_graph()).expect("write .npz");
+    let graph = distspmm_core::graph::load(&npz).expect("read .npz");
+    for parts in [1usize, 2] {
+        let chunks = dir.join(format!("chunks-{parts}"));
+        common::write_chunks(&graph, parts as u32, &chunks);
+        let args = [
+            check_script().into_os_string(),
+            "--chunks".into(),
+            chunks.into_os_string(),
+            "--graph".into(),
+            npz.clone().into_os_string(),
+        ];
+        let args: Vec<&OsStr> = args.iter().map(OsString::as_os_str).collect();
+        if parts == 1 {
+            // Without mpirun: Jittor leaves MPI alone and the library's communicator starts it.
+            let out = common::run(
+                Command::new(&python).args(&args).envs(jittor_env()),
+                RUN_TIMEOUT,
+            );
+            assert_every_rank_ok("python check_jittor_op.py (no mpirun)", &out, 1);
+        }
+        let Some(out) = mpirun(parts, &python, &args) else {
+            return;
+        };
+        assert_every_rank_ok(
+            &format!("mpirun -n {parts} check_jittor_op.py"),
+            &out,
+            parts,
+        );
+    }
+}
+
+/// The `loss=` of every `epoch=` line rank 0 printed.
+fn losses(stdout: &str) -> Vec<f64> {
+    stdout
+        .lines()
+        .filter(|l| l.starts_with("epoch="))
+        .map(|l| {
+            l.split_whitespace()
+                .find_map(|field| field.strip_prefix("loss="))
+                .and_then(|v| v.parse().ok())
+                .unwrap_or_else(|| panic!("no loss= in {l:?}"))
+        })
+        .collect()
+}
+
+#[test]
+fn jittor_dist_gcn_loss_falls_on_cora_and_follows_the_single_rank_run() {
+    let Some(cora) = common::cora() else { return };
+    let Some(python) = jittor_python() else {
+        return;
+    };
+    let graph = distspmm_core::graph::load(&cora).expect("read cora.npz");
+    let example = common::repo_root().join("examples/jittor/dist_gcn.py");
+    let epochs = 8;
+    let mut runs = Vec::new();
+    for parts in [2usize, 1] {
+        let chunks = common::scratch().join(format!("jittor-cora-{parts}"));
+        common::write_chunks(&graph, parts as u32, &chunks);
+        // Dropout off: the runs are then the same computation split differently.
+        let args = [
+            example.clone().into_os_string(),
+            "--chunks".into(),
+            chunks.into_os_string(),
+            "--epochs".into(),
+            epochs.to_string().into(),
+            "--dropout".into(),
+            "0".into(),
+            "--log-every".into(),
+            "1".into(),
+        ];
+        let args: Vec<&OsStr> = args.iter().map(OsString::as_os_str).collect();
+        let Some(out) = mpirun(parts, &python, &args) else {
+            return;
+        };
+        common::assert_success(&format!("mpirun -n {parts} dist_gcn.py"), &out);
+        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+        eprintln!("P={parts}:\n{stdout}");
+        assert!(
+            stdout
+                .lines()
+                .last()
+                .is_some_and(|l| l.contains("test_acc=")),
+            "the last line must carry test_acc=:\n{stdout}"
+        );
+        let losses = losses(&stdout);
+        assert_eq!(losses.len(), epochs, "one loss per epoch:\n{stdout}");
+        assert!(
+            losses.windows(2).all(|w| w[1] < w[0]),
+            "P={parts}: the training loss must fall every epoch: {losses:?}"
+        );
+        runs.push(losses);
+    }
+    // The loss scaling makes Jittor's gradient averaging over 2 ranks the gradient of the
+    // global mean loss: the trajectories agree to float32 rounding.
+    for (epoch, (two, one)) in runs[0].iter().zip(&runs[1]).enumerate() {
+        assert!(
+            (two - one).abs() <= 1e-4 * one.abs(),
+            "epoch {}: loss {two} at P=2 but {one} at P=1",
+            epoch + 1
+        );
+    }
+}
