@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs what distspmm needs on a fresh Debian machine, skipping what is already there.
 # Sourced by scripts/quickstart.sh and scripts/test.sh; safe to run on its own.
-#   DISTSPMM_PY_EXTRAS=1   also install the Python wheels the tests use (numpy, scipy, mpi4py)
+#   DISTSPMM_PY_EXTRAS=1   also install the Python wheels the tests use (numpy, scipy, mpi4py, jittor)
 set -euo pipefail
 
 APT_PACKAGES=(libopenmpi-dev openmpi-bin libmetis-dev libclang-dev clang pkg-config cmake g++ python3-venv)
@@ -32,7 +32,7 @@ REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 VENV="$REPO_ROOT/.venv"
 if [ "${DISTSPMM_PY_EXTRAS:-0}" = 1 ]; then
   [ -x "$VENV/bin/python" ] || python3 -m venv "$VENV"
-  wheels=(numpy scipy mpi4py)
+  wheels=(numpy scipy mpi4py jittor)
   need=()
   for w in "${wheels[@]}"; do
     "$VENV/bin/python" -m pip show -q "$w" >/dev/null 2>&1 || need+=("$w")
