@@ -42,4 +42,8 @@ if [ "${DISTSPMM_PY_EXTRAS:-0}" = 1 ]; then
     "$VENV/bin/python" -m pip install -q --disable-pip-version-check "${need[@]}"
   fi
   export PATH="$VENV/bin:$PATH"
+  # Jittor compiles its core on the first import (minutes, cached in ~/.cache/jittor): do it
+  # here rather than inside a test's timeout. use_mkl=0 keeps it from downloading oneDNN.
+  export use_mkl=0
+  use_mkl=0 log_silent=1 "$VENV/bin/python" -c "import jittor" >/dev/null
 fi
