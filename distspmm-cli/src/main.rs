@@ -80,6 +80,7 @@ fn main() -> std::process::ExitCode {
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(err) if err.is::<train::Reported>() => std::process::ExitCode::FAILURE,
         Err(err) => {
             eprintln!("error: {err:#}");
             std::process::ExitCode::FAILURE

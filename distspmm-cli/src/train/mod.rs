@@ -192,7 +192,28 @@ pub fn agree<C: AllReduce + AllGather, T>(comm: &C, local: Result<T>) -> Result<
             )
         })
         .unwrap_or((0, "unknown error".into()));
-    bail!("rank {rank} of {}: {msg}", comm.size())
+    Err(Agreed(format!("rank {rank} of {}: {msg}", comm.size())).into())
+}
+
+/// An error [`agree`] handed to every rank: all ranks hold it at the same point, so they may
+/// still meet in one more collective (see [`run`]) before exiting.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct Agreed(String);
+
+/// An error this rank has already printed; `main` exits non-zero without printing it again.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct Reported(String);
+
+/// Whether every rank holds `err` (or an error it wraps): it came out of [`agree`], or out of
+/// one of the distributed SpMM's own agreement checks.
+fn is_agreed(err: &anyhow::Error) -> bool {
+    err.chain().any(|e| {
+        e.is::<Agreed>()
+            || e.downcast_ref::<dist_comm::spmm::DistSpmmError>()
+                .is_some_and(dist_comm::spmm::DistSpmmError::is_collective)
+    })
 }
 
 /// Row normalisation as the GCN paper's preprocessing: divide each row by its sum (rows summing
@@ -356,9 +377,23 @@ pub fn run(args: Args) -> Result<()> {
     }
     let comm = dist_comm::MpiComm::init()
         .context("cannot start MPI (is this an OpenMPI build of distspmm launched with mpirun?)")?;
-    match args.mode {
+    let result = match args.mode {
         Mode::Data => data::run(&args, &comm),
         Mode::Tensor => run_tensor(&args, &comm),
+    };
+    match result {
+        // Every rank holds this error. Each prints it, then all meet once more before exiting:
+        // otherwise the first rank to exit makes mpirun kill the others before they have said
+        // why, and the user sees the message from one rank only.
+        Err(err) if is_agreed(&err) => {
+            let text = format!("{err:#}");
+            eprintln!("error: {text}");
+            // The barrier cannot hang: every rank got the same error from the same collective.
+            // If it fails (a rank died meanwhile) the message is out already.
+            let _ = comm.barrier();
+            Err(Reported(text).into())
+        }
+        other => other,
     }
 }
 
