@@ -4,7 +4,8 @@
 #   manifest_reader/      manifest.json of small chunk directories written by `distspmm partition`
 #   partition_map_reader/ the partition.map files of the same directories
 # The text seeds (mtx_reader/, metis_reader/, edgelist_reader/) are hand-written and committed;
-# sparse_validation/ holds fixed pseudo-random bytes (its input is structured by `arbitrary`).
+# sparse_validation/ and capi_driver/ hold fixed pseudo-random bytes (their inputs are structured
+# by `arbitrary`).
 # chunk_reader/ is maintained by chunk-format's tests (see README.md).
 #
 # Usage: fuzz/make-seeds.sh [path/to/distspmm]   (default: builds it with cargo)

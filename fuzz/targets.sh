@@ -9,6 +9,7 @@ declare -A FUZZ_MAX_LEN=(
     [metis_reader]=4096
     [edgelist_reader]=4096
     [sparse_validation]=4096
+    [capi_driver]=2048
 )
 FUZZ_TARGETS=(chunk_reader manifest_reader partition_map_reader npz_reader mtx_reader metis_reader
-    edgelist_reader sparse_validation)
+    edgelist_reader sparse_validation capi_driver)
