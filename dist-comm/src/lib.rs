@@ -112,4 +112,4 @@ pub use local::{LocalComm, LocalExchange};
 #[cfg(feature = "mpi")]
 pub use mpi_backend::{MpiComm, MpiExchange};
 #[cfg(feature = "nccl")]
-pub use nccl::{DeviceSelect, NcclComm, NcclUniqueId, RawDeviceBuffer};
+pub use nccl::{DeviceSelect, NcclComm, NcclHost, NcclUniqueId, RawDeviceBuffer};

@@ -64,6 +64,31 @@ impl GpuDevice {
         self.inner.ctx.synchronize()
     }
 
+    /// This device's own stream (where the safe calls and uploads run), for ordering it
+    /// against other streams with [`join_streams`](Self::join_streams).
+    pub fn stream(&self) -> RawStream {
+        self.inner.ctx.raw_stream()
+    }
+
+    /// Makes `waiter` wait for all work queued on `signaller` so far, without blocking the
+    /// host (an event recorded on `signaller`, waited for on `waiter`); `None` names this
+    /// device's own stream. Does nothing when both name the same stream.
+    ///
+    /// # Safety
+    /// Both streams must be live streams of this device's context.
+    pub unsafe fn join_streams(
+        &self,
+        waiter: Option<RawStream>,
+        signaller: Option<RawStream>,
+    ) -> Result<()> {
+        // SAFETY: forwarded contract.
+        unsafe { self.inner.ctx.join(waiter, signaller) }
+    }
+
+    pub(crate) fn ctx(&self) -> &Context {
+        &self.inner.ctx
+    }
+
     /// Uploads a row-splitting plan for use with [`spmm_raw`](Self::spmm_raw).
     pub fn upload_row_split(&self, plan: &RowSplitPlan) -> Result<DeviceRowSplit> {
         Ok(DeviceRowSplit {
@@ -106,7 +131,7 @@ impl GpuDevice {
         unsafe { self.launch_product(op, strategy, split, stream) }
     }
 
-    fn upload<T: Elem>(&self, data: &[T]) -> Result<Buffer<T>> {
+    pub(crate) fn upload<T: Elem>(&self, data: &[T]) -> Result<Buffer<T>> {
         // Zero-length device allocations are refused by the driver; keep one padding element.
         if data.is_empty() {
             self.inner.ctx.upload(&[T::default()])
@@ -115,11 +140,11 @@ impl GpuDevice {
         }
     }
 
-    fn ptr<T>(&self, buf: &Buffer<T>) -> u64 {
+    pub(crate) fn ptr<T>(&self, buf: &Buffer<T>) -> u64 {
         self.inner.ctx.device_ptr(buf)
     }
 
-    fn same(&self, other: &GpuDevice) -> bool {
+    pub(crate) fn same(&self, other: &GpuDevice) -> bool {
         Arc::ptr_eq(&self.inner, &other.inner)
     }
 
@@ -757,6 +782,11 @@ impl DeviceDense {
     /// Leading dimension in elements.
     pub fn ld(&self) -> usize {
         self.ld
+    }
+
+    /// The device this matrix lives on.
+    pub fn device(&self) -> &GpuDevice {
+        &self.dev
     }
 
     /// Device pointer and layout, for [`GpuDevice::spmm_raw`] and foreign libraries.

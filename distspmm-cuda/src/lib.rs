@@ -15,6 +15,10 @@
 //!
 //! [`Strategy::Auto`] picks row splitting exactly when the matrix has long rows.
 //!
+//! `kernels/rows.cu` holds the row movement of the distributed SpMM (dist-comm's
+//! `GpuDistSpmm`): gathering the rows each peer needs into one send buffer, and adding
+//! received partial sums into a rank's own rows in a fixed order ([`rows`]; no atomics).
+//!
 //! # Building
 //! Default builds need no CUDA: every entry point answers [`CudaError::NotBuilt`]. With the
 //! feature `cuda`, `build.rs` (the only place nvcc runs) compiles `kernels/*.cu` into one
@@ -64,6 +68,7 @@ pub mod plan;
 #[cfg(feature = "driver")]
 pub mod probe;
 pub mod ptxas;
+pub mod rows;
 pub mod strategy;
 
 pub use device::{
@@ -74,6 +79,7 @@ pub use device::{
 pub use driver::RawStream;
 pub use error::{CudaError, Result};
 pub use plan::RowSplitPlan;
+pub use rows::{add_blocks, gather_rows, scatter_add_rows, DeviceRows, DeviceScatter, ScatterPlan};
 pub use strategy::{GroupLanes, KernelChoice, Strategy};
 
 /// Whether this build carries compiled kernels (the `cuda` feature).

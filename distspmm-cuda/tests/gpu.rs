@@ -4,9 +4,10 @@
 //! failure.
 
 use distspmm_cuda::{
-    kernel_resources, spmm, spmm_transpose_with, spmm_with, strategy::KERNELS, CudaError,
-    DeviceCsc, DeviceCsr, DeviceDense, GpuDevice, GroupLanes, RawSplit, RawSpmm, RawWorkspace,
-    SparseParts, Strategy,
+    add_blocks, gather_rows, kernel_resources, rows::ROW_KERNELS, scatter_add_rows, spmm,
+    spmm_transpose_with, spmm_with, strategy::KERNELS, CudaError, DeviceCsc, DeviceCsr,
+    DeviceDense, DeviceRows, DeviceScatter, GpuDevice, GroupLanes, RawSplit, RawSpmm, RawWorkspace,
+    ScatterPlan, SparseParts, Strategy,
 };
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -315,7 +316,7 @@ fn ptxas_report_covers_every_kernel_without_spills() {
     };
     println!("{}", distspmm_cuda::ptxas::table(&entries));
     for arch in ["sm_80", "sm_90"] {
-        for kernel in KERNELS {
+        for kernel in KERNELS.into_iter().chain(ROW_KERNELS) {
             let e = entries
                 .iter()
                 .find(|e| e.kernel == kernel && e.arch == arch);
@@ -329,7 +330,7 @@ fn ptxas_report_covers_every_kernel_without_spills() {
     }
     assert_eq!(
         entries.len(),
-        2 * KERNELS.len(),
+        2 * (KERNELS.len() + ROW_KERNELS.len()),
         "unexpected kernels in the ptxas report"
     );
 }
@@ -588,4 +589,79 @@ fn raw_entry_point_with_and_without_a_split_plan() {
     // SAFETY: as above.
     let refused = unsafe { dev.spmm_raw(&op, Strategy::RowSplit, None, None) };
     assert!(matches!(refused, Err(CudaError::Strategy(_))));
+}
+
+/// Rows `(seed + i) * 0.25 - 7` of an `rows × ld` matrix (exact in f32).
+fn host_matrix(rows: usize, ld: usize, seed: usize) -> Vec<f32> {
+    (0..rows * ld)
+        .map(|i| ((seed + i * 37) % 113) as f32 * 0.25 - 7.0)
+        .collect()
+}
+
+#[test]
+fn gather_scatter_and_block_sums_match_host_loops() {
+    let Some(dev) = device() else { return };
+    for (f, ld) in [(1, 1), (3, 5), (64, 64), (70, 72)] {
+        let n = 37;
+        let x_host = host_matrix(n, ld, f);
+        let x = DeviceDense::from_host_strided(&dev, n, f, ld, &x_host).unwrap();
+        // Gather with repeats and out of order.
+        let ids: Vec<u32> = vec![5, 0, 36, 5, 17];
+        let rows = DeviceRows::new(&dev, &ids).unwrap();
+        let mut out = DeviceDense::zeros_strided(&dev, ids.len(), f, ld + 1).unwrap();
+        gather_rows(&x, &rows, &mut out).unwrap();
+        let expected: Vec<f32> = ids
+            .iter()
+            .flat_map(|&i| x_host[i as usize * ld..i as usize * ld + f].to_vec())
+            .collect();
+        assert_eq!(
+            out.to_host().unwrap(),
+            expected,
+            "gather, F = {f}, ld = {ld}"
+        );
+        let bad = DeviceRows::new(&dev, &[37]).unwrap();
+        assert!(gather_rows(&x, &bad, &mut DeviceDense::zeros(&dev, 1, f).unwrap()).is_err());
+
+        // Scatter-add of three lists, in list order, against the same loop on the host.
+        let lists: [&[u32]; 3] = [&[0, 3, 9, 36], &[3, 4], &[0, 3, 20]];
+        let plan = ScatterPlan::new(n, &lists).unwrap();
+        let packed_host = host_matrix(plan.packed_rows(), f, 11);
+        let packed = DeviceDense::from_host(&dev, plan.packed_rows(), f, &packed_host).unwrap();
+        let mut y = DeviceDense::from_host_strided(&dev, n, f, ld, &x_host).unwrap();
+        scatter_add_rows(&DeviceScatter::new(&dev, &plan).unwrap(), &packed, &mut y).unwrap();
+        let mut expected = x_host.clone();
+        let mut k = 0;
+        for list in lists {
+            for &r in list {
+                for j in 0..f {
+                    expected[r as usize * ld + j] += packed_host[k * f + j];
+                }
+                k += 1;
+            }
+        }
+        assert_eq!(
+            y.to_host_strided().unwrap(),
+            expected,
+            "scatter-add, F = {f}"
+        );
+
+        // Three stacked blocks added in order.
+        let blocks_host = host_matrix(3 * n, f, 5);
+        let blocks = DeviceDense::from_host(&dev, 3 * n, f, &blocks_host).unwrap();
+        let mut y = DeviceDense::from_host_strided(&dev, n, f, ld, &x_host).unwrap();
+        add_blocks(&blocks, &mut y).unwrap();
+        let mut expected = x_host.clone();
+        for b in 0..3 {
+            for i in 0..n {
+                for j in 0..f {
+                    expected[i * ld + j] += blocks_host[(b * n + i) * f + j];
+                }
+            }
+        }
+        assert_eq!(
+            y.to_host_strided().unwrap(),
+            expected,
+            "block sums, F = {f}"
+        );
+    }
 }

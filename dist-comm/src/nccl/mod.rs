@@ -51,6 +51,7 @@
 //! them over sockets (`nccl-selftest --spawn` and `distspmm-cuda/gpu-check.sh` do this).
 
 mod ffi;
+mod host;
 #[cfg(test)]
 mod tests;
 
@@ -63,6 +64,7 @@ use cudarc::nccl::sys::{cudaStream_t, ncclComm_t, ncclUniqueId};
 use distspmm_cuda::{probe, CudaError};
 
 pub use ffi::NCCL_LIBRARY_ENV;
+pub use host::NcclHost;
 use ffi::{data_type, decode_version, reduction, NcclLibrary};
 
 use crate::capability::check_rank;

@@ -14,9 +14,42 @@ use crate::{Communicator, Exchange, RequestId};
 /// the halo receive list (owned), the CSC with its column pointer spread over all `n_q`
 /// columns (owned); row pointers, row ids and values borrowed from the chunk.
 #[derive(Debug)]
-struct QLocalBlock<'a> {
-    csr: Csr<f32, &'a [u64], Vec<u32>, &'a [f32]>,
-    csc: Csc<f32, Vec<u64>, &'a [u32], &'a [f32]>,
+pub(super) struct QLocalBlock<'a> {
+    pub(super) csr: Csr<f32, &'a [u64], Vec<u32>, &'a [f32]>,
+    pub(super) csc: Csc<f32, Vec<u64>, &'a [u32], &'a [f32]>,
+}
+
+/// The off-diagonal blocks of `chunk` in q-local columns, indexed by source part (`None` for
+/// the chunk's own part and for empty blocks); the GPU operator uploads the same blocks.
+pub(super) fn q_local_blocks<'a>(
+    chunk: &ChunkView<'a>,
+) -> Result<Vec<Option<QLocalBlock<'a>>>, DistSpmmError> {
+    let part = chunk.part_id();
+    let offsets = chunk.part_offsets();
+    let mut blocks: Vec<Option<QLocalBlock<'a>>> = (0..chunk.num_parts()).map(|_| None).collect();
+    for b in chunk.blocks().filter(|b| b.src_part as usize != part) {
+        let q = b.src_part as usize;
+        let n_q = (offsets[q + 1] - offsets[q]) as usize;
+        let halo = chunk.halo_recv(q);
+        let err = |source| DistSpmmError::Block {
+            part,
+            src: q,
+            source,
+        };
+        let cols: Vec<u32> = b.csr_cols.iter().map(|&c| halo[c as usize]).collect();
+        let mut colptr = vec![0u64; n_q + 1];
+        for (c, w) in b.csc_colptr.windows(2).enumerate() {
+            colptr[halo[c] as usize + 1] = w[1] - w[0];
+        }
+        for i in 0..n_q {
+            colptr[i + 1] += colptr[i];
+        }
+        blocks[q] = Some(QLocalBlock {
+            csr: Csr::new(b.nrows, n_q, b.csr_rowptr, cols, b.csr_vals).map_err(err)?,
+            csc: Csc::new(b.nrows, n_q, colptr, b.csc_rows, b.csc_vals).map_err(err)?,
+        });
+    }
+    Ok(blocks)
 }
 
 /// The broadcast plan, the blocks in q-local columns and the two buffers.
@@ -35,35 +68,9 @@ pub(super) struct BroadcastState<'a> {
 
 impl<'a> BroadcastState<'a> {
     pub(super) fn new(chunk: &ChunkView<'a>) -> Result<Self, DistSpmmError> {
-        let part = chunk.part_id();
-        let offsets = chunk.part_offsets();
-        let mut blocks: Vec<Option<QLocalBlock<'a>>> =
-            (0..chunk.num_parts()).map(|_| None).collect();
-        for b in chunk.blocks().filter(|b| b.src_part as usize != part) {
-            let q = b.src_part as usize;
-            let n_q = (offsets[q + 1] - offsets[q]) as usize;
-            let halo = chunk.halo_recv(q);
-            let err = |source| DistSpmmError::Block {
-                part,
-                src: q,
-                source,
-            };
-            let cols: Vec<u32> = b.csr_cols.iter().map(|&c| halo[c as usize]).collect();
-            let mut colptr = vec![0u64; n_q + 1];
-            for (c, w) in b.csc_colptr.windows(2).enumerate() {
-                colptr[halo[c] as usize + 1] = w[1] - w[0];
-            }
-            for i in 0..n_q {
-                colptr[i + 1] += colptr[i];
-            }
-            blocks[q] = Some(QLocalBlock {
-                csr: Csr::new(b.nrows, n_q, b.csr_rowptr, cols, b.csr_vals).map_err(err)?,
-                csc: Csc::new(b.nrows, n_q, colptr, b.csc_rows, b.csc_vals).map_err(err)?,
-            });
-        }
         Ok(Self {
             plan: BroadcastPlan::from_chunk(chunk),
-            blocks,
+            blocks: q_local_blocks(chunk)?,
             panel: Buffer::default(),
             inbox: Buffer::default(),
             ids: Vec::with_capacity(chunk.num_parts()),

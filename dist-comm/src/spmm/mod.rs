@@ -46,6 +46,8 @@
 
 mod agree;
 mod broadcast;
+#[cfg(feature = "cuda")]
+mod gpu;
 mod halo;
 mod rows;
 #[cfg(test)]
@@ -61,6 +63,8 @@ use distspmm_core::sparse::{CscView, CsrView, DenseView, DenseViewMut, PageBuffe
 use crate::{CommError, Communicator};
 
 pub use agree::abstain;
+#[cfg(feature = "cuda")]
+pub use gpu::GpuDistSpmm;
 
 /// What went wrong in building or calling a [`DistSpmm`].
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -321,16 +325,7 @@ impl<'a, C: Communicator> DistSpmm<'a, C> {
             }
         };
         self.last = traffic;
-        match op {
-            Op::Forward => {
-                self.totals.forward += traffic;
-                self.totals.forward_calls += 1;
-            }
-            Op::Backward => {
-                self.totals.backward += traffic;
-                self.totals.backward_calls += 1;
-            }
-        }
+        self.totals.record(op, traffic);
         Ok(())
     }
 
@@ -340,27 +335,13 @@ impl<'a, C: Communicator> DistSpmm<'a, C> {
         input: &DenseView<'_, f32>,
         output: &DenseViewMut<'_, f32>,
     ) -> Result<(), DistSpmmError> {
-        let n = self.local_rows();
-        let (names, f) = match op {
-            Op::Forward => (("X", "Y"), input.cols()),
-            Op::Backward => (("dY", "dX"), input.cols()),
-        };
-        for (name, rows, cols) in [
-            (names.0, input.rows(), input.cols()),
-            (names.1, output.rows(), output.cols()),
-        ] {
-            if rows != n || cols != f {
-                return Err(DistSpmmError::Shape(format!(
-                    "{} on rank {}: {name} is {rows} × {cols} but part {} owns {n} rows and {} \
-                     has {f} columns",
-                    op.name(),
-                    self.rank(),
-                    self.chunk.part_id(),
-                    names.0
-                )));
-            }
-        }
-        Ok(())
+        check_shapes(
+            op,
+            self.rank(),
+            self.local_rows(),
+            (input.rows(), input.cols()),
+            (output.rows(), output.cols()),
+        )
     }
 
     /// The schedule this operator runs.
@@ -409,10 +390,7 @@ impl<'a, C: Communicator> DistSpmm<'a, C> {
     /// The bytes the plan predicts for one forward and one backward call with `features`
     /// columns (what [`DistSpmm::bytes_last_call`] will measure).
     pub fn predicted_traffic(&self, features: usize) -> LayerTraffic {
-        match &self.state {
-            State::Broadcast(_) => BroadcastPlan::from_chunk(&self.chunk).traffic(features),
-            State::Halo(_) => HaloPlan::from_chunk(&self.chunk).traffic(features),
-        }
+        predicted_traffic(&self.chunk, self.schedule(), features)
     }
 
     /// The memory this operator holds now beside the chunk (buffers sized for the largest F
@@ -423,6 +401,60 @@ impl<'a, C: Communicator> DistSpmm<'a, C> {
             State::Halo(s) => s.workspace(),
         }
     }
+}
+
+impl TrafficTotals {
+    /// Adds one call's bytes.
+    fn record(&mut self, op: Op, traffic: Traffic) {
+        match op {
+            Op::Forward => {
+                self.forward += traffic;
+                self.forward_calls += 1;
+            }
+            Op::Backward => {
+                self.backward += traffic;
+                self.backward_calls += 1;
+            }
+        }
+    }
+}
+
+/// The plan's bytes for one forward and one backward call of `schedule` on `chunk`.
+fn predicted_traffic(
+    chunk: &ChunkView<'_>,
+    schedule: ScheduleKind,
+    features: usize,
+) -> LayerTraffic {
+    match schedule {
+        ScheduleKind::Broadcast => BroadcastPlan::from_chunk(chunk).traffic(features),
+        ScheduleKind::Halo => HaloPlan::from_chunk(chunk).traffic(features),
+    }
+}
+
+/// The shape rule of every call: input and output are `n_p × F` (rows, columns given).
+fn check_shapes(
+    op: Op,
+    rank: usize,
+    n: usize,
+    input: (usize, usize),
+    output: (usize, usize),
+) -> Result<(), DistSpmmError> {
+    let names = match op {
+        Op::Forward => ("X", "Y"),
+        Op::Backward => ("dY", "dX"),
+    };
+    let f = input.1;
+    for (name, (rows, cols)) in [(names.0, input), (names.1, output)] {
+        if rows != n || cols != f {
+            return Err(DistSpmmError::Shape(format!(
+                "{} on rank {rank}: {name} is {rows} × {cols} but part {rank} owns {n} rows and \
+                 {} has {f} columns",
+                op.name(),
+                names.0
+            )));
+        }
+    }
+    Ok(())
 }
 
 /// A communication buffer on its own huge-page-advised mapping (the halo rows are gathered at

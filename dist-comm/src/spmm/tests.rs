@@ -17,7 +17,12 @@ use super::{abstain, DistSpmm, DistSpmmError};
 use crate::{Group, LocalComm};
 
 /// The chunks of a graph (GCN-normalised Â) split by `part_of`.
-fn chunks(n: usize, edges: &[(u32, u32)], part_of: &[u32], parts: u32) -> Vec<AlignedBuf> {
+pub(crate) fn chunks(
+    n: usize,
+    edges: &[(u32, u32)],
+    part_of: &[u32],
+    parts: u32,
+) -> Vec<AlignedBuf> {
     let (src, dst): (Vec<u32>, Vec<u32>) = edges.iter().copied().unzip();
     let a_hat = normalize::adjacency(n, &src, &dst, None, Normalization::Gcn).unwrap();
     let graph = Graph::from_edges(n, src, dst);
@@ -28,7 +33,7 @@ fn chunks(n: usize, edges: &[(u32, u32)], part_of: &[u32], parts: u32) -> Vec<Al
         .collect()
 }
 
-fn views(bufs: &[AlignedBuf]) -> Vec<ChunkView<'_>> {
+pub(crate) fn views(bufs: &[AlignedBuf]) -> Vec<ChunkView<'_>> {
     bufs.iter()
         .map(|b| ChunkView::parse(b.as_bytes()).unwrap())
         .collect()

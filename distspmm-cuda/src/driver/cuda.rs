@@ -13,10 +13,21 @@ use super::{Arg, RawStream};
 use crate::error::{CudaError, Result};
 pub(crate) use crate::probe::device_count;
 use crate::probe::guarded;
+use crate::rows::ROW_KERNELS;
 use crate::strategy::{BLOCK_THREADS, KERNELS};
 
-/// The fatbin that build.rs compiled from `kernels/*.cu` (SASS sm_80, sm_90, PTX compute_90).
-static FATBIN: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/spmm.fatbin"));
+/// The fatbins that build.rs compiled from `kernels/*.cu` (SASS sm_80, sm_90, PTX compute_90),
+/// each with the kernels the launcher takes from it.
+static MODULES: [(&[u8], &[&str]); 2] = [
+    (
+        include_bytes!(concat!(env!("OUT_DIR"), "/spmm.fatbin")),
+        &KERNELS,
+    ),
+    (
+        include_bytes!(concat!(env!("OUT_DIR"), "/rows.fatbin")),
+        &ROW_KERNELS,
+    ),
+];
 
 /// Element types that can live in device buffers.
 pub(crate) trait Elem: DeviceRepr + ValidAsZeroBits + Copy + Default {}
@@ -33,7 +44,7 @@ fn driver(call: &'static str) -> impl FnOnce(DriverError) -> CudaError {
 pub(crate) struct Context {
     ctx: Arc<CudaContext>,
     stream: Arc<CudaStream>,
-    _module: Arc<CudaModule>,
+    _modules: Vec<Arc<CudaModule>>,
     functions: HashMap<&'static str, CudaFunction>,
 }
 
@@ -72,20 +83,24 @@ impl Context {
             // cudarc's cross-stream event tracking has nothing to order.
             unsafe { ctx.disable_event_tracking() };
             let stream = ctx.new_stream().map_err(driver("cuStreamCreate"))?;
-            let module = ctx
-                .load_module(Ptx::from_binary(FATBIN.to_vec()))
-                .map_err(driver("cuModuleLoadData"))?;
-            let mut functions = HashMap::with_capacity(KERNELS.len());
-            for name in KERNELS {
-                let f = module
-                    .load_function(name)
-                    .map_err(|_| CudaError::MissingKernel(name))?;
-                functions.insert(name, f);
+            let mut modules = Vec::with_capacity(MODULES.len());
+            let mut functions = HashMap::with_capacity(KERNELS.len() + ROW_KERNELS.len());
+            for (image, names) in MODULES {
+                let module = ctx
+                    .load_module(Ptx::from_binary(image.to_vec()))
+                    .map_err(driver("cuModuleLoadData"))?;
+                for &name in names {
+                    let f = module
+                        .load_function(name)
+                        .map_err(|_| CudaError::MissingKernel(name))?;
+                    functions.insert(name, f);
+                }
+                modules.push(module);
             }
             Ok(Context {
                 ctx,
                 stream,
-                _module: module,
+                _modules: modules,
                 functions,
             })
         })
@@ -136,6 +151,38 @@ impl Context {
         // Event tracking is off, so the guard records nothing and can drop at once.
         let (ptr, _guard) = buf.slice.device_ptr(&self.stream);
         ptr
+    }
+
+    /// This context's own stream as a raw handle.
+    pub(crate) fn raw_stream(&self) -> RawStream {
+        RawStream(self.stream.cu_stream() as u64)
+    }
+
+    /// Makes `waiter` wait for the work queued on `signaller` so far (an event recorded on
+    /// `signaller`); `None` is this context's stream. Nothing to do when both are the same.
+    ///
+    /// # Safety
+    /// Both handles must be live streams of this context.
+    pub(crate) unsafe fn join(
+        &self,
+        waiter: Option<RawStream>,
+        signaller: Option<RawStream>,
+    ) -> Result<()> {
+        let own = self.raw_stream();
+        let (waiter, signaller) = (waiter.unwrap_or(own), signaller.unwrap_or(own));
+        if waiter == signaller {
+            return Ok(());
+        }
+        // SAFETY: the caller guarantees live streams of this context; the wrappers do not
+        // destroy them on drop.
+        let (w, s) = unsafe {
+            (
+                self.ctx.wrap_borrowed_stream(waiter.0 as sys::CUstream),
+                self.ctx.wrap_borrowed_stream(signaller.0 as sys::CUstream),
+            )
+        };
+        // The event is destroyed when `w` no longer needs it (CUDA defers the release).
+        w.join(&s).map_err(driver("cuStreamWaitEvent"))
     }
 
     pub(crate) fn synchronize(&self) -> Result<()> {

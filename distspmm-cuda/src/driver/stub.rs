@@ -72,6 +72,20 @@ impl Context {
         match self.never {}
     }
 
+    pub(crate) fn raw_stream(&self) -> RawStream {
+        match self.never {}
+    }
+
+    /// # Safety
+    /// Same contract as the CUDA build's `join`; unreachable here.
+    pub(crate) unsafe fn join(
+        &self,
+        _waiter: Option<RawStream>,
+        _signaller: Option<RawStream>,
+    ) -> Result<()> {
+        match self.never {}
+    }
+
     /// # Safety
     /// Same contract as the CUDA build's `launch`; unreachable here.
     pub(crate) unsafe fn launch(
