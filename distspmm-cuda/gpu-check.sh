@@ -7,11 +7,19 @@
 #   distspmm-cuda/gpu-check.sh run       # on the device machine, with gpu-carry carried:
 #                                        # GPU tests (no skipping) + cuSPARSE benchmark
 #                                        # + dist-comm's NCCL self-test at 2 ranks
+#                                        # + the GPU distributed SpMM against the CPU one
 #
-# `run` writes gpu-check.log, tests.log, bench.txt, bench.jsonl and nccl.log under $OUT (or
-# ./gpu-check-out when OUT is unset) and exits non-zero if a test or the benchmark fails.
-# Budget: well under 8 minutes on an H200 (RMAT scale 18 and 20, F = 16, 64, 256; the NCCL
-# self-test takes seconds; each of its launches is stopped after 90 s).
+# `run` writes gpu-check.log, tests.log, bench.txt, bench.jsonl, nccl.log and gpu-spmm.log
+# under $OUT (or ./gpu-check-out when OUT is unset) and exits non-zero if a test or the
+# benchmark fails. Budget: well under 8 minutes on an H200 (RMAT scale 18 and 20, F = 16, 64,
+# 256; the NCCL self-test and the distributed SpMM tests take seconds; each NCCL launch is
+# stopped after 90 s, each distributed SpMM attempt after 150 s).
+#
+# The distributed SpMM tests (dist-comm/tests/gpu_spmm.rs, built without MPI) compare
+# GpuDistSpmm with the CPU DistSpmm on the same chunks — forward and backward, halo and
+# broadcast schedules, F = 1..130 with padded leading dimensions, traffic, reruns, the raw
+# path — at P = 1 in one process and at P = 2 as two spawned processes (one NCCL_HOSTID each
+# on a single GPU, as for the self-test).
 #
 # The NCCL self-test (dist-comm/src/bin/nccl-selftest.rs) runs broadcast, all-reduce and the
 # grouped send/receive of the halo exchange on device buffers against host results. It runs
@@ -50,6 +58,18 @@ for line in sys.stdin:
     cp "$target/release/nccl-selftest" "$carry/nccl-selftest"
     (cd "$root" && cargo build -p dist-comm --features nccl --release --bin nccl-selftest)
     cp "$target/release/nccl-selftest" "$carry/nccl-selftest-mpi"
+    # The distributed SpMM tests: the test executable, found like the kernel tests above.
+    local spmm_tests
+    spmm_tests="$(cd "$root" && cargo test -p dist-comm --no-default-features --features cuda --release \
+        --test gpu_spmm --no-run --message-format=json 2>/dev/null | python3 -c '
+import json, sys
+for line in sys.stdin:
+    m = json.loads(line)
+    if m.get("reason") == "compiler-artifact" and m.get("executable") and m["target"]["name"] == "gpu_spmm":
+        print(m["executable"])
+')"
+    [ -x "$spmm_tests" ] || { echo "gpu-check prepare: could not find the gpu_spmm test executable" >&2; exit 1; }
+    cp "$spmm_tests" "$carry/gpu-spmm-tests"
     (cd "$root" && git rev-parse HEAD >"$carry/commit" 2>/dev/null || true)
     du -sh "$carry"
     echo "gpu-check prepare: carry distspmm-cuda/gpu-carry and run 'bash distspmm-cuda/gpu-check.sh run'"
@@ -75,7 +95,8 @@ run() {
     local out="${OUT:-$PWD/gpu-check-out}"
     mkdir -p "$out"
     exec > >(tee "$out/gpu-check.log") 2>&1
-    [ -x "$carry/gpu-tests" ] && [ -x "$carry/gpu_bench" ] && [ -x "$carry/nccl-selftest" ] || {
+    [ -x "$carry/gpu-tests" ] && [ -x "$carry/gpu_bench" ] && [ -x "$carry/nccl-selftest" ] \
+        && [ -x "$carry/gpu-spmm-tests" ] || {
         echo "gpu-check run: $carry lacks the prepared binaries; run 'gpu-check.sh prepare' and carry distspmm-cuda/gpu-carry" >&2
         exit 1
     }
@@ -94,6 +115,9 @@ run() {
         2>&1 | tee "$out/bench.txt" || status=1
     echo "== NCCL self-test (2 ranks)"
     nccl_selftest "$out/nccl.log" || status=1
+    echo "== distributed SpMM on the GPU vs the CPU operator (P = 1, P = 2 spawned)"
+    nccl_try "$out/gpu-spmm.log" "gpu_spmm tests" \
+        timeout 150 "$carry/gpu-spmm-tests" --test-threads=1 --nocapture || status=1
     echo "== done, status $status"
     return "$status"
 }

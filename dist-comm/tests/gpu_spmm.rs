@@ -1,0 +1,340 @@
+//! `GpuDistSpmm` against the CPU `DistSpmm` on the same chunks: forward and backward, both
+//! schedules, several F (growing and then reusing the buffers) with padded leading dimensions,
+//! traffic equal to the plan, bit-identical reruns, the raw-pointer path on the NCCL stream.
+//!
+//! - P = 1 in this process (`LocalComm` host, `NcclComm::new`);
+//! - P = 2 as two child processes of this test (no MPI needed): the parent creates the NCCL
+//!   unique id and hands it over in the environment; each child joins with
+//!   `NcclComm::from_unique_id`, agrees through `NcclHost`, and gets its own `NCCL_HOSTID` when
+//!   the machine has fewer GPUs than ranks (NCCL refuses two ranks on one GPU of one host).
+//!
+//! Without a CUDA device every test prints "skipping: no CUDA device (...)" and passes, unless
+//! `DISTSPMM_REQUIRE_GPU` is set (distspmm-cuda/gpu-check.sh sets it), which makes it fail.
+
+use std::fs::File;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use chunk_format::{encode, AlignedBuf, ChunkView};
+use dist_comm::spmm::{DistSpmm, GpuDistSpmm};
+use dist_comm::{
+    AllGather, AllReduce, DeviceSelect, Group, LocalComm, NcclComm, NcclHost, NcclUniqueId,
+};
+use distspmm_core::chunk::ChunkBuilder;
+use distspmm_core::graph::Graph;
+use distspmm_core::normalize::{self, Normalization};
+use distspmm_core::partition::Partition;
+use distspmm_core::schedule::{ScheduleKind, Traffic};
+use distspmm_core::sparse::{DenseView, DenseViewMut};
+use distspmm_cuda::{DeviceDense, GpuDevice, RawDense};
+
+/// Environment of a spawned rank: `RANK,SIZE,HEX-ID`.
+const CHILD: &str = "DIST_COMM_GPU_SPMM_CHILD";
+const TIMEOUT: Duration = Duration::from_secs(120);
+/// (F, padding of the leading dimension): the largest first, then smaller ones that reuse
+/// the buffers, then a larger one that grows them again.
+const SHAPES: [(usize, usize); 5] = [(64, 0), (5, 3), (1, 0), (33, 1), (130, 2)];
+
+/// The number of CUDA devices, or `None` after printing the skip (failing instead when
+/// `DISTSPMM_REQUIRE_GPU` is set).
+fn devices() -> Option<usize> {
+    let reason = match GpuDevice::count() {
+        Ok(n) if n > 0 => return Some(n),
+        Ok(_) => "the driver reports no device".to_owned(),
+        Err(e) => e.to_string(),
+    };
+    assert!(
+        std::env::var_os("DISTSPMM_REQUIRE_GPU").is_none(),
+        "DISTSPMM_REQUIRE_GPU is set but there is no usable device: {reason}"
+    );
+    println!("skipping: no CUDA device ({reason})");
+    None
+}
+
+/// A graph with a hub of degree 700 (long rows, so row splitting runs), a ring and chords,
+/// split into `parts` interleaved parts; GCN-normalised.
+fn chunks(parts: u32) -> Vec<AlignedBuf> {
+    let n = 900u32;
+    let mut edges: Vec<(u32, u32)> = (0..n).map(|i| (i, (i + 1) % n)).collect();
+    // Both directions: row 0 (in-neighbours) and column 0 (out-neighbours) are long.
+    edges.extend((1..=700).flat_map(|i| [(0, i), (i, 0)]));
+    edges.extend((0..n).step_by(7).map(|i| (i, (i * 31 + 5) % n)));
+    let (src, dst): (Vec<u32>, Vec<u32>) = edges.iter().copied().unzip();
+    let a_hat =
+        normalize::adjacency(n as usize, &src, &dst, None, Normalization::Gcn).expect("normalise");
+    let graph = Graph::from_edges(n as usize, src, dst);
+    let part_of: Vec<u32> = (0..n).map(|i| (i / 3) % parts).collect();
+    let partition = Partition::new(parts, part_of, "gpu-test").expect("partition");
+    let builder = ChunkBuilder::new(&graph, a_hat.view(), &partition).expect("chunk builder");
+    (0..parts)
+        .map(|p| encode(&builder.build(p).contents()).expect("encode"))
+        .collect()
+}
+
+fn views(bufs: &[AlignedBuf]) -> Vec<ChunkView<'_>> {
+    bufs.iter()
+        .map(|b| ChunkView::parse(b.as_bytes()).expect("parse chunk"))
+        .collect()
+}
+
+/// Value of global row `g`, column `j` (exact in f32).
+fn value(seed: u64, g: usize, j: usize) -> f32 {
+    let h = (g as u64 * 1_000_003 + j as u64 * 7919 + seed * 104_729) % 2001;
+    h as f32 / 1000.0 - 1.0
+}
+
+/// This rank's `n × F` input with leading dimension `ld` (padding NaN).
+fn input(views: &[ChunkView<'_>], rank: usize, seed: u64, f: usize, ld: usize) -> Vec<f32> {
+    let first = views[0].part_offsets()[rank] as usize;
+    let n = views[rank].num_local_nodes();
+    let mut m = vec![f32::NAN; n * ld];
+    for i in 0..n {
+        for j in 0..f {
+            m[i * ld + j] = value(seed, first + i, j);
+        }
+    }
+    m
+}
+
+/// The CPU operator's results for every rank: per shape, (Y, dX, forward and backward bytes)
+/// row-major without padding.
+type Reference = Vec<(Vec<f32>, Vec<f32>, Traffic, Traffic)>;
+
+fn cpu_reference(views: &[ChunkView<'_>], kind: ScheduleKind) -> Vec<Reference> {
+    LocalComm::run(views.len(), |comm| {
+        let p = comm.rank();
+        let mut op = DistSpmm::new(&comm, views[p], kind).expect("CPU operator");
+        let n = op.local_rows();
+        SHAPES
+            .iter()
+            .map(|&(f, _)| {
+                let (x, dy) = (input(views, p, 1, f, f), input(views, p, 2, f, f));
+                let (mut y, mut dx) = (vec![0f32; n * f], vec![0f32; n * f]);
+                fn dense(m: &[f32], n: usize, f: usize) -> DenseView<'_, f32> {
+                    DenseView::new(m, n, f, f).expect("view")
+                }
+                op.forward(
+                    dense(&x, n, f),
+                    DenseViewMut::new(&mut y[..], n, f, f).expect("view"),
+                )
+                .expect("CPU forward");
+                let fw = op.bytes_last_call();
+                op.backward(
+                    dense(&dy, n, f),
+                    DenseViewMut::new(&mut dx[..], n, f, f).expect("view"),
+                )
+                .expect("CPU backward");
+                (y, dx, fw, op.bytes_last_call())
+            })
+            .collect()
+    })
+}
+
+fn assert_close(what: &str, got: &[f32], expected: &[f32]) {
+    assert_eq!(got.len(), expected.len(), "{what}: length");
+    for (k, (g, e)) in got.iter().zip(expected).enumerate() {
+        assert!(
+            (g - e).abs() <= 1e-5 + 1e-4 * e.abs(),
+            "{what}: element {k} is {g}, the CPU operator gives {e}"
+        );
+    }
+}
+
+/// Every check of one rank; `host` and `nccl` span the same ranks.
+fn check_rank<H: AllGather + AllReduce>(host: &H, nccl: &NcclComm, views: &[ChunkView<'_>]) {
+    let p = host.rank();
+    for kind in [ScheduleKind::Halo, ScheduleKind::Broadcast] {
+        let reference = &cpu_reference(views, kind)[p];
+        let mut op = GpuDistSpmm::new(host, nccl, views[p], kind).expect("GPU operator");
+        let dev = op.device().clone();
+        let n = op.local_rows();
+        for (&(f, pad), (y_ref, dx_ref, fw, bw)) in SHAPES.iter().zip(reference) {
+            let ld = f + pad;
+            let what = format!("rank {p}, {kind:?}, F = {f}, ld = {ld}");
+            let upload = |seed| {
+                DeviceDense::from_host_strided(&dev, n, f, ld, &input(views, p, seed, f, ld))
+                    .expect("upload")
+            };
+            let (x, dy) = (upload(1), upload(2));
+            // NaN everywhere: the products must overwrite the matrix and leave the padding.
+            let nan = vec![f32::NAN; n * ld];
+            let fresh = || DeviceDense::from_host_strided(&dev, n, f, ld, &nan).expect("upload");
+            let (mut y, mut dx) = (fresh(), fresh());
+            op.forward(&x, &mut y).expect("GPU forward");
+            assert_eq!(op.bytes_last_call(), *fw, "{what}: forward bytes");
+            assert_eq!(op.bytes_last_call(), op.predicted_traffic(f).forward);
+            op.backward(&dy, &mut dx).expect("GPU backward");
+            assert_eq!(op.bytes_last_call(), *bw, "{what}: backward bytes");
+            assert_eq!(op.bytes_last_call(), op.predicted_traffic(f).backward);
+            let y_host = y.to_host().expect("download");
+            assert_close(&format!("{what}: Y"), &y_host, y_ref);
+            assert_close(
+                &format!("{what}: dX"),
+                &dx.to_host().expect("download"),
+                dx_ref,
+            );
+            let padding_kept = |m: &DeviceDense| {
+                let all = m.to_host_strided().expect("download");
+                (0..n).all(|i| all[i * ld + f..(i + 1) * ld].iter().all(|v| v.is_nan()))
+            };
+            assert!(
+                padding_kept(&y) && padding_kept(&dx),
+                "{what}: padding written"
+            );
+
+            // A rerun is bit-identical.
+            let mut again = fresh();
+            op.forward(&x, &mut again).expect("GPU forward");
+            let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+            assert_eq!(
+                bits(&again.to_host().expect("download")),
+                bits(&y_host),
+                "{what}: rerun differs"
+            );
+
+            // The raw path on the NCCL stream (the default stream of raw calls).
+            let raw_y = fresh();
+            let (xr, yr): (RawDense, RawDense) = (x.raw(), raw_y.raw());
+            dev.synchronize().expect("sync");
+            // SAFETY: both matrices live on the operator's device until the synchronisation
+            // below; `raw_y` is distinct from `x`.
+            unsafe { op.forward_raw(xr, yr, None) }.expect("GPU forward (raw)");
+            nccl.synchronize().expect("NCCL stream");
+            assert_eq!(
+                bits(&raw_y.to_host().expect("download")),
+                bits(&y_host),
+                "{what}: raw path differs"
+            );
+        }
+        let totals = op.bytes_total();
+        assert_eq!(totals.forward_calls, 3 * SHAPES.len() as u64);
+        assert_eq!(totals.backward_calls, SHAPES.len() as u64);
+        println!("rank {p}: {kind:?} matches the CPU operator");
+    }
+}
+
+#[test]
+fn gpu_operator_matches_cpu_operator_at_one_rank() {
+    if std::env::var_os(CHILD).is_some() || devices().is_none() {
+        return;
+    }
+    let bufs = chunks(1);
+    let views = views(&bufs);
+    let done = LocalComm::run(1, |comm| {
+        let nccl = NcclComm::new(&comm, DeviceSelect::Ordinal(0)).expect("NCCL communicator");
+        check_rank(&comm, &nccl, &views);
+    });
+    assert_eq!(done.len(), 1);
+}
+
+/// The body of a spawned rank.
+fn child(spec: &str) {
+    let mut it = spec.split(',');
+    let mut next = || it.next().expect("RANK,SIZE,ID");
+    let rank: usize = next().parse().expect("rank");
+    let size: usize = next().parse().expect("size");
+    let hex = next();
+    let mut bytes = [0u8; NcclUniqueId::BYTES];
+    for (k, b) in bytes.iter_mut().enumerate() {
+        *b = u8::from_str_radix(&hex[2 * k..2 * k + 2], 16).expect("hex id");
+    }
+    let count = GpuDevice::count().expect("device count");
+    let nccl = NcclComm::from_unique_id(&NcclUniqueId::from_bytes(bytes), rank, size, rank % count)
+        .expect("join the NCCL communicator");
+    let host = NcclHost::new(&nccl);
+    let bufs = chunks(size as u32);
+    check_rank(&host, &nccl, &views(&bufs));
+    println!("rank {rank} of {size}: all checks passed");
+}
+
+#[test]
+fn gpu_operator_matches_cpu_operator_at_two_spawned_ranks() {
+    if let Some(spec) = std::env::var_os(CHILD) {
+        child(spec.to_str().expect("ASCII spec"));
+        return;
+    }
+    let Some(count) = devices() else { return };
+    let size = 2;
+    let id = NcclUniqueId::new().expect("NCCL unique id");
+    let hex: String = id.as_bytes().iter().map(|b| format!("{b:02x}")).collect();
+    let exe = std::env::current_exe().expect("test executable");
+    let logs = tempfile::tempdir().expect("temporary directory");
+    let log = |rank: usize, stream: &str| logs.path().join(format!("rank{rank}.{stream}"));
+    let children: Vec<_> = (0..size)
+        .map(|rank| {
+            let mut cmd = Command::new(&exe);
+            cmd.args([
+                "--exact",
+                "gpu_operator_matches_cpu_operator_at_two_spawned_ranks",
+                "--nocapture",
+                "--test-threads=1",
+            ])
+            .env(CHILD, format!("{rank},{size},{hex}"))
+            .stdin(Stdio::null())
+            .stdout(File::create(log(rank, "out")).expect("log file"))
+            .stderr(File::create(log(rank, "err")).expect("log file"));
+            if count < size {
+                cmd.env("NCCL_HOSTID", format!("gpu-spmm-test-rank-{rank}"));
+            }
+            cmd.spawn().expect("spawn a rank")
+        })
+        .collect();
+    let start = Instant::now();
+    let statuses: Vec<_> = children
+        .into_iter()
+        .map(|mut c| loop {
+            if let Some(s) = c.try_wait().expect("poll") {
+                break Some(s);
+            }
+            if start.elapsed() > TIMEOUT {
+                let _ = c.kill();
+                let _ = c.wait();
+                break None;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        })
+        .collect();
+    for (rank, status) in statuses.iter().enumerate() {
+        let read = |stream| std::fs::read_to_string(log(rank, stream)).unwrap_or_default();
+        let (out, err) = (read("out"), read("err"));
+        print!("{out}");
+        assert!(
+            status.is_some_and(|s| s.success())
+                && out.contains(&format!("rank {rank} of {size}: all checks passed")),
+            "rank {rank} failed or hung ({status:?}); stdout:\n{out}\nstderr:\n{err}"
+        );
+    }
+}
+
+/// The fixture exercises what the GPU checks are meant to cover (runs without a GPU): at
+/// P = 2 every rank sends and receives halo rows, the CPU reference runs, and rank 0's local
+/// block has a row long enough for distspmm-cuda's row splitting.
+#[test]
+fn fixture_exchanges_halos_and_has_long_rows() {
+    let bufs = chunks(2);
+    let views = views(&bufs);
+    for v in &views {
+        let plan = distspmm_core::schedule::HaloPlan::from_chunk(v);
+        assert!(plan.sent_rows() > 0 && plan.halo_rows() > 0);
+    }
+    let d = views[0].diagonal_block();
+    let n = views[0].num_local_nodes();
+    let piece = distspmm_cuda::RowSplitPlan::default_piece_nnz(n, d.csr_cols.len() as u64);
+    let longest = d.csr_rowptr.windows(2).map(|w| w[1] - w[0]).max().unwrap();
+    // The CPU reference the GPU checks compare with runs, and moves the plan's bytes.
+    for kind in [ScheduleKind::Halo, ScheduleKind::Broadcast] {
+        for (v, rank) in views.iter().zip(cpu_reference(&views, kind)) {
+            let plan = match kind {
+                ScheduleKind::Halo => distspmm_core::schedule::HaloPlan::from_chunk(v).traffic(64),
+                ScheduleKind::Broadcast => {
+                    distspmm_core::schedule::BroadcastPlan::from_chunk(v).traffic(64)
+                }
+            };
+            assert_eq!((rank[0].2, rank[0].3), (plan.forward, plan.backward));
+        }
+    }
+    assert!(
+        longest > piece,
+        "longest row {longest} ≤ piece {piece}: no splitting"
+    );
+}
