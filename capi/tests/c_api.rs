@@ -112,6 +112,7 @@ fn compile(
     let out = common::run(
         Command::new(&compiler)
             .args([standard, "-Wall", "-Wextra", "-Werror", "-pedantic", "-O1"])
+            .args(common::extra_cflags())
             .arg(source)
             .arg("-o")
             .arg(output)

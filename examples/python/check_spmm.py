@@ -19,8 +19,9 @@ import numpy as np
 import scipy.sparse as sp
 from mpi4py import MPI
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from distspmm_ctypes import MASK_TEST, MASK_TRAIN, MASK_VAL, Chunk, Comm, Spmm, load  # noqa: E402
+# The package python/distspmm of this repository (or an installed one of the same name).
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python"))
+from distspmm import MASK_TEST, MASK_TRAIN, MASK_VAL, Chunk, Comm, Spmm, load  # noqa: E402
 
 
 def normalized_adjacency(npz, num_nodes, normalization):
@@ -55,7 +56,7 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--chunks", required=True, help="chunk directory for this many ranks")
     parser.add_argument("--graph", required=True, help="the .npz the directory was made from")
-    parser.add_argument("--lib", help="path to libdistspmm.so (default: see distspmm_ctypes)")
+    parser.add_argument("--lib", help="path to libdistspmm.so (default: see distspmm.load)")
     parser.add_argument("--cols", type=int, default=8, help="columns of X")
     parser.add_argument("--schedule", choices=["halo", "broadcast", "both"], default="both")
     args = parser.parse_args()

@@ -96,8 +96,19 @@ pub fn build_library() {
         Some(name) => name.to_owned(),
     };
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let mut command = Command::new(cargo);
+    // Under `scripts/asan-capi.sh` the tests are built with `--target <triple>` (so that the
+    // sanitizer flags reach the library but not build scripts and proc macros): build the
+    // library the same way, into the same target directory.
+    let target_dir = match sanitizer_target() {
+        Some(triple) => {
+            command.args(["--config", &format!("build.target=\"{triple}\"")]);
+            target_dir.parent().expect("target/<triple>/<profile>")
+        }
+        None => target_dir,
+    };
     let out = run(
-        Command::new(cargo)
+        command
             .current_dir(repo_root())
             // `--tests` keeps the dev-dependency feature set of the test build, so the
             // dependencies it compiled are reused rather than built a second time.
@@ -115,6 +126,22 @@ pub fn build_library() {
         Duration::from_secs(900),
     );
     assert_success("cargo build -p distspmm-capi --lib", &out);
+}
+
+/// The target triple the tests were built for under `scripts/asan-capi.sh`
+/// (`DISTSPMM_SANITIZER_TARGET`); `None` in ordinary runs.
+pub fn sanitizer_target() -> Option<String> {
+    std::env::var("DISTSPMM_SANITIZER_TARGET")
+        .ok()
+        .filter(|t| !t.is_empty())
+}
+
+/// Extra flags for compiling the C and C++ test programs (`DISTSPMM_TEST_CFLAGS`, e.g.
+/// `-fsanitize=address` so they carry the sanitizer runtime the instrumented library needs).
+pub fn extra_cflags() -> Vec<String> {
+    std::env::var("DISTSPMM_TEST_CFLAGS")
+        .map(|f| f.split_whitespace().map(str::to_owned).collect())
+        .unwrap_or_default()
 }
 
 /// The library, header, pkg-config and CMake files installed by `capi/install.sh` into a
