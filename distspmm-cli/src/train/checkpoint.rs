@@ -83,7 +83,40 @@ pub fn save(dir: &Path, state: &State) -> Result<()> {
     write().map_err(|e| {
         let _ = std::fs::remove_file(&tmp);
         e.context(format!("cannot write checkpoint {}", final_path.display()))
-    })
+    })?;
+    remove_stale_temporaries(dir);
+    Ok(())
+}
+
+/// Removes the temporaries of writers killed before their rename (`.checkpoint.json.tmp-<pid>`
+/// of another process); they never carry the final name, so they only take space. Best effort:
+/// a failure is logged, the checkpoint just written stands.
+fn remove_stale_temporaries(dir: &Path) {
+    let prefix = format!(".{FILE_NAME}.tmp-");
+    let own = std::process::id().to_string();
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let stale = name
+            .to_str()
+            .and_then(|n| n.strip_prefix(&prefix))
+            .is_some_and(|pid| {
+                pid != own && !pid.is_empty() && pid.bytes().all(|b| b.is_ascii_digit())
+            });
+        if stale {
+            let path = entry.path();
+            match std::fs::remove_file(&path) {
+                Ok(()) => {
+                    tracing::info!(path = %path.display(), "removed the temporary of an interrupted checkpoint write")
+                }
+                Err(e) => {
+                    tracing::warn!(path = %path.display(), error = %e, "cannot remove a stale checkpoint temporary")
+                }
+            }
+        }
+    }
 }
 
 /// Reads and verifies the checkpoint in `dir`.
@@ -187,6 +220,23 @@ mod tests {
             .map(|e| e.unwrap().file_name())
             .collect();
         assert_eq!(names, vec![std::ffi::OsString::from(FILE_NAME)]);
+    }
+
+    #[test]
+    fn a_save_removes_temporaries_of_killed_writers_only() {
+        let dir = tempfile::tempdir().unwrap();
+        let other = std::process::id().wrapping_add(1);
+        let stale = format!(".{FILE_NAME}.tmp-{other}");
+        let kept = [format!(".{FILE_NAME}.tmp-x{other}"), "notes.txt".to_owned()];
+        for name in std::iter::once(&stale).chain(&kept) {
+            std::fs::write(dir.path().join(name), b"{\"partial").unwrap();
+        }
+        save(dir.path(), &state()).unwrap();
+        assert!(!dir.path().join(&stale).exists(), "{stale} was left");
+        for name in &kept {
+            assert!(dir.path().join(name).exists(), "{name} was removed");
+        }
+        assert_eq!(load(dir.path()).unwrap(), state());
     }
 
     #[test]

@@ -179,7 +179,39 @@ pub fn write_chunk_dir(
     })?;
     write_atomically(&manifest_path, &json)?;
     remove_stale_chunks(dir, parts)?;
+    remove_stale_temporaries(dir)?;
     Ok(manifest)
+}
+
+/// Whether `name` is the temporary of one of a chunk directory's files written by another
+/// process: `<file>.tmp-<pid>` (partition map, manifest) or `<file>.tmp-<pid>-<seq>` (chunks).
+/// A writer killed before its rename leaves one behind; it never carries a final name.
+fn is_stale_temporary(name: &str) -> bool {
+    let Some((file, suffix)) = name.rsplit_once(".tmp-") else {
+        return false;
+    };
+    let ours = file == MANIFEST_FILE
+        || file == PARTITION_MAP_FILE
+        || (file.starts_with("part-") && file.ends_with(".chunk"));
+    let mut numbers = suffix.split('-');
+    let pid = numbers.next().and_then(|p| p.parse::<u32>().ok());
+    let rest_ok = numbers.all(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()));
+    ours && rest_ok && pid.is_some_and(|pid| pid != std::process::id())
+}
+
+/// Removes the temporaries killed writers left in `dir` (see [`is_stale_temporary`]). Runs
+/// once the new manifest is in place: writing one directory from two processes at once is not
+/// supported anyway (each would remove the other's manifest).
+fn remove_stale_temporaries(dir: &Path) -> Result<(), ChunkDirError> {
+    for entry in std::fs::read_dir(dir).map_err(io_error(dir))? {
+        let entry = entry.map_err(io_error(dir))?;
+        if entry.file_name().to_str().is_some_and(is_stale_temporary) {
+            let path = entry.path();
+            tracing::info!(path = %path.display(), "removing a temporary left by an interrupted writer");
+            std::fs::remove_file(&path).map_err(io_error(&path))?;
+        }
+    }
+    Ok(())
 }
 
 /// Removes `part-NNNNN.chunk` files with `NNNNN ≥ parts` (left by an earlier run with more parts).

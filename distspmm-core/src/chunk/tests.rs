@@ -249,6 +249,41 @@ fn directory_round_trip_and_overwrite_rules() {
 }
 
 #[test]
+fn temporaries_left_by_killed_writers_are_removed_by_the_next_write() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("chunks");
+    std::fs::create_dir_all(&dir).unwrap();
+    // What writers killed before their rename leave behind (another pid than ours), and files
+    // that only look alike: they stay.
+    let other = std::process::id().wrapping_add(1);
+    let stale = [
+        std::format!("part-00001.chunk.tmp-{other}-0"),
+        std::format!("manifest.json.tmp-{other}"),
+        std::format!("partition.map.tmp-{other}"),
+    ];
+    let kept = [
+        String::from("notes.txt"),
+        std::format!("features.npy.tmp-{other}"),
+        String::from("part-00001.chunk.tmp-abc"),
+        String::from("manifest.json.tmp-"),
+    ];
+    for name in stale.iter().chain(&kept) {
+        std::fs::write(dir.join(name), b"partial").unwrap();
+    }
+    let (g, a_hat) = graph_and_a_hat(20, &ring(20), 2, 3);
+    let adj = Adjacency::from_edges(20, &g.src, &g.dst).unwrap();
+    let part = partition(&adj, 2, &Method::Contiguous).unwrap();
+    write_dir(&dir, &g, &a_hat, &part, false).unwrap();
+    for name in &stale {
+        assert!(!dir.join(name).exists(), "{name} was left");
+    }
+    for name in &kept {
+        assert!(dir.join(name).exists(), "{name} was removed");
+    }
+    ChunkDir::open(&dir).unwrap().validate_all().unwrap();
+}
+
+#[test]
 fn corrupted_and_foreign_chunks_are_detected() {
     let tmp = tempfile::tempdir().unwrap();
     let (g, a_hat) = graph_and_a_hat(24, &ring(24), 2, 2);

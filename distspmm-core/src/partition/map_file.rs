@@ -145,7 +145,7 @@ fn temp_path(path: &Path) -> PathBuf {
         .file_name()
         .map(|n| n.to_os_string())
         .unwrap_or_default();
-    name.push(std::format!(".tmp{}", std::process::id()));
+    name.push(std::format!(".tmp-{}", std::process::id()));
     path.with_file_name(name)
 }
 
