@@ -135,6 +135,14 @@ typedef struct dsp_comm dsp_comm;
 // they may be freed before it.
 typedef struct dsp_spmm dsp_spmm;
 
+// The distributed SpMM operator of one rank on one GPU: `Y = Ahat X` and `dX = Ahat^T dY` on
+// this rank's rows held in device memory, with the rows of other ranks moved by NCCL.
+//
+// It owns an NCCL communicator over the ranks of its `dsp_comm` and keeps the communicator
+// and chunk alive (they may be freed before it). Thread-safety as for `dsp_spmm`: only the
+// thread that created its `dsp_comm` may use it; calls are collective.
+typedef struct dsp_spmm_device dsp_spmm_device;
+
 #ifdef __cplusplus
 extern "C" {
 #endif // __cplusplus
@@ -325,6 +333,67 @@ dsp_status dsp_allreduce_sum_f32(dsp_comm *comm, float *buf, size_t count);
 // # Safety
 // `comm` is NULL or a live `dsp_comm *`; `buf` is NULL or points to `count` doubles.
 dsp_status dsp_allreduce_sum_f64(dsp_comm *comm, double *buf, size_t count);
+
+// Creates this rank's distributed SpMM on device `device_ordinal` (or, for -1, the rank's
+// local rank modulo the number of devices of its host) for `chunk` (opened with the same
+// communicator) and `schedule` (a `dsp_schedule` value). Collective over `comm`: the ranks
+// agree on their arguments, then build an NCCL communicator over the same ranks (every rank
+// fails if one has no usable GPU, driver or NCCL library), upload their chunk to the device
+// and agree on the partition and schedule as `dsp_spmm_create` does. Without a CUDA device
+// every rank gets `DSP_STATUS_UNSUPPORTED` (the message names the rank and the reason); in a
+// library built without CUDA, `DSP_STATUS_UNSUPPORTED` at once. On failure `*out` is NULL.
+// Creating thread of `comm` only.
+//
+// # Safety
+// `comm` and `chunk` are NULL or live handles; `out` is NULL or valid for a write.
+dsp_status dsp_spmm_create_device(dsp_comm *comm, const dsp_chunk *chunk, int32_t schedule, int32_t device_ordinal, dsp_spmm_device **out);
+
+// Frees a device operator, its device memory and its NCCL communicator (destroying an NCCL
+// communicator is collective within a node: free the operators of all ranks together). NULL is
+// accepted. Creating thread of its communicator only; from another thread it frees nothing
+// and `dsp_last_error()` says so.
+//
+// # Safety
+// `op` is NULL or a live `dsp_spmm_device *`; it must not be used afterwards.
+void dsp_spmm_device_free(dsp_spmm_device *op);
+
+// Forward product on this rank's rows in device memory: `Y_p = (Ahat X)_p`. `x` is a device
+// pointer to this rank's `rows x cols` block of X (row-major, leading dimension `ldx >= cols`,
+// at least `(rows-1)*ldx + cols` floats, 4-byte aligned); `y` receives `rows x cols` (leading
+// dimension `ldy`, padding untouched), overwritten; both on the operator's device, not
+// overlapping. `stream` is a `cudaStream_t` / `CUstream` of that device as `void *` (NULL: the
+// legacy default stream): the product is ordered after the work queued on it before the call,
+// and work queued on it afterwards sees the result. The call returns once the work is queued
+// (after a host-side agreement among the ranks): synchronise the stream before reading `y` on
+// the host. `rows` must be `dsp_chunk_num_local_nodes`; `cols` must be equal on every rank.
+// Collective; creating thread only. `DSP_STATUS_UNSUPPORTED` in a build without CUDA.
+//
+// # Safety
+// `op` is NULL or a live `dsp_spmm_device *`; `x` and `y` are NULL or device memory of the
+// extents above that stays allocated, and is not written by other work, until the queued
+// product has finished; `stream` is NULL or a live stream of the operator's device.
+dsp_status dsp_spmm_device_forward(dsp_spmm_device *op, size_t rows, size_t cols, const float *x, size_t ldx, float *y, size_t ldy, void *stream);
+
+// Backward product on this rank's rows in device memory: `dX_p = (Ahat^T dY)_p`, with the
+// conventions of `dsp_spmm_device_forward` (`dy` in, `dx` out, overwritten, on `stream`).
+// Collective; creating thread only. `DSP_STATUS_UNSUPPORTED` in a build without CUDA.
+//
+// # Safety
+// As `dsp_spmm_device_forward`, with `dy` and `dx`.
+dsp_status dsp_spmm_device_backward(dsp_spmm_device *op, size_t rows, size_t cols, const float *dy, size_t lddy, float *dx, size_t lddx, void *stream);
+
+// Payload bytes this rank handed to NCCL in its last forward or backward call (what the
+// schedule predicts, as `dsp_spmm_bytes_last_call`). Any thread that does not call the
+// operator at the same time. `DSP_STATUS_UNSUPPORTED` in a build without CUDA.
+//
+// # Safety
+// `op` is NULL or a live `dsp_spmm_device *`; `sent` and `received` are NULL or valid for a
+// write.
+dsp_status dsp_spmm_device_bytes_last_call(const dsp_spmm_device *op, uint64_t *sent, uint64_t *received);
+
+// 1 if this library was built with CUDA support (the `dsp_spmm_device` functions work only
+// then, and still need a device at run time), else 0. Thread-safe; never fails.
+int32_t dsp_built_with_cuda(void);
 
 // Creates this rank's distributed SpMM for `chunk` (opened with the same communicator) and
 // `schedule` (a `dsp_schedule` value). Collective over `comm`: the ranks agree on their

@@ -21,12 +21,14 @@ mod agree;
 mod boundary;
 mod chunk;
 mod comm;
+mod device;
 mod spmm;
 mod version;
 
 pub use boundary::Status;
 pub use chunk::Chunk;
 pub use comm::Comm;
+pub use device::SpmmDevice;
 pub use spmm::{Schedule, Spmm};
 pub use version::{DSP_VERSION_MAJOR, DSP_VERSION_MINOR, DSP_VERSION_PATCH};
 

@@ -31,7 +31,7 @@ pub enum Schedule {
 }
 
 impl Schedule {
-    fn from_code(code: i32) -> Option<ScheduleKind> {
+    pub(crate) fn from_code(code: i32) -> Option<ScheduleKind> {
         match code {
             c if c == Schedule::Halo as i32 => Some(ScheduleKind::Halo),
             c if c == Schedule::Broadcast as i32 => Some(ScheduleKind::Broadcast),
@@ -84,6 +84,46 @@ impl From<DistSpmmError> for Error {
     }
 }
 
+/// The schedule a `dsp_schedule` code names, or the error the create functions return.
+pub(crate) fn schedule_arg(schedule: i32) -> Result<ScheduleKind, Error> {
+    Schedule::from_code(schedule).ok_or_else(|| {
+        Error::invalid(format!(
+            "schedule {schedule} is not a dsp_schedule (DSP_SCHEDULE_HALO = 0, \
+             DSP_SCHEDULE_BROADCAST = 1)"
+        ))
+    })
+}
+
+/// The create functions' first agreement: every rank's local checks (`local`) and the same
+/// schedule code everywhere, so a bad argument anywhere fails everywhere with this library's
+/// statuses (collective over `comm`).
+pub(crate) fn agree_on_schedule(
+    comm: &Comm,
+    local: Result<(), &Error>,
+    schedule: i32,
+) -> Result<(), Error> {
+    let key = local.map(|()| schedule as u64).map_err(Error::clone);
+    agree(comm.mpi(), key, |code| {
+        match Schedule::from_code(code as i32) {
+            Some(ScheduleKind::Halo) => "schedule halo".into(),
+            _ => "schedule broadcast".into(),
+        }
+    })
+    .map(|_| ())
+}
+
+/// The view of a mapped chunk with its lifetime extended, for an operator stored beside the
+/// `Arc` that owns the mapping.
+///
+/// # Safety
+/// The caller keeps `mapped` (a clone of the `Arc`) alive for as long as the view is used,
+/// i.e. stores it next to the operator and drops the operator first. The mapping does not move
+/// when the `Arc` is cloned or moved.
+pub(crate) unsafe fn static_view(mapped: &Arc<MappedChunk>) -> ChunkView<'static> {
+    // SAFETY: only the lifetime changes; the caller's contract keeps the mapping alive.
+    unsafe { std::mem::transmute::<ChunkView<'_>, ChunkView<'static>>(*mapped.view()) }
+}
+
 /// Builds the operator on the (already checked) inputs.
 fn build(comm: &Comm, chunk: &Chunk, schedule: ScheduleKind) -> Result<Spmm, Error> {
     let (shared, owner) = comm.share();
@@ -91,11 +131,9 @@ fn build(comm: &Comm, chunk: &Chunk, schedule: ScheduleKind) -> Result<Spmm, Err
     // SAFETY: the reference points into the `Rc` allocation, which does not move and lives as
     // long as `Spmm::_comm`; `Spmm::op` (the only holder of this reference) is dropped first.
     let comm_ref: &'static MpiComm = unsafe { &*Rc::as_ptr(&shared) }.mpi();
-    // SAFETY: only the lifetime changes. The view borrows the memory map owned by `mapped`,
-    // which does not move when the `Arc` is cloned or moved and lives as long as
-    // `Spmm::_chunk`; `Spmm::op` (the only holder of the view) is dropped first.
-    let view: ChunkView<'static> =
-        unsafe { std::mem::transmute::<ChunkView<'_>, ChunkView<'static>>(*mapped.view()) };
+    // SAFETY: `Spmm::_chunk` keeps `mapped` alive, and `Spmm::op` (the only holder of the
+    // view) is dropped first.
+    let view = unsafe { static_view(&mapped) };
     let op = DistSpmm::new(comm_ref, view, schedule)?;
     Ok(Spmm {
         op,
@@ -134,26 +172,11 @@ pub unsafe extern "C" fn dsp_spmm_create(
             let out = out.as_ref().map_err(Error::clone)?;
             // SAFETY: the caller guarantees a live handle or NULL.
             let chunk = unsafe { Chunk::borrow(chunk, "chunk") }?;
-            let kind = Schedule::from_code(schedule).ok_or_else(|| {
-                Error::invalid(format!(
-                    "schedule {schedule} is not a dsp_schedule (DSP_SCHEDULE_HALO = 0, \
-                     DSP_SCHEDULE_BROADCAST = 1)"
-                ))
-            })?;
-            Ok((out, chunk, kind))
+            Ok((out, chunk, schedule_arg(schedule)?))
         })();
         // Agree on the local checks first, so that a bad argument anywhere fails everywhere
         // with this library's statuses; the operator then agrees on the partition itself.
-        let key = local
-            .as_ref()
-            .map(|_| schedule as u64)
-            .map_err(Error::clone);
-        agree(comm.mpi(), key, |code| {
-            match Schedule::from_code(code as i32) {
-                Some(ScheduleKind::Halo) => "schedule halo".into(),
-                _ => "schedule broadcast".into(),
-            }
-        })?;
+        agree_on_schedule(comm, local.as_ref().map(|_| ()), schedule)?;
         let (out, chunk, kind) = local?;
         out.write(build(comm, chunk, kind)?.into_raw());
         Ok(())

@@ -58,7 +58,10 @@
 //! - `NcclComm` (feature `nccl`) — NCCL broadcast, all-reduce and grouped send/receive (the halo
 //!   exchange) on *device* buffers (cudarc slices, or raw device pointers), set up collectively
 //!   over a host communicator (MPI). It does not implement the host-buffer traits above; see the
-//!   `nccl` module for setup, stream ordering and library loading.
+//!   `nccl` module for setup, stream ordering and library loading. `NcclHost` carries the few
+//!   host collectives an agreement needs over an `NcclComm` alone (staged through the device).
+//!   With the feature `cuda` (NCCL plus distspmm-cuda's kernels), `spmm::GpuDistSpmm` is the
+//!   distributed SpMM on device buffers.
 //!
 //! [`conformance`] holds the checks every backend passes (the `local` unit tests run them for
 //! P = 1..5, `dist-comm-selftest` under `mpirun`); a new host-buffer backend should run them too.

@@ -43,11 +43,16 @@
 //! communicator in its last call, with the plan's conventions (a broadcast counts its payload
 //! once per receiving rank on the root's side), so it equals `BroadcastPlan::traffic` /
 //! `HaloPlan::traffic`.
+//!
+//! # On the GPU
+//! With the feature `cuda`, `GpuDistSpmm` runs the same schedules on device buffers with
+//! distspmm-cuda's kernels and an `NcclComm`, agreeing over a host communicator exactly as
+//! here (see its module docs).
 
 mod agree;
 mod broadcast;
 #[cfg(feature = "cuda")]
-mod gpu;
+pub mod gpu;
 mod halo;
 mod rows;
 #[cfg(test)]
