@@ -748,14 +748,15 @@ pub(crate) fn log_sum_exp(row: &[f32]) -> (usize, f32) {
     (arg, max + s.ln())
 }
 
+/// Stand-ins for the distributed pieces, shared by the model's and the tensor-parallel tests.
 #[cfg(test)]
-mod tests {
-    use super::*;
+pub(crate) mod testing {
+    use super::{gemm, Aggregate, Op, Reduce, Result, Shape};
 
     /// Â as a dense matrix over all rows (one rank).
-    struct DenseAgg {
-        n: usize,
-        a: Vec<f32>,
+    pub(crate) struct DenseAgg {
+        pub(crate) n: usize,
+        pub(crate) a: Vec<f32>,
     }
 
     impl Aggregate for DenseAgg {
@@ -794,7 +795,8 @@ mod tests {
         }
     }
 
-    struct Alone;
+    /// A single rank: sums are the identity.
+    pub(crate) struct Alone;
     impl Reduce for Alone {
         fn sum_f32(&mut self, _: &mut [f32]) -> Result<()> {
             Ok(())
@@ -803,6 +805,13 @@ mod tests {
             Ok(())
         }
     }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    use super::testing::{Alone, DenseAgg};
 
     fn setup(
         layers: usize,

@@ -307,6 +307,7 @@ impl TensorGcn {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::train::model::testing::{Alone, DenseAgg};
     use crate::train::model::{Gcn, TEST};
     use rand::{Rng, SeedableRng};
     use std::sync::{Arc, Barrier, Mutex};
@@ -323,48 +324,6 @@ mod tests {
                 }
                 assert_eq!(next, width);
             }
-        }
-    }
-
-    /// Dense Â over all rows.
-    struct DenseAgg {
-        n: usize,
-        a: Vec<f32>,
-    }
-
-    impl Aggregate for DenseAgg {
-        fn forward(&mut self, x: &[f32], f: usize, y: &mut [f32]) -> Result<()> {
-            gemm(
-                1.0,
-                &self.a,
-                Shape::new(self.n, self.n),
-                Op::N,
-                x,
-                Shape::new(self.n, f),
-                Op::N,
-                0.0,
-                y,
-                Shape::new(self.n, f),
-            );
-            Ok(())
-        }
-        fn backward(&mut self, dy: &[f32], f: usize, dx: &mut [f32]) -> Result<()> {
-            gemm(
-                1.0,
-                &self.a,
-                Shape::new(self.n, self.n),
-                Op::T,
-                dy,
-                Shape::new(self.n, f),
-                Op::N,
-                0.0,
-                dx,
-                Shape::new(self.n, f),
-            );
-            Ok(())
-        }
-        fn bytes_received(&self) -> u64 {
-            0
         }
     }
 
@@ -402,16 +361,6 @@ mod tests {
         }
         fn sum_f64(&mut self, buf: &mut [f64]) -> Result<()> {
             self.sum(buf);
-            Ok(())
-        }
-    }
-
-    struct Alone;
-    impl Reduce for Alone {
-        fn sum_f32(&mut self, _: &mut [f32]) -> Result<()> {
-            Ok(())
-        }
-        fn sum_f64(&mut self, _: &mut [f64]) -> Result<()> {
             Ok(())
         }
     }
