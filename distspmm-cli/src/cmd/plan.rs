@@ -11,8 +11,10 @@ use std::path::{Path, PathBuf};
 use anyhow::{bail, Context};
 use chunk_format::{MappedChunk, HEADER_LEN, SECTION_ALIGN, SECTION_ENTRY_LEN};
 use distspmm_core::chunk::{ChunkDir, HaloLists};
-use distspmm_core::normalize::{self, Normalization};
-use distspmm_core::partition::{self, Adjacency, Method, MetisOptions, Objective};
+use distspmm_core::normalize;
+use distspmm_core::partition::{self, Adjacency};
+
+use super::partition::PartitionOptions;
 use distspmm_core::schedule::{
     CommMatrix, LayerTraffic, PartitionShape, ScheduleKind, Workspace, VALUE_BYTES,
 };
@@ -47,63 +49,6 @@ pub struct Args {
     /// Also draw the P×P matrix of bytes per forward call as an SVG heatmap into FILE.
     #[arg(long, value_name = "FILE")]
     pub svg: Option<PathBuf>,
-}
-
-/// Partitioning options for `plan --input` (the same meaning as in `distspmm partition`).
-#[derive(Debug, clap::Args)]
-pub struct PartitionOptions {
-    /// How nodes are assigned to parts.
-    #[arg(long, value_enum, default_value_t = MethodArg::Metis)]
-    pub method: MethodArg,
-    /// Seed for METIS or the random permutation.
-    #[arg(long, default_value_t = 1)]
-    pub seed: u64,
-    /// METIS imbalance tolerance: largest part ≤ this × mean part size.
-    #[arg(long, default_value_t = 1.03)]
-    pub imbalance: f64,
-    /// METIS objective: edge cut or communication volume.
-    #[arg(long, value_enum, default_value_t = ObjectiveArg::Cut)]
-    pub objective: ObjectiveArg,
-    /// Normalisation of Â (gcn, row, none): decides the self loops, hence the non-zeros.
-    #[arg(long, default_value = "gcn")]
-    pub normalize: Normalization,
-}
-
-/// Partitioning methods.
-#[derive(Debug, Clone, Copy, clap::ValueEnum)]
-pub enum MethodArg {
-    /// METIS multilevel k-way.
-    Metis,
-    /// Contiguous id ranges.
-    Contiguous,
-    /// Balanced random assignment.
-    Random,
-}
-
-/// METIS objectives.
-#[derive(Debug, Clone, Copy, clap::ValueEnum)]
-pub enum ObjectiveArg {
-    /// Minimise cut edges.
-    Cut,
-    /// Minimise total communication volume.
-    Vol,
-}
-
-impl PartitionOptions {
-    fn method(&self) -> Method {
-        match self.method {
-            MethodArg::Metis => Method::Metis(MetisOptions {
-                seed: self.seed,
-                imbalance: self.imbalance,
-                objective: match self.objective {
-                    ObjectiveArg::Cut => Objective::Cut,
-                    ObjectiveArg::Vol => Objective::Volume,
-                },
-            }),
-            MethodArg::Contiguous => Method::Contiguous,
-            MethodArg::Random => Method::Random { seed: self.seed },
-        }
-    }
 }
 
 /// Which schedules `plan` covers.
