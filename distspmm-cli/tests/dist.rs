@@ -5,8 +5,12 @@
 //! Every `mpirun` is killed after 120 s, so a hang fails the test instead of stalling it. The
 //! MPI tests are skipped (with a message) where `mpirun` is missing, unless CI=true.
 
+mod launch;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
+
+use launch::{cora, distspmm, mpirun_available, ok, one_json, s};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -14,51 +18,6 @@ use std::time::{Duration, Instant};
 static MPI: Mutex<()> = Mutex::new(());
 
 const LIMIT: Duration = Duration::from_secs(120);
-
-fn distspmm(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_distspmm"))
-        .args(args)
-        .env("RAYON_NUM_THREADS", "1")
-        .output()
-        .expect("run distspmm")
-}
-
-fn ok(args: &[&str]) -> String {
-    let out = distspmm(args);
-    assert!(
-        out.status.success(),
-        "distspmm {args:?} failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).unwrap()
-}
-
-fn s(p: &Path) -> &str {
-    p.to_str().unwrap()
-}
-
-fn json(text: &str) -> serde_json::Value {
-    assert_eq!(text.trim().lines().count(), 1, "not one line: {text}");
-    serde_json::from_str(text.trim()).unwrap()
-}
-
-/// Whether `mpirun` can be used; panics under CI=true when it cannot.
-fn have_mpirun() -> bool {
-    let found = Command::new("mpirun")
-        .arg("--version")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success());
-    if !found {
-        assert!(
-            std::env::var("CI").as_deref() != Ok("true"),
-            "mpirun is required when CI=true"
-        );
-        eprintln!("skipping: mpirun not found");
-    }
-    found
-}
 
 /// `mpirun -n ranks distspmm args…`, killed after [`LIMIT`]; returns its output and run time.
 fn mpirun(ranks: usize, args: &[&str]) -> (Output, Duration) {
@@ -100,21 +59,6 @@ fn mpirun_ok(ranks: usize, args: &[&str]) -> String {
         String::from_utf8_lossy(&out.stderr)
     );
     String::from_utf8(out.stdout).unwrap()
-}
-
-/// `../shared/datasets/cora.npz` from the repository root, or `None` (skip) outside CI.
-fn cora() -> Option<PathBuf> {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/datasets/cora.npz");
-    if path.is_file() {
-        return Some(path);
-    }
-    assert!(
-        std::env::var("CI").as_deref() != Ok("true"),
-        "{} is missing (required when CI=true)",
-        path.display()
-    );
-    eprintln!("skipping Cora: {} not found", path.display());
-    None
 }
 
 /// A small RMAT graph (1024 nodes) in `dir`.
@@ -163,7 +107,7 @@ fn schedule<'a>(plan: &'a serde_json::Value, name: &str) -> &'a serde_json::Valu
 
 #[test]
 fn verify_passes_under_mpirun_on_rmat_and_cora() {
-    if !have_mpirun() {
+    if !mpirun_available() {
         return;
     }
     let tmp = tempfile::tempdir().unwrap();
@@ -183,7 +127,7 @@ fn verify_passes_under_mpirun_on_rmat_and_cora() {
                     "--json",
                 ],
             );
-            let v = json(&out);
+            let v = one_json(&out);
             assert_eq!(v["pass"], true, "{out}");
             assert_eq!(v["ranks"], p);
             assert_eq!(v["checks"].as_array().unwrap().len(), 4);
@@ -193,14 +137,14 @@ fn verify_passes_under_mpirun_on_rmat_and_cora() {
 
 #[test]
 fn plan_predicts_the_bytes_bench_dist_measures() {
-    if !have_mpirun() {
+    if !mpirun_available() {
         return;
     }
     let tmp = tempfile::tempdir().unwrap();
     let graph = rmat(tmp.path());
     for p in [2usize, 3, 4] {
         let chunks = partition(&graph, p, tmp.path());
-        let plan = json(&ok(&[
+        let plan = one_json(&ok(&[
             "plan",
             "--chunks",
             s(&chunks),
@@ -209,7 +153,7 @@ fn plan_predicts_the_bytes_bench_dist_measures() {
             "--json",
         ]));
         // The dry run from the graph alone (same partitioner, same seed) plans the same.
-        let mut from_graph = json(&ok(&[
+        let mut from_graph = one_json(&ok(&[
             "plan",
             "--input",
             s(&graph),
@@ -222,7 +166,7 @@ fn plan_predicts_the_bytes_bench_dist_measures() {
         from_graph["source"] = plan["source"].clone();
         assert_eq!(from_graph, plan, "P = {p}");
         for name in ["broadcast", "halo"] {
-            let measured = json(&mpirun_ok(
+            let measured = one_json(&mpirun_ok(
                 p,
                 &[
                     "bench",
@@ -250,7 +194,7 @@ fn plan_predicts_the_bytes_bench_dist_measures() {
 
 #[test]
 fn chunks_for_three_parts_under_two_ranks_fail_every_rank_quickly() {
-    if !have_mpirun() {
+    if !mpirun_available() {
         return;
     }
     let tmp = tempfile::tempdir().unwrap();
@@ -290,7 +234,7 @@ fn runs_without_mpi_as_threads_or_alone() {
     let tmp = tempfile::tempdir().unwrap();
     let graph = rmat(tmp.path());
     let chunks = partition(&graph, 3, tmp.path());
-    let v = json(&ok(&[
+    let v = one_json(&ok(&[
         "verify",
         "--chunks",
         s(&chunks),
@@ -304,7 +248,7 @@ fn runs_without_mpi_as_threads_or_alone() {
         (v["pass"].clone(), v["ranks"].clone()),
         (true.into(), 3.into())
     );
-    let bench = json(&ok(&[
+    let bench = one_json(&ok(&[
         "bench",
         "dist",
         "--chunks",
@@ -319,7 +263,7 @@ fn runs_without_mpi_as_threads_or_alone() {
         "2",
         "--json",
     ]));
-    let plan = json(&ok(&[
+    let plan = one_json(&ok(&[
         "plan",
         "--chunks",
         s(&chunks),
@@ -333,7 +277,7 @@ fn runs_without_mpi_as_threads_or_alone() {
     );
     // One part, one process, no launcher.
     let one = partition(&graph, 1, tmp.path());
-    let v = json(&ok(&["verify", "--chunks", s(&one), "--json"]));
+    let v = one_json(&ok(&["verify", "--chunks", s(&one), "--json"]));
     assert_eq!(v["pass"], true);
     // Three parts, one process: the same message as under mpirun.
     let out = distspmm(&["verify", "--chunks", s(&chunks)]);
@@ -348,7 +292,7 @@ fn plan_scales_to_many_ranks_and_draws_the_matrix() {
     let tmp = tempfile::tempdir().unwrap();
     let graph = rmat(tmp.path());
     let svg = tmp.path().join("matrix.svg");
-    let plan = json(&ok(&[
+    let plan = one_json(&ok(&[
         "plan",
         "--input",
         s(&graph),
@@ -377,7 +321,7 @@ fn plan_scales_to_many_ranks_and_draws_the_matrix() {
     );
     // The halo schedule's saving on Cora at P = 2 (target: at most 0.12 of the broadcast's).
     if let Some(cora) = cora() {
-        let plan = json(&ok(&[
+        let plan = one_json(&ok(&[
             "plan",
             "--input",
             s(&cora),

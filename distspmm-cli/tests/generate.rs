@@ -1,37 +1,16 @@
 //! `distspmm generate`: files load back, defaults work, reruns are idempotent, overwrites need
 //! `--force`.
 
-use std::path::Path;
-use std::process::{Command, Output};
+mod launch;
 
 use distspmm_core::graph::load;
-
-fn distspmm(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_distspmm"))
-        .args(args)
-        .output()
-        .expect("run distspmm")
-}
-
-fn ok(args: &[&str]) -> String {
-    let out = distspmm(args);
-    assert!(
-        out.status.success(),
-        "distspmm {args:?} failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).unwrap()
-}
-
-fn path_str(p: &Path) -> &str {
-    p.to_str().unwrap()
-}
+use launch::{distspmm, ok, s};
 
 #[test]
 fn csbm_defaults_write_a_trainable_graph() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("g.npz");
-    let summary = ok(&["generate", "csbm", "--out", path_str(&out)]);
+    let summary = ok(&["generate", "csbm", "--out", s(&out)]);
     assert!(summary.starts_with("wrote "), "{summary}");
     let g = load(&out).unwrap();
     assert_eq!(
@@ -40,7 +19,7 @@ fn csbm_defaults_write_a_trainable_graph() {
     );
     assert!(g.train_mask.is_some() && g.val_mask.is_some() && g.test_mask.is_some());
     // Same parameters again: the file is left as it is, and the run succeeds.
-    let again = ok(&["generate", "csbm", "--out", path_str(&out)]);
+    let again = ok(&["generate", "csbm", "--out", s(&out)]);
     assert!(again.starts_with("unchanged"), "{again}");
 }
 
@@ -58,7 +37,7 @@ fn rmat_json_line_describes_the_file() {
         "--seed",
         "3",
         "--out",
-        path_str(&out),
+        s(&out),
         "--json",
     ]);
     let v: serde_json::Value = serde_json::from_str(line.trim()).unwrap();
@@ -75,7 +54,7 @@ fn rmat_json_line_describes_the_file() {
 fn a_different_graph_needs_force() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("r.npz");
-    let o = path_str(&out);
+    let o = s(&out);
     ok(&[
         "generate", "rmat", "--scale", "8", "--seed", "1", "--out", o,
     ]);
@@ -104,21 +83,9 @@ fn bad_parameters_are_plain_errors() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("g.npz");
     for args in [
-        &[
-            "generate",
-            "csbm",
-            "--homophily",
-            "1.5",
-            "--out",
-            path_str(&out),
-        ][..],
-        &["generate", "rmat", "--scale", "40", "--out", path_str(&out)],
-        &[
-            "generate",
-            "csbm",
-            "--out",
-            path_str(&dir.path().join("g.txt")),
-        ],
+        &["generate", "csbm", "--homophily", "1.5", "--out", s(&out)][..],
+        &["generate", "rmat", "--scale", "40", "--out", s(&out)],
+        &["generate", "csbm", "--out", s(&dir.path().join("g.txt"))],
     ] {
         let o = distspmm(args);
         assert!(!o.status.success(), "{args:?}");
@@ -131,14 +98,7 @@ fn bad_parameters_are_plain_errors() {
     assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
     // An unwritable destination: the reason is said once, with the path.
     let missing = dir.path().join("no/such/dir/g.npz");
-    let o = distspmm(&[
-        "generate",
-        "rmat",
-        "--scale",
-        "4",
-        "--out",
-        path_str(&missing),
-    ]);
+    let o = distspmm(&["generate", "rmat", "--scale", "4", "--out", s(&missing)]);
     let msg = String::from_utf8_lossy(&o.stderr);
     assert!(!o.status.success() && msg.contains("g.npz"), "{msg}");
     assert_eq!(msg.matches("os error").count(), 1, "{msg}");

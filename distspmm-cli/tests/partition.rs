@@ -1,40 +1,11 @@
 //! `distspmm partition` and `distspmm inspect` end to end: Cora at P = 2, 4, 8, overwrite rules,
 //! partition map reuse, P > N, and inspect catching corrupted or foreign chunks.
 
+mod launch;
+
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
 
-fn distspmm(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_distspmm"))
-        .args(args)
-        .output()
-        .expect("run distspmm")
-}
-
-fn ok(args: &[&str]) -> String {
-    let out = distspmm(args);
-    assert!(
-        out.status.success(),
-        "distspmm {args:?} failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).unwrap()
-}
-
-/// Runs a command that must fail; returns its stderr.
-fn fails(args: &[&str]) -> String {
-    let out = distspmm(args);
-    assert!(
-        !out.status.success(),
-        "distspmm {args:?} succeeded: {}",
-        String::from_utf8_lossy(&out.stdout)
-    );
-    String::from_utf8(out.stderr).unwrap()
-}
-
-fn s(p: &Path) -> &str {
-    p.to_str().unwrap()
-}
+use launch::{cora, distspmm, fails, ok, one_json, s};
 
 /// `partition --input G --parts P --out DIR` followed by `extra`.
 fn partition<'a>(g: &'a Path, parts: &'a str, out: &'a Path, extra: &[&'a str]) -> Vec<&'a str> {
@@ -49,27 +20,6 @@ fn partition<'a>(g: &'a Path, parts: &'a str, out: &'a Path, extra: &[&'a str]) 
     ];
     args.extend_from_slice(extra);
     args
-}
-
-fn json(line: &str) -> serde_json::Value {
-    assert_eq!(line.trim().lines().count(), 1, "not one line: {line}");
-    serde_json::from_str(line.trim()).unwrap()
-}
-
-/// `../shared/datasets/cora.npz` from the repository root, or `None` (skip) when it is absent
-/// outside CI.
-fn cora() -> Option<PathBuf> {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/datasets/cora.npz");
-    if path.is_file() {
-        return Some(path);
-    }
-    assert!(
-        std::env::var("CI").as_deref() != Ok("true"),
-        "{} is missing (required when CI=true)",
-        path.display()
-    );
-    eprintln!("skipping: {} not found", path.display());
-    None
 }
 
 /// A 12-node graph: two 6-cycles joined by one edge, as an edge list.
@@ -94,7 +44,7 @@ fn cora_end_to_end_at_2_4_8_parts() {
     for parts in [2u32, 4, 8] {
         let out = tmp.path().join(format!("cora-{parts}"));
         let p = parts.to_string();
-        let v = json(&ok(&partition(&cora, &p, &out, &["--json"])));
+        let v = one_json(&ok(&partition(&cora, &p, &out, &["--json"])));
         assert_eq!(v["parts"], parts);
         assert_eq!(v["nodes"], 2708);
         assert_eq!(v["edges"], 10556);
@@ -105,7 +55,7 @@ fn cora_end_to_end_at_2_4_8_parts() {
         assert!(v["halo_rows_max"].as_u64().unwrap() > 0);
         assert!(v["seconds"].as_f64().unwrap() > 0.0);
 
-        let report = json(&ok(&["inspect", s(&out), "--json"]));
+        let report = one_json(&ok(&["inspect", s(&out), "--json"]));
         assert_eq!(report["valid"], true);
         assert_eq!(report["parts"], parts);
         assert_eq!(report["edge_cut"], cut);
@@ -135,10 +85,10 @@ fn refuses_to_overwrite_another_partition_without_force() {
         err.contains("different partition") && err.contains("--force"),
         "{err}"
     );
-    let still = json(&ok(&["inspect", s(&out), "--json"]));
+    let still = one_json(&ok(&["inspect", s(&out), "--json"]));
     assert_eq!(still["parts"], 2);
     ok(&partition(&g, "3", &out, &["--force"]));
-    let now = json(&ok(&["inspect", s(&out), "--json"]));
+    let now = one_json(&ok(&["inspect", s(&out), "--json"]));
     assert_eq!(now["parts"], 3);
 }
 
@@ -161,8 +111,8 @@ fn partition_map_is_reused_and_checked() {
         &["--partition-map", s(&map), "--normalize", "row"],
     ));
     let (ra, rb) = (
-        json(&ok(&["inspect", s(&a), "--json"])),
-        json(&ok(&["inspect", s(&b), "--json"])),
+        one_json(&ok(&["inspect", s(&a), "--json"])),
+        one_json(&ok(&["inspect", s(&b), "--json"])),
     );
     assert_eq!(ra["fingerprint"], rb["fingerprint"]);
     assert_eq!(rb["partition_method"], "random:seed=7");
@@ -203,7 +153,7 @@ fn inspect_rejects_corrupted_and_foreign_chunks() {
     assert!(err.contains("part-00002.chunk"), "{err}");
     let out = distspmm(&["inspect", s(&a), "--json"]);
     assert!(!out.status.success());
-    let v = json(&String::from_utf8(out.stdout).unwrap());
+    let v = one_json(&String::from_utf8(out.stdout).unwrap());
     assert_eq!(v["valid"], false);
 
     // A chunk of another partition run mixed in.

@@ -2,8 +2,8 @@
 //! their output in files and a deadline, the rank processes under a job found through `/proc`,
 //! and skips on a machine without Cora or `mpirun` (failures instead when `CI=true`).
 //!
-//! The other integration tests (train.rs, dist.rs) keep their own small copies of the basic
-//! launchers; this module is where they can move once their owners are done.
+//! Also the plain runs of the binary every integration test makes (`distspmm`, `ok`, `fails`,
+//! `one_json`).
 
 #![allow(dead_code)] // each test binary uses a part
 
@@ -43,6 +43,43 @@ pub fn mpirun_available() -> bool {
         .status()
         .is_ok_and(|s| s.success());
     require(found, "mpirun is not installed")
+}
+
+/// Runs `distspmm ARGS…` to completion (one rayon thread: tests run side by side).
+pub fn distspmm(args: &[&str]) -> Output {
+    Command::new(BIN)
+        .args(args)
+        .env("RAYON_NUM_THREADS", "1")
+        .output()
+        .expect("run distspmm")
+}
+
+/// Runs a command that must succeed; returns its stdout.
+pub fn ok(args: &[&str]) -> String {
+    let out = distspmm(args);
+    assert!(
+        out.status.success(),
+        "distspmm {args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).expect("UTF-8 output")
+}
+
+/// Runs a command that must fail; returns its stderr.
+pub fn fails(args: &[&str]) -> String {
+    let out = distspmm(args);
+    assert!(
+        !out.status.success(),
+        "distspmm {args:?} succeeded: {}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    String::from_utf8(out.stderr).expect("UTF-8 output")
+}
+
+/// The one JSON line a `--json` command printed.
+pub fn one_json(text: &str) -> serde_json::Value {
+    assert_eq!(text.trim().lines().count(), 1, "not one line: {text}");
+    serde_json::from_str(text.trim()).expect("a JSON line")
 }
 
 /// A path as `&str` for an argument list.
