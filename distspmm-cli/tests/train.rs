@@ -2,64 +2,13 @@
 //! tensor mode, agreement of the losses across P and schedules, run-to-run determinism,
 //! checkpoint + resume, and clear failures on bad input.
 
-use std::path::{Path, PathBuf};
+mod launch;
+
+use std::path::Path;
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-const BIN: &str = env!("CARGO_BIN_EXE_distspmm");
-
-fn cora() -> Option<PathBuf> {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/datasets/cora.npz");
-    if path.exists() {
-        return Some(path);
-    }
-    assert!(
-        std::env::var("CI").as_deref() != Ok("true"),
-        "CI=true but {} is missing",
-        path.display()
-    );
-    eprintln!("skipping: {} not found", path.display());
-    None
-}
-
-fn mpirun_available() -> bool {
-    let found = Command::new("mpirun")
-        .arg("--version")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok();
-    if !found {
-        assert!(
-            std::env::var("CI").as_deref() != Ok("true"),
-            "CI=true but mpirun is missing"
-        );
-        eprintln!("skipping: mpirun not found");
-    }
-    found
-}
-
-/// Runs a command with a deadline, so a hang fails the test instead of blocking CI.
-fn run_with_timeout(mut cmd: Command, limit: Duration) -> Output {
-    let child = cmd
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn");
-    let id = child.id();
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let _ = tx.send(child.wait_with_output());
-    });
-    match rx.recv_timeout(limit) {
-        Ok(out) => out.expect("wait"),
-        Err(_) => {
-            // Kill the whole mpirun (it takes its ranks down with it).
-            let _ = Command::new("kill").arg("-9").arg(id.to_string()).status();
-            panic!("command did not finish within {limit:?}: {cmd:?}");
-        }
-    }
-}
+use launch::{cora, mpirun_available, run as run_with_timeout, BIN};
 
 fn mpirun(ranks: usize, args: &[&str]) -> Output {
     let mut cmd = Command::new("mpirun");
