@@ -547,47 +547,7 @@ impl<'a, H: AllGather + AllReduce> GpuDistSpmm<'a, H> {
         input: &RawDense,
         output: &RawDense,
     ) -> Result<(), DistSpmmError> {
-        let (n, f) = (self.local_rows(), input.cols);
-        check_shapes(
-            op,
-            self.rank(),
-            n,
-            (input.rows, input.cols),
-            (output.rows, output.cols),
-        )?;
-        let names = match op {
-            Op::Forward => ("X", "Y"),
-            Op::Backward => ("dY", "dX"),
-        };
-        let shape = |m: String| {
-            Err(DistSpmmError::Shape(format!(
-                "{} on rank {}: {m}",
-                op.name(),
-                self.rank()
-            )))
-        };
-        for (name, d) in [(names.0, input), (names.1, output)] {
-            if d.ld < d.cols {
-                return shape(format!(
-                    "{name}'s leading dimension {} is below its {} columns",
-                    d.ld, d.cols
-                ));
-            }
-            if d.ptr == 0 && n > 0 && f > 0 {
-                return shape(format!("{name} is a NULL device pointer"));
-            }
-        }
-        if n > 0 && f > 0 {
-            let extent = |d: &RawDense| ((n - 1) * d.ld + f) as u64 * size_of::<f32>() as u64;
-            let (a, b) = (input.ptr, output.ptr);
-            if a < b + extent(output) && b < a + extent(input) {
-                return shape(format!(
-                    "{} and {} overlap; the product cannot be computed in place",
-                    names.0, names.1
-                ));
-            }
-        }
-        Ok(())
+        check_device_operands(op, self.rank(), self.local_rows(), input, output)
     }
 
     /// Grows the buffers for a call of `op` with `f` columns, after waiting for the streams
@@ -1041,5 +1001,104 @@ impl<'a, H: AllGather + AllReduce> GpuDistSpmm<'a, H> {
             buffers: value_bytes(buffers),
             structure,
         }
+    }
+}
+
+/// The device operands of one call: `n × F` each (as on the CPU), `ld >= F`, not NULL when
+/// they hold anything, and not overlapping.
+fn check_device_operands(
+    op: Op,
+    rank: usize,
+    n: usize,
+    input: &RawDense,
+    output: &RawDense,
+) -> Result<(), DistSpmmError> {
+    let f = input.cols;
+    check_shapes(
+        op,
+        rank,
+        n,
+        (input.rows, input.cols),
+        (output.rows, output.cols),
+    )?;
+    let names = match op {
+        Op::Forward => ("X", "Y"),
+        Op::Backward => ("dY", "dX"),
+    };
+    let shape = |m: String| {
+        Err(DistSpmmError::Shape(format!(
+            "{} on rank {rank}: {m}",
+            op.name()
+        )))
+    };
+    for (name, d) in [(names.0, input), (names.1, output)] {
+        if d.ld < d.cols {
+            return shape(format!(
+                "{name}'s leading dimension {} is below its {} columns",
+                d.ld, d.cols
+            ));
+        }
+        if d.ptr == 0 && n > 0 && f > 0 {
+            return shape(format!("{name} is a NULL device pointer"));
+        }
+    }
+    if n > 0 && f > 0 {
+        // Byte extents; saturating, so an absurd leading dimension reads as "overlaps"
+        // rather than wrapping around.
+        let extent = |d: &RawDense| {
+            ((n - 1) as u64)
+                .saturating_mul(d.ld as u64)
+                .saturating_add(f as u64)
+                .saturating_mul(size_of::<f32>() as u64)
+        };
+        let (a, b) = (input.ptr, output.ptr);
+        if a < b.saturating_add(extent(output)) && b < a.saturating_add(extent(input)) {
+            return shape(format!(
+                "{} and {} overlap; the product cannot be computed in place",
+                names.0, names.1
+            ));
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn dense(rows: usize, cols: usize, ld: usize, ptr: u64) -> RawDense {
+        RawDense {
+            rows,
+            cols,
+            ld,
+            ptr,
+        }
+    }
+
+    #[test]
+    fn device_operands_are_checked_on_the_host() {
+        let check = |x, y| check_device_operands(Op::Forward, 1, 10, &x, &y);
+        let shape = |r: Result<(), DistSpmmError>, text: &str| match r {
+            Err(DistSpmmError::Shape(m)) => assert!(m.contains(text), "{m}"),
+            other => panic!("expected a shape error with {text:?}, got {other:?}"),
+        };
+        let (x, y) = (dense(10, 4, 4, 0x10_000), dense(10, 4, 6, 0x20_000));
+        assert_eq!(check(x, y), Ok(()));
+        shape(check(dense(9, 4, 4, 0x10_000), y), "X is 9 × 4");
+        shape(check(x, dense(10, 3, 6, 0x20_000)), "Y is 10 × 3");
+        shape(check(x, dense(10, 4, 3, 0x20_000)), "leading dimension 3");
+        shape(check(dense(10, 4, 4, 0), y), "X is a NULL");
+        // Y starts inside X's last row.
+        shape(check(x, dense(10, 4, 4, 0x10_000 + 4 * 37)), "overlap");
+        // X's extent ends exactly where Y starts: fine.
+        assert_eq!(check(x, dense(10, 4, 4, 0x10_000 + 4 * 40)), Ok(()));
+        // An absurd leading dimension saturates instead of wrapping.
+        shape(check(dense(10, 4, usize::MAX, 0x10_000), y), "overlap");
+        // Nothing to hold: NULL is fine.
+        let empty = |ptr| dense(0, 4, 4, ptr);
+        assert_eq!(
+            check_device_operands(Op::Backward, 0, 0, &empty(0), &empty(0)),
+            Ok(())
+        );
     }
 }
