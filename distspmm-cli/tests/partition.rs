@@ -68,6 +68,41 @@ fn cora_end_to_end_at_2_4_8_parts() {
         assert_eq!(nnz, report["nnz"].as_u64().unwrap());
         let summary = ok(&["inspect", s(&out.join("part-00000.chunk"))]);
         assert!(summary.contains("valid chunk"), "{summary}");
+        // The non-zero imbalance reported is the chunks' own.
+        let nnz_max = chunks
+            .iter()
+            .map(|c| c["nnz"].as_u64().unwrap())
+            .max()
+            .unwrap();
+        let expected = nnz_max as f64 * f64::from(parts) / nnz as f64;
+        let reported = v["nnz_imbalance"].as_f64().unwrap();
+        assert!(
+            (reported - expected).abs() < 1e-9,
+            "{reported} vs {expected}"
+        );
+
+        // Balancing non-zeros instead of nodes: the work per part within METIS's tolerance,
+        // recorded in the method (a different partition run).
+        let out_nnz = tmp.path().join(format!("cora-{parts}-nnz"));
+        let w = one_json(&ok(&partition(
+            &cora,
+            &p,
+            &out_nnz,
+            &["--json", "--balance", "nnz"],
+        )));
+        let work = w["nnz_imbalance"].as_f64().unwrap();
+        assert!(work <= 1.05, "nnz imbalance {work} with --balance nnz");
+        let manifest = serde_json::from_str::<serde_json::Value>(
+            &std::fs::read_to_string(out_nnz.join("manifest.json")).unwrap(),
+        )
+        .unwrap();
+        assert!(
+            manifest["partition_method"]
+                .as_str()
+                .unwrap()
+                .ends_with(":balance=nnz"),
+            "{manifest}"
+        );
     }
 }
 

@@ -7,7 +7,9 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context};
 use distspmm_core::chunk::{write_chunk_dir, ChunkBuilder, WriteOptions};
 use distspmm_core::normalize::{self, Normalization};
-use distspmm_core::partition::{self, Adjacency, Method, MetisOptions, Objective, Partition};
+use distspmm_core::partition::{
+    self, Adjacency, Balance, Method, MetisOptions, Objective, Partition,
+};
 use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
 
 /// Partition a graph and write one chunk per part plus a manifest into a directory.
@@ -59,6 +61,19 @@ pub struct PartitionOptions {
     /// Normalisation of Â: gcn (D^-1/2 (A+I) D^-1/2), row (D^-1 (A+I)) or none.
     #[arg(long, default_value = "gcn")]
     pub normalize: Normalization,
+    /// What METIS balances: nodes per part, or non-zeros of Â per part (vertex weight =
+    /// degree + 1), which evens out the SpMM work on power-law graphs.
+    #[arg(long, value_enum, default_value_t = BalanceArg::Nodes)]
+    pub balance: BalanceArg,
+}
+
+/// What METIS balances.
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+pub enum BalanceArg {
+    /// Nodes per part.
+    Nodes,
+    /// Non-zeros of Â per part.
+    Nnz,
 }
 
 impl PartitionOptions {
@@ -71,6 +86,10 @@ impl PartitionOptions {
                 objective: match self.objective {
                     ObjectiveArg::Cut => Objective::Cut,
                     ObjectiveArg::Vol => Objective::Volume,
+                },
+                balance: match self.balance {
+                    BalanceArg::Nodes => Balance::Nodes,
+                    BalanceArg::Nnz => Balance::Nonzeros,
                 },
             }),
             MethodArg::Contiguous => Method::Contiguous,
@@ -210,6 +229,13 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
 
     let seconds = started.elapsed().as_secs_f64();
     let halo_rows_max = manifest.halo_rows.iter().copied().max().unwrap_or(0);
+    // The SpMM work per rank follows the non-zeros: max over mean (1 = perfect).
+    let nnz_max = manifest.chunks.iter().map(|c| c.nnz).max().unwrap_or(0);
+    let nnz_imbalance = if manifest.nnz == 0 {
+        1.0
+    } else {
+        nnz_max as f64 * f64::from(manifest.parts) / manifest.nnz as f64
+    };
     if args.json {
         let line = serde_json::json!({
             "parts": manifest.parts,
@@ -217,6 +243,7 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
             "edges": manifest.edges,
             "edge_cut": manifest.edge_cut,
             "max_imbalance": manifest.max_imbalance,
+            "nnz_imbalance": nnz_imbalance,
             "halo_rows_max": halo_rows_max,
             "seconds": seconds,
         });
@@ -232,7 +259,7 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
             manifest.normalization
         );
         println!(
-            "{} parts by {}: edge cut {}, max imbalance {:.3}, halo rows per part max {} (total {})",
+            "{} parts by {}: edge cut {}, max imbalance {:.3} in nodes, {nnz_imbalance:.3} in non-zeros, halo rows per part max {} (total {})",
             manifest.parts,
             manifest.partition_method,
             manifest.edge_cut,

@@ -122,24 +122,42 @@ pub enum Objective {
     Volume,
 }
 
+/// What METIS keeps balanced across the parts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum Balance {
+    /// Nodes per part (every vertex weighs 1): gpmetis's default, and the seed's.
+    #[default]
+    Nodes,
+    /// Non-zeros of Â per part: vertex v weighs its degree + 1 (its row of Â with the self
+    /// loop, exactly for undirected graphs), so every rank does about the same SpMM work.
+    /// On power-law graphs node balance leaves the part holding the hubs with several times
+    /// the mean work.
+    Nonzeros,
+}
+
 /// Options of METIS k-way partitioning.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct MetisOptions {
     /// METIS's random seed (`-seed` of gpmetis); must fit `idx_t`.
     pub seed: u64,
-    /// Allowed imbalance: largest part ≤ `imbalance` × mean part size (1.03 → METIS ufactor 30).
+    /// Allowed imbalance: largest part ≤ `imbalance` × mean part size (1.03 → METIS ufactor 30),
+    /// measured in what [`MetisOptions::balance`] balances.
     pub imbalance: f64,
     /// Cut or communication volume.
     pub objective: Objective,
+    /// Nodes or non-zeros.
+    pub balance: Balance,
 }
 
 impl Default for MetisOptions {
-    /// gpmetis's k-way defaults: seed 1 here (so runs are reproducible), ufactor 30, edge cut.
+    /// gpmetis's k-way defaults: seed 1 here (so runs are reproducible), ufactor 30, edge cut,
+    /// nodes balanced.
     fn default() -> Self {
         Self {
             seed: 1,
             imbalance: 1.03,
             objective: Objective::Cut,
+            balance: Balance::Nodes,
         }
     }
 }
@@ -176,12 +194,17 @@ impl Method {
     pub fn tag(&self) -> Result<String, PartitionError> {
         Ok(match self {
             Method::Metis(o) => std::format!(
-                "metis:seed={}:ufactor={}:objective={}",
+                "metis:seed={}:ufactor={}:objective={}{}",
                 o.seed,
                 o.ufactor()?,
                 match o.objective {
                     Objective::Cut => "cut",
                     Objective::Volume => "vol",
+                },
+                // Absent for node balance, so tags (and fingerprints) of earlier runs stand.
+                match o.balance {
+                    Balance::Nodes => "",
+                    Balance::Nonzeros => ":balance=nnz",
                 }
             ),
             Method::Contiguous => "contiguous".into(),
@@ -375,6 +398,21 @@ fn random(n: usize, parts: u32, seed: u64) -> Vec<u32> {
     part_of
 }
 
+/// Vertex weights for [`Balance::Nonzeros`]: degree + 1 (the self loop), checked to sum within
+/// `idx_t` (METIS adds them up).
+fn nonzero_weights(adjacency: &Adjacency) -> Result<Vec<metis::Idx>, PartitionError> {
+    let xadj = adjacency.xadj();
+    let total = xadj.last().map_or(0, |&e| e as u64) + adjacency.num_nodes() as u64;
+    if total > metis::Idx::MAX as u64 {
+        return Err(PartitionError::TooLargeForMetis {
+            what: "total vertex weight (non-zeros + nodes) for --balance nnz",
+            value: total,
+            max: metis::Idx::MAX as u64,
+        });
+    }
+    Ok(xadj.windows(2).map(|w| w[1] - w[0] + 1).collect())
+}
+
 fn metis_kway(
     adjacency: &Adjacency,
     parts: u32,
@@ -397,9 +435,17 @@ fn metis_kway(
         Objective::Volume => ObjType::Vol,
     };
     let mut part: Vec<metis::Idx> = std::vec![0; adjacency.num_nodes()];
+    let vwgt = match options.balance {
+        Balance::Nodes => None,
+        Balance::Nonzeros => Some(nonzero_weights(adjacency)?),
+    };
     let started = std::time::Instant::now();
-    let reported = metis::Graph::new(1, nparts, adjacency.xadj(), adjacency.adjncy())
-        .map_err(|e| PartitionError::Metis(std::format!("{e}")))?
+    let mut graph = metis::Graph::new(1, nparts, adjacency.xadj(), adjacency.adjncy())
+        .map_err(|e| PartitionError::Metis(std::format!("{e}")))?;
+    if let Some(vwgt) = &vwgt {
+        graph = graph.set_vwgt(vwgt);
+    }
+    let reported = graph
         .set_option(Seed(seed))
         .set_option(UFactor(options.ufactor()?))
         .set_option(objective)
@@ -564,6 +610,51 @@ mod tests {
         let mut part_of = std::vec![0, 0, 0, 0];
         fill_empty_parts(&adj, 2, &mut part_of);
         assert_eq!(part_of, [0, 0, 0, 1]);
+    }
+
+    /// Largest part's share of `weight` over the mean (1 = perfect balance).
+    fn weighted_imbalance(p: &Partition, weight: impl Fn(usize) -> u64) -> f64 {
+        let mut per_part = std::vec![0u64; p.parts() as usize];
+        for (v, &part) in p.part_of().iter().enumerate() {
+            per_part[part as usize] += weight(v);
+        }
+        let total: u64 = per_part.iter().sum();
+        *per_part.iter().max().unwrap() as f64 * f64::from(p.parts()) / total as f64
+    }
+
+    #[test]
+    fn nonzero_balance_evens_out_the_work_of_a_power_law_graph() {
+        let g = crate::graph::generate::rmat(12, 16, 7).unwrap();
+        let adj = Adjacency::from_edges(g.num_nodes, &g.src, &g.dst).unwrap();
+        let row_nnz = |v: usize| (adj.xadj()[v + 1] - adj.xadj()[v] + 1) as u64;
+        let by = |balance| {
+            let o = MetisOptions {
+                balance,
+                ..MetisOptions::default()
+            };
+            partition(&adj, 4, &Method::Metis(o)).unwrap()
+        };
+        let (nodes, nnz) = (by(Balance::Nodes), by(Balance::Nonzeros));
+        let (work_nodes, work_nnz) = (
+            weighted_imbalance(&nodes, row_nnz),
+            weighted_imbalance(&nnz, row_nnz),
+        );
+        // Node balance leaves the hubs' part with far more than its share of non-zeros;
+        // weighting by degree + 1 brings it within METIS's tolerance (ufactor 30).
+        assert!(
+            work_nodes > 1.3,
+            "node-balanced work imbalance {work_nodes}"
+        );
+        assert!(work_nnz < 1.06, "nnz-balanced work imbalance {work_nnz}");
+        assert!(weighted_imbalance(&nodes, |_| 1) < 1.06);
+        // The option is part of the method's tag (so of the fingerprint); node balance keeps
+        // the tag of earlier versions.
+        assert_eq!(nodes.method(), "metis:seed=1:ufactor=30:objective=cut");
+        assert_eq!(
+            nnz.method(),
+            "metis:seed=1:ufactor=30:objective=cut:balance=nnz"
+        );
+        assert_ne!(nodes.fingerprint(), nnz.fingerprint());
     }
 
     #[test]
