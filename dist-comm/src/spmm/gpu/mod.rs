@@ -40,6 +40,8 @@
 //! # Buffers and bytes
 //! The exchange buffers and row-splitting workspaces grow at the first call with a given F
 //! (after waiting for the operator's streams) and are reused; later calls allocate nothing.
+//! Dropping the operator does not wait on the host: its device memory is released in stream
+//! order after the last call's work.
 //! [`GpuDistSpmm::bytes_last_call`] counts the payload handed to NCCL with the conventions of
 //! the CPU operator, so it equals `HaloPlan::traffic` / `BroadcastPlan::traffic`.
 
@@ -198,7 +200,7 @@ struct Streams {
 /// use dist_comm::spmm::{DistSpmmError, GpuDistSpmm};
 /// use dist_comm::{AllGather, AllReduce, Broadcast, DeviceSelect, NcclComm};
 /// use distspmm_core::schedule::ScheduleKind;
-/// use distspmm_cuda::DeviceDense;
+/// use distspmm_cuda::{CudaError, DeviceDense};
 ///
 /// /// One aggregation `Y_p = (Â·X)_p` on this rank's GPU (every rank calls it together).
 /// fn aggregate<H: AllGather + AllReduce + Broadcast>(
@@ -211,7 +213,7 @@ struct Streams {
 ///     let mut op = GpuDistSpmm::new(host, &nccl, chunk, ScheduleKind::Halo)?;
 ///     let n = op.local_rows();
 ///     let dev = op.device().clone();
-///     let cuda = |e| DistSpmmError::Comm(e.into());
+///     let cuda = |e: CudaError| DistSpmmError::Comm(e.into());
 ///     let x = DeviceDense::from_host(&dev, n, f, x).map_err(cuda)?;
 ///     let mut y = DeviceDense::zeros(&dev, n, f).map_err(cuda)?;
 ///     op.forward(&x, &mut y)?;
@@ -1000,6 +1002,21 @@ impl<'a, H: AllGather + AllReduce> GpuDistSpmm<'a, H> {
         Workspace {
             buffers: value_bytes(buffers),
             structure,
+        }
+    }
+}
+
+impl<H: AllGather + AllReduce> Drop for GpuDistSpmm<'_, H> {
+    /// The device memory is freed in the order of the device stream, but the last call may
+    /// still be using it on the NCCL stream: make the device stream wait for that first (no
+    /// host wait).
+    fn drop(&mut self) {
+        let main = RawStream(self.nccl.raw_stream());
+        // SAFETY: both streams are live: the NCCL communicator outlives `self` ('a) and the
+        // device stream lives as long as `self.dev`.
+        if let Err(e) = unsafe { self.dev.join_streams(None, Some(main)) } {
+            tracing::warn!(error = %e, "ordering the GPU operator's release after its last call failed; waiting instead");
+            let _ = self.nccl.synchronize();
         }
     }
 }
