@@ -12,7 +12,9 @@
 //! return an error (the failing rank its own, the others [`CommError::NoDevice`] or
 //! [`CommError::PeerFailed`]) instead of leaving them waiting inside NCCL.
 //! [`NcclComm::from_unique_id`] is the step without the host communicator, for launchers
-//! that distribute the id themselves.
+//! that distribute the id themselves; [`NcclHost`] then gives them the host-buffer
+//! collectives (all-reduce, all-gather, barrier) that agreements need, staged through the
+//! device.
 //!
 //! # Device buffers
 //! The safe calls take cudarc device memory — `CudaSlice<T>`, `CudaView<T>`, `CudaViewMut<T>`
@@ -64,8 +66,8 @@ use cudarc::nccl::sys::{cudaStream_t, ncclComm_t, ncclUniqueId};
 use distspmm_cuda::{probe, CudaError};
 
 pub use ffi::NCCL_LIBRARY_ENV;
-pub use host::NcclHost;
 use ffi::{data_type, decode_version, reduction, NcclLibrary};
+pub use host::NcclHost;
 
 use crate::capability::check_rank;
 use crate::{AllGather, Broadcast, CommError, Element, ElementKind, ReduceOp, Reducible};
