@@ -79,6 +79,12 @@ enum dsp_status
   // An internal error (a bug in distspmm) was caught at the boundary; the handles involved
   // should be freed.
   DSP_STATUS_PANIC = 13,
+  // Memory for the call's buffers could not be allocated (host memory for a `dsp_spmm`'s
+  // communication buffers, device memory for a device operator). Added in 0.1.
+  DSP_STATUS_OUT_OF_MEMORY = 14,
+  // A CUDA or NCCL call failed on the device (a launch, a copy, a stream, a collective).
+  // Added in 0.1.
+  DSP_STATUS_DEVICE = 15,
 };
 #ifndef __cplusplus
 #if __STDC_VERSION__ >= 202311L

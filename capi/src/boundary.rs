@@ -51,10 +51,16 @@ pub enum Status {
     /// An internal error (a bug in distspmm) was caught at the boundary; the handles involved
     /// should be freed.
     Panic = 13,
+    /// Memory for the call's buffers could not be allocated (host memory for a `dsp_spmm`'s
+    /// communication buffers, device memory for a device operator). Added in 0.1.
+    OutOfMemory = 14,
+    /// A CUDA or NCCL call failed on the device (a launch, a copy, a stream, a collective).
+    /// Added in 0.1.
+    Device = 15,
 }
 
 impl Status {
-    const ALL: [Status; 14] = [
+    const ALL: [Status; 16] = [
         Status::Ok,
         Status::NullArgument,
         Status::InvalidArgument,
@@ -69,6 +75,8 @@ impl Status {
         Status::WrongThread,
         Status::Unsupported,
         Status::Panic,
+        Status::OutOfMemory,
+        Status::Device,
     ];
 
     /// The status with numeric value `code`, if any.
@@ -97,6 +105,8 @@ impl Status {
             Status::WrongThread => c"the handle belongs to another thread",
             Status::Unsupported => c"not supported by this build",
             Status::Panic => c"internal error in distspmm (a bug; please report it)",
+            Status::OutOfMemory => c"out of memory",
+            Status::Device => c"a CUDA or NCCL call failed on the device",
         }
     }
 }

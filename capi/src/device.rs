@@ -302,14 +302,14 @@ mod imp {
         }
     }
 
-    /// A CUDA, NCCL or operator failure as a status: no device is `Unsupported`, an NCCL
-    /// failure `Mpi` (the communication library failed), a CUDA failure or an operand that
-    /// does not fit `InvalidArgument`; agreement outcomes as for `dsp_spmm`.
+    /// A CUDA, NCCL or operator failure as a status: no device is `Unsupported`, a failed
+    /// CUDA or NCCL call `Device`, an operand on another device `InvalidArgument`; agreement
+    /// outcomes as for `dsp_spmm`.
     fn device_error(e: CommError) -> Error {
         let status = match &e {
             CommError::NoDevice(_) => Status::Unsupported,
-            CommError::Nccl { .. } => Status::Mpi,
-            CommError::Cuda { .. } | CommError::WrongDevice { .. } => Status::InvalidArgument,
+            CommError::Nccl { .. } | CommError::Cuda { .. } => Status::Device,
+            CommError::WrongDevice { .. } => Status::InvalidArgument,
             _ => return Error::from(e),
         };
         Error::new(status, e.to_string())
@@ -318,7 +318,7 @@ mod imp {
     fn op_error(e: DistSpmmError) -> Error {
         match e {
             DistSpmmError::Comm(c) => device_error(c),
-            DistSpmmError::Allocation { .. } => Error::invalid(e.to_string()),
+            DistSpmmError::Allocation { .. } => Error::new(Status::OutOfMemory, e.to_string()),
             other => Error::from(other),
         }
     }

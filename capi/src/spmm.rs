@@ -78,6 +78,7 @@ impl From<DistSpmmError> for Error {
             DistSpmmError::Shape(_) => Status::InvalidArgument,
             DistSpmmError::Block { .. } => Status::InvalidChunk,
             DistSpmmError::Comm(c) => return Error::from(c.clone()),
+            DistSpmmError::Allocation { .. } => Status::OutOfMemory,
             _ => Status::Panic,
         };
         Error::new(status, crate::boundary::with_sources(&e))

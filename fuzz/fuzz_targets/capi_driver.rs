@@ -37,7 +37,7 @@ mod sys {
 use sys::*;
 
 /// Largest status code the header defines.
-const MAX_STATUS: dsp_status = DSP_STATUS_PANIC;
+const MAX_STATUS: dsp_status = DSP_STATUS_DEVICE;
 /// Padding value written between `cols` and the leading dimension: it must survive a call.
 const PAD: f32 = -7.25;
 

@@ -61,6 +61,8 @@ STATUS_NAMES = {
     11: "WRONG_THREAD",
     12: "UNSUPPORTED",
     13: "PANIC",
+    14: "OUT_OF_MEMORY",
+    15: "DEVICE",
 }
 MASK_TRAIN, MASK_VAL, MASK_TEST = 1, 2, 4
 SCHEDULES = {"halo": 0, "broadcast": 1}
