@@ -21,7 +21,18 @@ from mpi4py import MPI
 
 # The package python/distspmm of this repository (or an installed one of the same name).
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python"))
-from distspmm import MASK_TEST, MASK_TRAIN, MASK_VAL, Chunk, Comm, Spmm, load  # noqa: E402
+from distspmm import (  # noqa: E402
+    MASK_TEST,
+    MASK_TRAIN,
+    MASK_VAL,
+    Chunk,
+    Comm,
+    DistSpmmError,
+    Spmm,
+    SpmmDevice,
+    built_with_cuda,
+    load,
+)
 
 
 def normalized_adjacency(npz, num_nodes, normalization):
@@ -119,6 +130,17 @@ def main():
         if not (err_forward < 1e-5 and err_backward < 1e-5):
             problems.append(f"{schedule}: relative error above 1e-5")
         op.close()
+
+    # The device operator: in a build without CUDA every rank is refused with UNSUPPORTED (a
+    # collective outcome, so no rank is left waiting) and can go on using the host operator.
+    if not built_with_cuda():
+        try:
+            SpmmDevice(comm, chunk, "halo").close()
+            problems.append("SpmmDevice was created by a library built without CUDA")
+        except DistSpmmError as e:
+            if e.status != "UNSUPPORTED":
+                problems.append(f"SpmmDevice without CUDA: {e}")
+        say(f"check_spmm: rank {comm.rank}: device operator refused without CUDA, as documented")
 
     failed = np.array([float(len(problems))])
     comm.allreduce_sum(failed)

@@ -2,7 +2,8 @@
 
 No compiled extension of its own: the package loads the C library (see `load`) and exposes
 
-- `Comm`, `Chunk`, `Spmm` (numpy in and out, zero-copy chunk data), `DistSpmmError`, the mask
+- `Comm`, `Chunk`, `Spmm` (numpy in and out, zero-copy chunk data), `SpmmDevice` (device
+  pointers, CUDA builds; `built_with_cuda()`), `DistSpmmError`, the mask
   bits `MASK_TRAIN` / `MASK_VAL` / `MASK_TEST`, `load` and `version`;
 - `distspmm.jittor` (imported on demand, it needs Jittor): `DistSpmm(op, x)`, the distributed
   aggregation `Ahat X` as a differentiable Jittor operator, and `communicator()`, which adopts

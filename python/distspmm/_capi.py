@@ -41,6 +41,8 @@ __all__ = [
     "MASK_VAL",
     "SCHEDULES",
     "Spmm",
+    "SpmmDevice",
+    "built_with_cuda",
     "load",
     "version",
 ]
@@ -112,6 +114,18 @@ _SIGNATURES = {
     "dsp_spmm_forward": (ctypes.c_int32, [_P, _SIZE, _SIZE, _P, _SIZE, _P, _SIZE]),
     "dsp_spmm_backward": (ctypes.c_int32, [_P, _SIZE, _SIZE, _P, _SIZE, _P, _SIZE]),
     "dsp_spmm_bytes_last_call": (
+        ctypes.c_int32,
+        [_P, ctypes.POINTER(ctypes.c_uint64), ctypes.POINTER(ctypes.c_uint64)],
+    ),
+    "dsp_built_with_cuda": (ctypes.c_int32, []),
+    "dsp_spmm_create_device": (
+        ctypes.c_int32,
+        [_P, _P, ctypes.c_int32, ctypes.c_int32, ctypes.POINTER(_P)],
+    ),
+    "dsp_spmm_device_free": (None, [_P]),
+    "dsp_spmm_device_forward": (ctypes.c_int32, [_P, _SIZE, _SIZE, _P, _SIZE, _P, _SIZE, _P]),
+    "dsp_spmm_device_backward": (ctypes.c_int32, [_P, _SIZE, _SIZE, _P, _SIZE, _P, _SIZE, _P]),
+    "dsp_spmm_device_bytes_last_call": (
         ctypes.c_int32,
         [_P, ctypes.POINTER(ctypes.c_uint64), ctypes.POINTER(ctypes.c_uint64)],
     ),
@@ -385,6 +399,71 @@ class Spmm(_Handle):
         """(sent, received) payload bytes of this rank's last forward/backward call."""
         sent, received = ctypes.c_uint64(), ctypes.c_uint64()
         code = self._lib.dsp_spmm_bytes_last_call(
+            self.handle, ctypes.byref(sent), ctypes.byref(received)
+        )
+        _check(self._lib, code)
+        return sent.value, received.value
+
+
+def built_with_cuda(lib=None):
+    """Whether the loaded library was built with CUDA (`SpmmDevice` also needs a GPU at run
+    time)."""
+    return bool(load(lib).dsp_built_with_cuda())
+
+
+class SpmmDevice(_Handle):
+    """The distributed product of one rank on GPU memory (`dsp_spmm_create_device`): the same
+    products as `Spmm`, on device pointers, queued on a CUDA stream. Collective to create;
+    `device` is the CUDA ordinal (-1: the rank's local rank modulo the host's GPUs). Raises
+    DistSpmmError with status UNSUPPORTED when the library was built without CUDA or no GPU,
+    driver or NCCL library is usable (on every rank).
+
+    Frameworks that own device memory call `forward_ptr` / `backward_ptr` with raw pointers
+    (see `distspmm.jittor`); `function_addresses()` gives the C entry points for code that
+    calls them from the framework's own compiled operators."""
+
+    _free = "dsp_spmm_device_free"
+
+    def __init__(self, comm, chunk, schedule="halo", device=-1):
+        super().__init__(comm._lib)
+        if schedule not in SCHEDULES:
+            raise ValueError(f"schedule is 'halo' or 'broadcast', not {schedule!r}")
+        code = self._lib.dsp_spmm_create_device(
+            comm.handle, chunk.handle, SCHEDULES[schedule], int(device), ctypes.byref(self._ptr)
+        )
+        _check(self._lib, code)
+        self.rows = chunk.num_local_nodes
+
+    def _call(self, fn, cols, x_ptr, ldx, y_ptr, ldy, stream):
+        if ldx < cols or ldy < cols:
+            raise ValueError(f"leading dimensions {ldx}, {ldy} must be >= cols = {cols}")
+        _check(self._lib, fn(self.handle, self.rows, cols, x_ptr, ldx, y_ptr, ldy, stream))
+
+    def forward_ptr(self, cols, x_ptr, ldx, y_ptr, ldy, stream=None):
+        """Queues Y_p = (Ahat X)_p on `stream` (an int cudaStream_t, None: the legacy default
+        stream); `x_ptr`/`y_ptr` are device addresses of (rows, cols) row-major blocks."""
+        self._call(self._lib.dsp_spmm_device_forward, cols, x_ptr, ldx, y_ptr, ldy, stream)
+
+    def backward_ptr(self, cols, dy_ptr, lddy, dx_ptr, lddx, stream=None):
+        """Queues dX_p = (Ahat^T dY)_p on `stream`, as `forward_ptr`."""
+        self._call(self._lib.dsp_spmm_device_backward, cols, dy_ptr, lddy, dx_ptr, lddx, stream)
+
+    def function_addresses(self):
+        """{"op", "forward", "backward", "last_error"}: the handle and the C functions'
+        addresses as ints, for a compiled operator that calls the library directly."""
+        addr = lambda f: ctypes.cast(f, ctypes.c_void_p).value  # noqa: E731
+        return {
+            "op": self.handle.value,
+            "forward": addr(self._lib.dsp_spmm_device_forward),
+            "backward": addr(self._lib.dsp_spmm_device_backward),
+            "last_error": addr(self._lib.dsp_last_error),
+        }
+
+    @property
+    def bytes_last_call(self):
+        """(sent, received) payload bytes of this rank's last forward/backward call."""
+        sent, received = ctypes.c_uint64(), ctypes.c_uint64()
+        code = self._lib.dsp_spmm_device_bytes_last_call(
             self.handle, ctypes.byref(sent), ctypes.byref(received)
         )
         _check(self._lib, code)

@@ -16,17 +16,25 @@ halo lists and communication plan live in the chunk behind `op`, so the call tak
 operator and the local Var. Forward and backward are collective: every rank calls them in the
 same order, which a model that is the same on every rank does by construction.
 
-CPU Vars are passed as host arrays (one copy in, one copy out, O(n_p x F) each, small next to the
-exchange). On a CUDA build of Jittor (`jt.flags.use_cuda = 1`) the same calls work through
-Jittor's device-to-host copies; passing device pointers straight through needs the library's
-device entry points (planned with the CUDA backend, docs/c-api.md), at which point `_apply`
-would hand over the Var's device memory instead of copying it.
+With a host operator (`Spmm`), Vars are passed as host arrays (one copy in, one copy out,
+O(n_p x F) each, small next to the exchange); under `jt.flags.use_cuda = 1` Jittor copies them
+between device and host. With a device operator (`SpmmDevice`, a CUDA build of the library,
+`jt.flags.use_cuda = 1`), the Var's device memory is handed to the library without a copy: a
+Jittor code op (`jt.code`, compiled by Jittor with nvcc) calls `dsp_spmm_device_forward` /
+`_backward` through their addresses, on the legacy default stream that Jittor's own CUDA
+operators use, so the product is ordered with the ops before and after it.
+
+    op = SpmmDevice(comm, chunk, "halo")   # instead of Spmm
+    jt.flags.use_cuda = 1
+    h = DistSpmm(op, x @ w)                # device pointers in and out
+
+The device path has not run on a GPU yet (none was available where it was written).
 """
 
 import jittor as jt
 import numpy as np
 
-from ._capi import Comm, Spmm
+from ._capi import Comm, Spmm, SpmmDevice
 
 __all__ = ["DistSpmm", "DistSpmmFunction", "communicator"]
 
@@ -64,16 +72,57 @@ def communicator(lib=None):
 _COMM = None
 
 
+# The body of the device code op: the library's entry points arrive as addresses in `data`
+# (float64, exact below 2^53), so the op compiles once and links nothing.
+_DEVICE_SRC = """
+    typedef int (*dsp_product)(void*, size_t, size_t, const float*, size_t, float*, size_t, void*);
+    typedef const char* (*dsp_message)(void);
+    void* op = (void*)(uintptr_t)(unsigned long long)data["op"];
+    dsp_product product = (dsp_product)(uintptr_t)(unsigned long long)data["fn"];
+    dsp_message last_error = (dsp_message)(uintptr_t)(unsigned long long)data["last_error"];
+    size_t rows = in0_shape0, cols = in0_shape1;
+    int status = product(op, rows, cols, in0_p, cols, out0_p, cols, (void*)0);
+    if (status != 0) LOGf << "distspmm device product failed (status " << status << "): "
+                          << last_error();
+"""
+
+
+def _device_data(op, transpose):
+    addresses = op.function_addresses()
+    data = {
+        "op": addresses["op"],
+        "fn": addresses["backward" if transpose else "forward"],
+        "last_error": addresses["last_error"],
+    }
+    for name, value in data.items():
+        if not 0 < value < 2**53:
+            raise RuntimeError(f"address of {name} does not fit a float64 exactly: {value:#x}")
+    return {k: float(v) for k, v in data.items()}
+
+
 def _apply(op, x, transpose):
     """`op`'s forward (or backward, `transpose`) on the Var `x`: (n_p, cols) float32 in and out."""
-    if not isinstance(op, Spmm):
-        raise TypeError(f"DistSpmm needs a distspmm.Spmm operator, not {type(op).__name__}")
+    if not isinstance(op, (Spmm, SpmmDevice)):
+        raise TypeError(
+            f"DistSpmm needs a distspmm.Spmm or SpmmDevice operator, not {type(op).__name__}"
+        )
     if x.dtype != jt.float32:
         raise TypeError(
             f"DistSpmm multiplies float32 Vars, not {x.dtype}: convert with x.float32()"
         )
     if x.ndim != 2:
         raise ValueError(f"DistSpmm needs a 2-D (n_p, cols) Var, not shape {tuple(x.shape)}")
+    if isinstance(op, SpmmDevice):
+        if not jt.flags.use_cuda:
+            raise RuntimeError(
+                "a SpmmDevice operator works on device memory: set jt.flags.use_cuda = 1 "
+                "(or use distspmm.Spmm for host Vars)"
+            )
+        if x.shape[0] != op.rows:
+            raise ValueError(f"x has {x.shape[0]} rows, this rank owns {op.rows}")
+        return jt.code(
+            x.shape, jt.float32, [x], data=_device_data(op, transpose), cuda_src=_DEVICE_SRC
+        )
     data = np.ascontiguousarray(x.numpy())
     out = op.backward(data) if transpose else op.forward(data)
     return jt.array(out)
