@@ -233,6 +233,17 @@ enum Op {
     },
     Finalize(u8),
     NullHandles,
+    /// The device-pointer entry points; in a build without CUDA each must refuse with
+    /// `DSP_STATUS_UNSUPPORTED` whatever the arguments (and leave `*out` NULL).
+    Device {
+        chunk: u8,
+        schedule: i32,
+        ordinal: i32,
+        which: u8,
+        rows: u8,
+        cols: u8,
+        null_out: bool,
+    },
 }
 
 /// Handles alive in one input; all are freed at its end.
@@ -612,6 +623,65 @@ fn run(s: &Setup, st: &mut State, op: Op) {
                 let status = unsafe { dsp_finalize(c) };
                 assert!(check_status("dsp_finalize", status), "{}", last_error());
             }
+        }
+        Op::Device {
+            chunk,
+            schedule,
+            ordinal,
+            which,
+            rows,
+            cols,
+            null_out,
+        } => {
+            // SAFETY: a call without side effects.
+            if unsafe { dsp_built_with_cuda() } != 0 {
+                return; // a CUDA build needs a GPU for these; this driver runs without one
+            }
+            let ch = pick(&st.chunks, chunk).map_or(ptr::null(), |c| c.0.cast_const());
+            let mut out: *mut dsp_spmm_device = 8 as *mut dsp_spmm_device;
+            let out_ptr = if null_out { ptr::null_mut() } else { &mut out as *mut _ };
+            let (mut sent, mut received) = (0u64, 0u64);
+            let x = [0f32; 4];
+            let mut y = [0f32; 4];
+            // SAFETY: every pointer is NULL, live or valid; the non-CUDA build reads none.
+            let status = unsafe {
+                match which % 5 {
+                    0 => {
+                        let st = dsp_spmm_create_device(s.comm, ch, schedule, ordinal, out_ptr);
+                        if !null_out {
+                            assert!(out.is_null(), "refused dsp_spmm_create_device left *out set");
+                        }
+                        st
+                    }
+                    1 => dsp_spmm_device_forward(
+                        ptr::null_mut(),
+                        usize::from(rows),
+                        usize::from(cols),
+                        x.as_ptr(),
+                        4,
+                        y.as_mut_ptr(),
+                        4,
+                        ptr::null_mut(),
+                    ),
+                    2 => dsp_spmm_device_backward(
+                        ptr::null_mut(),
+                        usize::from(rows),
+                        usize::from(cols),
+                        x.as_ptr(),
+                        4,
+                        y.as_mut_ptr(),
+                        4,
+                        ptr::null_mut(),
+                    ),
+                    3 => dsp_spmm_device_bytes_last_call(ptr::null(), &mut sent, &mut received),
+                    _ => {
+                        dsp_spmm_device_free(ptr::null_mut());
+                        DSP_STATUS_UNSUPPORTED
+                    }
+                }
+            };
+            assert!(!check_status("a dsp_spmm_device call", status));
+            assert_eq!(status, DSP_STATUS_UNSUPPORTED, "{}", last_error());
         }
         Op::NullHandles => {
             // SAFETY: NULL is accepted by every free function.
