@@ -149,7 +149,10 @@ fn check_status(what: &str, status: dsp_status) -> bool {
         "{what} returned {status}, not a dsp_status"
     );
     if status != DSP_STATUS_OK {
-        assert!(!last_error().is_empty(), "{what} failed ({status}) without a message");
+        assert!(
+            !last_error().is_empty(),
+            "{what} failed ({status}) without a message"
+        );
     }
     status == DSP_STATUS_OK
 }
@@ -327,7 +330,11 @@ fn run(s: &Setup, st: &mut State, op: Op) {
         } => {
             let path = path_of(s, &dir);
             let mut out: *mut dsp_chunk = 8 as *mut dsp_chunk;
-            let out_ptr = if null_out { ptr::null_mut() } else { &mut out as *mut _ };
+            let out_ptr = if null_out {
+                ptr::null_mut()
+            } else {
+                &mut out as *mut _
+            };
             let c = if null_comm { ptr::null_mut() } else { comm };
             let p = path.as_ref().map_or(ptr::null(), |p| p.as_ptr());
             // SAFETY: every pointer is NULL or valid for its use.
@@ -396,11 +403,19 @@ fn run(s: &Setup, st: &mut State, op: Op) {
                 }));
             }
             let mut len = 0usize;
-            let len_ptr = if null_len { ptr::null_mut() } else { &mut len as *mut usize };
+            let len_ptr = if null_len {
+                ptr::null_mut()
+            } else {
+                &mut len as *mut usize
+            };
             macro_rules! array {
                 ($func:ident, $t:ty, $expected:expr) => {{
                     let mut data: *const $t = ptr::null();
-                    let data_ptr = if null_data { ptr::null_mut() } else { &mut data as *mut _ };
+                    let data_ptr = if null_data {
+                        ptr::null_mut()
+                    } else {
+                        &mut data as *mut _
+                    };
                     // SAFETY: `ch` is NULL or live; outputs are NULL or valid.
                     let status = unsafe { $func(ch, data_ptr, len_ptr) };
                     let ok = check_status(stringify!($func), status);
@@ -417,7 +432,11 @@ fn run(s: &Setup, st: &mut State, op: Op) {
                 2 => array!(dsp_chunk_masks, u8, n),
                 _ => {
                     let mut data: *const u64 = ptr::null();
-                    let data_ptr = if null_data { ptr::null_mut() } else { &mut data as *mut _ };
+                    let data_ptr = if null_data {
+                        ptr::null_mut()
+                    } else {
+                        &mut data as *mut _
+                    };
                     // SAFETY: as above.
                     let status = unsafe { dsp_chunk_original_ids(ch, data_ptr, len_ptr) };
                     if check_status("dsp_chunk_original_ids", status) {
@@ -438,13 +457,17 @@ fn run(s: &Setup, st: &mut State, op: Op) {
             let picked = pick(&st.chunks, chunk);
             let ch = picked.map_or(ptr::null(), |c| c.0.cast_const());
             let mut out: *mut dsp_spmm = 8 as *mut dsp_spmm;
-            let out_ptr = if null_out { ptr::null_mut() } else { &mut out as *mut _ };
+            let out_ptr = if null_out {
+                ptr::null_mut()
+            } else {
+                &mut out as *mut _
+            };
             let c = if null_comm { ptr::null_mut() } else { comm };
             // SAFETY: every pointer is NULL or live/valid.
             let status = unsafe { dsp_spmm_create(c, ch, schedule, out_ptr) };
             let ok = check_status("dsp_spmm_create", status);
-            let valid_schedule = schedule == DSP_SCHEDULE_HALO
-                || schedule == DSP_SCHEDULE_BROADCAST;
+            let valid_schedule =
+                schedule == DSP_SCHEDULE_HALO || schedule == DSP_SCHEDULE_BROADCAST;
             assert_eq!(
                 ok,
                 !ch.is_null() && !null_out && !null_comm && valid_schedule,
@@ -476,7 +499,10 @@ fn run(s: &Setup, st: &mut State, op: Op) {
             let rows = rows.map_or(n, usize::from);
             let cols = usize::from(cols % 40);
             let (ldx, ldy) = if short_ld {
-                (cols.saturating_sub(1), cols.saturating_sub(1 + usize::from(y_pad % 2)))
+                (
+                    cols.saturating_sub(1),
+                    cols.saturating_sub(1 + usize::from(y_pad % 2)),
+                )
             } else {
                 (cols + usize::from(x_pad % 5), cols + usize::from(y_pad % 5))
             };
@@ -491,13 +517,19 @@ fn run(s: &Setup, st: &mut State, op: Op) {
                     rows * cols
                 }
             };
-            let mut x: Vec<f32> = (0..extent(ldx)).map(|i| (i % 13) as f32 * 0.25 - 1.0).collect();
+            let mut x: Vec<f32> = (0..extent(ldx))
+                .map(|i| (i % 13) as f32 * 0.25 - 1.0)
+                .collect();
             if nan && !x.is_empty() {
                 x[0] = f32::NAN;
             }
             let mut y = vec![PAD; extent(ldy)];
             let xp = if null_x { ptr::null() } else { x.as_ptr() };
-            let yp = if null_y { ptr::null_mut() } else { y.as_mut_ptr() };
+            let yp = if null_y {
+                ptr::null_mut()
+            } else {
+                y.as_mut_ptr()
+            };
             // SAFETY: `handle` is NULL or live; the buffers hold the extents above.
             let status = unsafe {
                 if backward {
@@ -528,8 +560,16 @@ fn run(s: &Setup, st: &mut State, op: Op) {
         } => {
             let handle = pick(&st.ops, op).map_or(ptr::null(), |o| o.0.cast_const());
             let (mut a, mut b) = (0u64, 0u64);
-            let pa = if null_sent { ptr::null_mut() } else { &mut a as *mut u64 };
-            let pb = if null_received { ptr::null_mut() } else { &mut b as *mut u64 };
+            let pa = if null_sent {
+                ptr::null_mut()
+            } else {
+                &mut a as *mut u64
+            };
+            let pb = if null_received {
+                ptr::null_mut()
+            } else {
+                &mut b as *mut u64
+            };
             // SAFETY: NULL or live/valid pointers.
             let status = unsafe { dsp_spmm_bytes_last_call(handle, pa, pb) };
             check_status("dsp_spmm_bytes_last_call", status);
@@ -558,7 +598,11 @@ fn run(s: &Setup, st: &mut State, op: Op) {
             let status = unsafe {
                 if double {
                     let mut b: Vec<f64> = (0..count).map(|i| i as f64).collect();
-                    let p = if null_buf { ptr::null_mut() } else { b.as_mut_ptr() };
+                    let p = if null_buf {
+                        ptr::null_mut()
+                    } else {
+                        b.as_mut_ptr()
+                    };
                     let st = dsp_allreduce_sum_f64(comm, p, count);
                     if st == DSP_STATUS_OK && !null_buf {
                         assert!(b.iter().enumerate().all(|(i, &v)| v == i as f64));
@@ -566,7 +610,11 @@ fn run(s: &Setup, st: &mut State, op: Op) {
                     st
                 } else {
                     let mut b: Vec<f32> = (0..count).map(|i| i as f32).collect();
-                    let p = if null_buf { ptr::null_mut() } else { b.as_mut_ptr() };
+                    let p = if null_buf {
+                        ptr::null_mut()
+                    } else {
+                        b.as_mut_ptr()
+                    };
                     let st = dsp_allreduce_sum_f32(comm, p, count);
                     if st == DSP_STATUS_OK && !null_buf {
                         assert!(b.iter().enumerate().all(|(i, &v)| v == i as f32));
@@ -583,7 +631,11 @@ fn run(s: &Setup, st: &mut State, op: Op) {
         }
         Op::RankSize { null_out } => {
             let mut v = 7u32;
-            let p = if null_out { ptr::null_mut() } else { &mut v as *mut u32 };
+            let p = if null_out {
+                ptr::null_mut()
+            } else {
+                &mut v as *mut u32
+            };
             // SAFETY: live communicator; NULL or valid output.
             let (a, b) = unsafe { (dsp_comm_rank(comm, p), dsp_comm_size(comm, p)) };
             assert_eq!(check_status("dsp_comm_rank", a), !null_out);
@@ -599,7 +651,11 @@ fn run(s: &Setup, st: &mut State, op: Op) {
         }
         Op::Init { fortran, null_out } => {
             let mut out: *mut dsp_comm = 8 as *mut dsp_comm;
-            let p = if null_out { ptr::null_mut() } else { &mut out as *mut _ };
+            let p = if null_out {
+                ptr::null_mut()
+            } else {
+                &mut out as *mut _
+            };
             // SAFETY: NULL or valid output.
             let status = unsafe {
                 match fortran {
@@ -639,7 +695,11 @@ fn run(s: &Setup, st: &mut State, op: Op) {
             }
             let ch = pick(&st.chunks, chunk).map_or(ptr::null(), |c| c.0.cast_const());
             let mut out: *mut dsp_spmm_device = 8 as *mut dsp_spmm_device;
-            let out_ptr = if null_out { ptr::null_mut() } else { &mut out as *mut _ };
+            let out_ptr = if null_out {
+                ptr::null_mut()
+            } else {
+                &mut out as *mut _
+            };
             let (mut sent, mut received) = (0u64, 0u64);
             let x = [0f32; 4];
             let mut y = [0f32; 4];
@@ -649,7 +709,10 @@ fn run(s: &Setup, st: &mut State, op: Op) {
                     0 => {
                         let st = dsp_spmm_create_device(s.comm, ch, schedule, ordinal, out_ptr);
                         if !null_out {
-                            assert!(out.is_null(), "refused dsp_spmm_create_device left *out set");
+                            assert!(
+                                out.is_null(),
+                                "refused dsp_spmm_create_device left *out set"
+                            );
                         }
                         st
                     }
@@ -688,8 +751,14 @@ fn run(s: &Setup, st: &mut State, op: Op) {
             unsafe {
                 dsp_chunk_free(ptr::null_mut());
                 dsp_spmm_free(ptr::null_mut());
-                assert!(check_status("dsp_finalize(NULL)", dsp_finalize(ptr::null_mut())));
-                assert!(!check_status("dsp_barrier(NULL)", dsp_barrier(ptr::null_mut())));
+                assert!(check_status(
+                    "dsp_finalize(NULL)",
+                    dsp_finalize(ptr::null_mut())
+                ));
+                assert!(!check_status(
+                    "dsp_barrier(NULL)",
+                    dsp_barrier(ptr::null_mut())
+                ));
             }
         }
     }
