@@ -17,7 +17,7 @@ mkdir -p "$WORK"
 
 echo "==> building distspmm (release)"
 cargo build --release -q -p distspmm-cli
-BIN="$PWD/target/release/distspmm"
+BIN="${CARGO_TARGET_DIR:-$PWD/target}/release/distspmm"
 
 echo "==> generating the default CSBM graph"
 "$BIN" generate csbm --seed 7 --out "$WORK/csbm.npz" --force

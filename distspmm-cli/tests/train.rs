@@ -8,7 +8,7 @@ use std::path::Path;
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use launch::{cora, mpirun_available, run as run_with_timeout, BIN};
+use launch::{cora, mpirun_available, run as run_with_timeout, summary, BIN};
 
 fn mpirun(ranks: usize, args: &[&str]) -> Output {
     let mut cmd = Command::new("mpirun");
@@ -54,14 +54,8 @@ struct Summary {
 
 fn train_json(ranks: usize, args: &[&str]) -> Summary {
     let out = mpirun(ranks, &[&["train", "--json"], args].concat());
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "train failed: {stderr}");
-    let line = stdout
-        .lines()
-        .last()
-        .unwrap_or_else(|| panic!("no output; stderr: {stderr}"));
-    serde_json::from_str(line).unwrap_or_else(|e| panic!("bad JSON line {line:?}: {e}"))
+    let line = summary(&out);
+    serde_json::from_value(line.clone()).unwrap_or_else(|e| panic!("bad summary {line}: {e}"))
 }
 
 fn close(a: f64, b: f64, rel: f64) -> bool {

@@ -716,26 +716,23 @@ fn run(s: &Setup, st: &mut State, op: Op) {
                         }
                         st
                     }
-                    1 => dsp_spmm_device_forward(
-                        ptr::null_mut(),
-                        usize::from(rows),
-                        usize::from(cols),
-                        x.as_ptr(),
-                        4,
-                        y.as_mut_ptr(),
-                        4,
-                        ptr::null_mut(),
-                    ),
-                    2 => dsp_spmm_device_backward(
-                        ptr::null_mut(),
-                        usize::from(rows),
-                        usize::from(cols),
-                        x.as_ptr(),
-                        4,
-                        y.as_mut_ptr(),
-                        4,
-                        ptr::null_mut(),
-                    ),
+                    which @ (1 | 2) => {
+                        let product = if which == 1 {
+                            dsp_spmm_device_forward
+                        } else {
+                            dsp_spmm_device_backward
+                        };
+                        product(
+                            ptr::null_mut(),
+                            usize::from(rows),
+                            usize::from(cols),
+                            x.as_ptr(),
+                            4,
+                            y.as_mut_ptr(),
+                            4,
+                            ptr::null_mut(),
+                        )
+                    }
                     3 => dsp_spmm_device_bytes_last_call(ptr::null(), &mut sent, &mut received),
                     _ => {
                         dsp_spmm_device_free(ptr::null_mut());

@@ -353,6 +353,13 @@ def _rows(array, rows, what):
     return a, a.strides[0] // 4
 
 
+def _bytes_last_call(lib, fn, handle):
+    """(sent, received) from a `dsp_*_bytes_last_call` function."""
+    sent, received = ctypes.c_uint64(), ctypes.c_uint64()
+    _check(lib, fn(handle, ctypes.byref(sent), ctypes.byref(received)))
+    return sent.value, received.value
+
+
 class Spmm(_Handle):
     """The distributed product of one rank: forward Y_p = (Ahat X)_p, backward
     dX_p = (Ahat^T dY)_p, on n_p x cols float32 arrays (collective; `cols` equal on all ranks).
@@ -397,12 +404,7 @@ class Spmm(_Handle):
     @property
     def bytes_last_call(self):
         """(sent, received) payload bytes of this rank's last forward/backward call."""
-        sent, received = ctypes.c_uint64(), ctypes.c_uint64()
-        code = self._lib.dsp_spmm_bytes_last_call(
-            self.handle, ctypes.byref(sent), ctypes.byref(received)
-        )
-        _check(self._lib, code)
-        return sent.value, received.value
+        return _bytes_last_call(self._lib, self._lib.dsp_spmm_bytes_last_call, self.handle)
 
 
 def built_with_cuda(lib=None):
@@ -462,9 +464,4 @@ class SpmmDevice(_Handle):
     @property
     def bytes_last_call(self):
         """(sent, received) payload bytes of this rank's last forward/backward call."""
-        sent, received = ctypes.c_uint64(), ctypes.c_uint64()
-        code = self._lib.dsp_spmm_device_bytes_last_call(
-            self.handle, ctypes.byref(sent), ctypes.byref(received)
-        )
-        _check(self._lib, code)
-        return sent.value, received.value
+        return _bytes_last_call(self._lib, self._lib.dsp_spmm_device_bytes_last_call, self.handle)

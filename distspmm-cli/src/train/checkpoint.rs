@@ -92,8 +92,7 @@ pub fn save(dir: &Path, state: &State) -> Result<()> {
 /// of another process); they never carry the final name, so they only take space. Best effort:
 /// a failure is logged, the checkpoint just written stands.
 fn remove_stale_temporaries(dir: &Path) {
-    let prefix = format!(".{FILE_NAME}.tmp-");
-    let own = std::process::id().to_string();
+    let ours = format!(".{FILE_NAME}");
     let Ok(entries) = std::fs::read_dir(dir) else {
         return;
     };
@@ -101,10 +100,8 @@ fn remove_stale_temporaries(dir: &Path) {
         let name = entry.file_name();
         let stale = name
             .to_str()
-            .and_then(|n| n.strip_prefix(&prefix))
-            .is_some_and(|pid| {
-                pid != own && !pid.is_empty() && pid.bytes().all(|b| b.is_ascii_digit())
-            });
+            .and_then(distspmm_core::chunk::stale_temporary_of)
+            .is_some_and(|file| file == ours);
         if stale {
             let path = entry.path();
             match std::fs::remove_file(&path) {

@@ -183,20 +183,26 @@ pub fn write_chunk_dir(
     Ok(manifest)
 }
 
-/// Whether `name` is the temporary of one of a chunk directory's files written by another
-/// process: `<file>.tmp-<pid>` (partition map, manifest) or `<file>.tmp-<pid>-<seq>` (chunks).
-/// A writer killed before its rename leaves one behind; it never carries a final name.
-fn is_stale_temporary(name: &str) -> bool {
-    let Some((file, suffix)) = name.rsplit_once(".tmp-") else {
-        return false;
-    };
-    let ours = file == MANIFEST_FILE
-        || file == PARTITION_MAP_FILE
-        || (file.starts_with("part-") && file.ends_with(".chunk"));
+/// The file a temporary named `<file>.tmp-<pid>` or `<file>.tmp-<pid>-<seq>` stands for, if
+/// `name` is one written by another process than this one: what the atomic writers of this
+/// workspace (chunks, partition map, manifest, `distspmm` checkpoints) leave behind when they
+/// are killed before their rename. It never carries a final name.
+pub fn stale_temporary_of(name: &str) -> Option<&str> {
+    let (file, suffix) = name.rsplit_once(".tmp-")?;
     let mut numbers = suffix.split('-');
-    let pid = numbers.next().and_then(|p| p.parse::<u32>().ok());
+    let pid = numbers.next()?.parse::<u32>().ok()?;
     let rest_ok = numbers.all(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()));
-    ours && rest_ok && pid.is_some_and(|pid| pid != std::process::id())
+    (rest_ok && !file.is_empty() && pid != std::process::id()).then_some(file)
+}
+
+/// Whether `name` is a stale temporary (see [`stale_temporary_of`]) of a chunk directory's own
+/// files.
+fn is_stale_temporary(name: &str) -> bool {
+    stale_temporary_of(name).is_some_and(|file| {
+        file == MANIFEST_FILE
+            || file == PARTITION_MAP_FILE
+            || (file.starts_with("part-") && file.ends_with(".chunk"))
+    })
 }
 
 /// Removes the temporaries killed writers left in `dir` (see [`is_stale_temporary`]). Runs
