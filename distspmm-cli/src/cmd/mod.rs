@@ -8,4 +8,5 @@ pub mod inspect;
 pub mod partition;
 pub mod plan;
 pub mod ranks;
+pub mod train;
 pub mod verify;
