@@ -211,8 +211,8 @@ pub struct Reported(String);
 fn is_agreed(err: &anyhow::Error) -> bool {
     err.chain().any(|e| {
         e.is::<Agreed>()
-            || e.downcast_ref::<dist_comm::spmm::DistSpmmError>()
-                .is_some_and(dist_comm::spmm::DistSpmmError::is_collective)
+            || e.downcast_ref::<distspmm_op::DistSpmmError>()
+                .is_some_and(distspmm_op::DistSpmmError::is_collective)
     })
 }
 
