@@ -7,10 +7,10 @@ use super::{
 };
 use anyhow::{bail, Context, Result};
 use chunk_format::ChunkView;
-use dist_comm::spmm::DistSpmm;
 use distspmm_core::kernel;
 use distspmm_core::schedule::ScheduleKind;
 use distspmm_core::sparse::{CscOwned, CsrOwned, DenseView, DenseViewMut};
+use distspmm_op::DistSpmm;
 
 /// Â·X over all rows in one process (tensor mode, where every rank holds the whole graph).
 #[derive(Debug)]

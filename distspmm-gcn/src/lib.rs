@@ -10,7 +10,9 @@
 pub mod checkpoint;
 pub mod data;
 pub mod dense;
+pub mod dropout;
 pub mod model;
+pub mod par;
 pub mod tensor;
 
 use anyhow::{bail, Context, Result};
@@ -162,7 +164,7 @@ impl Config {
     }
 }
 
-/// One epoch's outcome, the same on every rank.
+/// One epoch's outcome, the same on every rank but for `split`.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct EpochReport {
     /// The epoch just finished, counted from 1 (including those before a resume).
@@ -175,6 +177,9 @@ pub struct EpochReport {
     pub seconds: f64,
     /// Payload bytes received in this epoch, summed over all ranks.
     pub bytes: u64,
+    /// This rank's own `[spmm, dense, comm, other]` seconds of the epoch (see [`Summary`]);
+    /// unlike the other fields, it differs from rank to rank.
+    pub split: [f64; 4],
 }
 
 /// What [`train`] reports as it goes; every rank gets the same events in the same order.
@@ -221,7 +226,8 @@ impl TrainError {
     }
 }
 
-/// The outcome of a run (what `distspmm train --json` prints), the same on every rank.
+/// The outcome of a run (what `distspmm train --json` prints on rank 0), the same on every rank but
+/// for the per-epoch time breakdown, which is each rank's own.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct Summary {
     /// Epochs trained in total (including those before a resume).
@@ -242,6 +248,16 @@ pub struct Summary {
     pub comm_bytes_per_epoch: u64,
     /// Ranks.
     pub ranks: usize,
+    /// Per-epoch breakdown of this rank's wall time, each the median over the epochs: in the
+    /// aggregations (`Â·X`, `Âᵀ·dY`, including the distributed SpMM's own exchanges)...
+    pub spmm_seconds: f64,
+    /// ... in the dense products and their fused epilogues (data-parallel model; in tensor
+    /// mode they count as other) ...
+    pub dense_seconds: f64,
+    /// ... in the allreduces (gradients, metrics, tensor-parallel partial products) ...
+    pub comm_seconds: f64,
+    /// ... and in everything else (dropout, softmax/NLL, bias gradients, Adam).
+    pub other_seconds: f64,
     /// `data` or `tensor`.
     pub mode: &'static str,
     /// `halo` or `broadcast` (data mode).
@@ -252,12 +268,17 @@ pub struct Summary {
 pub struct CommReduce<'a, C> {
     comm: &'a C,
     bytes: u64,
+    seconds: f64,
 }
 
 impl<'a, C> CommReduce<'a, C> {
     /// Sums over `comm`.
     pub fn new(comm: &'a C) -> Self {
-        Self { comm, bytes: 0 }
+        Self {
+            comm,
+            bytes: 0,
+            seconds: 0.0,
+        }
     }
 }
 
@@ -270,15 +291,41 @@ impl<C> std::fmt::Debug for CommReduce<'_, C> {
 impl<C: AllReduce> Reduce for CommReduce<'_, C> {
     fn sum_f32(&mut self, buf: &mut [f32]) -> Result<()> {
         self.bytes += size_of_val(buf) as u64;
-        self.comm
-            .all_reduce_sum(buf)
-            .context("allreduce across ranks failed")
+        let t = Instant::now();
+        let r = self.comm.all_reduce_sum(buf);
+        self.seconds += t.elapsed().as_secs_f64();
+        r.context("allreduce across ranks failed")
     }
     fn sum_f64(&mut self, buf: &mut [f64]) -> Result<()> {
         self.bytes += size_of_val(buf) as u64;
-        self.comm
-            .all_reduce_sum(buf)
-            .context("allreduce across ranks failed")
+        let t = Instant::now();
+        let r = self.comm.all_reduce_sum(buf);
+        self.seconds += t.elapsed().as_secs_f64();
+        r.context("allreduce across ranks failed")
+    }
+}
+
+/// An [`Aggregate`] that clocks the calls it passes on.
+struct TimedAggregate<'a> {
+    inner: &'a mut dyn Aggregate,
+    seconds: f64,
+}
+
+impl Aggregate for TimedAggregate<'_> {
+    fn forward(&mut self, x: &[f32], f: usize, y: &mut [f32]) -> Result<()> {
+        let t = Instant::now();
+        let r = self.inner.forward(x, f, y);
+        self.seconds += t.elapsed().as_secs_f64();
+        r
+    }
+    fn backward(&mut self, dy: &[f32], f: usize, dx: &mut [f32]) -> Result<()> {
+        let t = Instant::now();
+        let r = self.inner.backward(dy, f, dx);
+        self.seconds += t.elapsed().as_secs_f64();
+        r
+    }
+    fn bytes_received(&self) -> u64 {
+        self.inner.bytes_received()
     }
 }
 
@@ -327,8 +374,8 @@ pub struct Agreed(String);
 fn is_agreed(err: &anyhow::Error) -> bool {
     err.chain().any(|e| {
         e.is::<Agreed>()
-            || e.downcast_ref::<dist_comm::spmm::DistSpmmError>()
-                .is_some_and(dist_comm::spmm::DistSpmmError::is_collective)
+            || e.downcast_ref::<distspmm_op::DistSpmmError>()
+                .is_some_and(distspmm_op::DistSpmmError::is_collective)
     })
 }
 
@@ -620,6 +667,10 @@ fn train_loop<C: AllReduce + AllGather + Group, M: Trainable>(
 ) -> Result<Summary> {
     let args = job.args;
     let mut red = CommReduce::new(comm);
+    let mut timed = TimedAggregate {
+        inner: agg,
+        seconds: 0.0,
+    };
     let mut start_epoch = 0;
     if let Some(dir) = args.resume_from()? {
         let state = agree(comm, checkpoint::load(dir))?;
@@ -648,9 +699,10 @@ fn train_loop<C: AllReduce + AllGather + Group, M: Trainable>(
     let mut skipped = 0u64;
     for epoch in start_epoch..args.epochs {
         let t = Instant::now();
-        let before = agg.bytes_received() + red.bytes;
+        let before = timed.bytes_received() + red.bytes;
+        let clocks = (timed.seconds, model::dense_seconds(), red.seconds);
         // Every rank reaches the same verdict on the summed gradient, so skipping stays in step.
-        let (loss, step_skipped) = match model.step(agg, &mut red, data, epoch) {
+        let (loss, step_skipped) = match model.step(&mut timed, &mut red, data, epoch) {
             Ok(loss) => (loss, false),
             Err(e) => match (
                 e.downcast_ref::<model::NonFiniteGradient>(),
@@ -669,8 +721,18 @@ fn train_loop<C: AllReduce + AllGather + Group, M: Trainable>(
                 (None, _) => return Err(e),
             },
         };
-        let metrics = model.eval(agg, &mut red, data)?;
-        let mut bytes = [agg.bytes_received() + red.bytes - before];
+        let metrics = model.eval(&mut timed, &mut red, data)?;
+        let local = t.elapsed().as_secs_f64();
+        let spmm = timed.seconds - clocks.0;
+        let dense = model::dense_seconds() - clocks.1;
+        let reduce = red.seconds - clocks.2;
+        let split = [
+            spmm,
+            dense,
+            reduce,
+            (local - spmm - dense - reduce).max(0.0),
+        ];
+        let mut bytes = [timed.bytes_received() + red.bytes - before];
         comm.all_reduce_sum(&mut bytes)?;
         let mut seconds = [t.elapsed().as_secs_f64()];
         comm.all_reduce(&mut seconds, ReduceOp::Max)?;
@@ -687,6 +749,7 @@ fn train_loop<C: AllReduce + AllGather + Group, M: Trainable>(
             metrics,
             seconds: seconds[0],
             bytes: bytes[0],
+            split,
         };
         on(Event::Epoch(rec));
         records.push(rec);
@@ -722,15 +785,22 @@ fn train_loop<C: AllReduce + AllGather + Group, M: Trainable>(
     let last = *records
         .last()
         .context("internal: the epoch loop ran no epoch")?;
-    let mut times: Vec<f64> = records.iter().map(|r| r.seconds).collect();
-    times.sort_by(f64::total_cmp);
+    let median = |f: &dyn Fn(&EpochReport) -> f64| {
+        let mut v: Vec<f64> = records.iter().map(f).collect();
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
     let summary = Summary {
         epochs: args.epochs,
         train_acc: last.metrics.train_acc,
         val_acc: last.metrics.val_acc,
         test_acc: last.metrics.test_acc,
         final_loss: last.loss,
-        epoch_seconds_median: times[times.len() / 2],
+        epoch_seconds_median: median(&|r| r.seconds),
+        spmm_seconds: median(&|r| r.split[0]),
+        dense_seconds: median(&|r| r.split[1]),
+        comm_seconds: median(&|r| r.split[2]),
+        other_seconds: median(&|r| r.split[3]),
         comm_bytes_per_epoch: last.bytes,
         ranks: job.ranks,
         mode: job.mode,
