@@ -81,7 +81,7 @@ fn main() -> std::process::ExitCode {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(err) if err.is::<cmd::train::Reported>() => std::process::ExitCode::FAILURE,
         Err(err) => {
-            eprintln!("error: {err:#}");
+            eprintln!("error: {}", cmd::message(&err));
             std::process::ExitCode::FAILURE
         }
     }
