@@ -80,7 +80,7 @@ fn main() -> std::process::ExitCode {
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(err) => {
-            eprintln!("error: {err:#}");
+            eprintln!("error: {}", cmd::message(&err));
             std::process::ExitCode::FAILURE
         }
     }
