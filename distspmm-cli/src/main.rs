@@ -79,7 +79,6 @@ fn main() -> std::process::ExitCode {
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,
-        Err(err) if err.is::<cmd::train::Reported>() => std::process::ExitCode::FAILURE,
         Err(err) => {
             eprintln!("error: {}", cmd::message(&err));
             std::process::ExitCode::FAILURE

@@ -329,38 +329,15 @@ impl Aggregate for TimedAggregate<'_> {
     }
 }
 
-/// Makes a local outcome collective: if any rank failed, every rank returns the same error
-/// (the lowest failing rank's message), so no rank waits forever in a later collective.
+/// Makes a local outcome collective (through [`dist_comm::agree::outcome`]): if any rank
+/// failed, every rank returns the same [`Agreed`] error (the lowest failing rank's message),
+/// so no rank waits forever in a later collective.
 pub fn agree<C: AllReduce + AllGather, T>(comm: &C, local: Result<T>) -> Result<T> {
-    const MSG: usize = 1024;
-    let mut failed = [u64::from(local.is_err())];
-    comm.all_reduce(&mut failed, ReduceOp::Max)
-        .context("cannot agree with the other ranks")?;
-    if failed[0] == 0 {
-        return local;
+    let local = local.map_err(|e| format!("{e:#}"));
+    match dist_comm::agree::outcome(comm, local).context("cannot agree with the other ranks")? {
+        Ok(value) => Ok(value),
+        Err(failure) => Err(Agreed(failure.to_string()).into()),
     }
-    let mut mine = [0u8; MSG];
-    if let Err(e) = &local {
-        let text = format!("{e:#}");
-        let n = text.len().min(MSG);
-        mine[..n].copy_from_slice(&text.as_bytes()[..n]);
-    }
-    let all = comm
-        .all_gather_vec(&mine[..])
-        .context("cannot gather the other ranks' errors")?;
-    let (rank, msg) = all
-        .chunks(MSG)
-        .enumerate()
-        .find(|(_, m)| m[0] != 0)
-        .map(|(r, m)| {
-            (
-                r,
-                String::from_utf8_lossy(&m[..m.iter().position(|&b| b == 0).unwrap_or(MSG)])
-                    .into_owned(),
-            )
-        })
-        .unwrap_or((0, "unknown error".into()));
-    Err(Agreed(format!("rank {rank} of {}: {msg}", comm.size())).into())
 }
 
 /// An error [`agree`] handed to every rank: all ranks hold it at the same point, so they may

@@ -120,22 +120,33 @@ pub fn launch(launch: &Launch, chunks: &Path, main: &impl RankMain) -> anyhow::R
     let comm = MpiComm::init().context("cannot initialise MPI")?;
     match main.run(&comm) {
         Ok(()) => Ok(()),
-        Err(err) if comm.size() > 1 && !is_collective(&err) => {
-            eprintln!("error on rank {}: {}", comm.rank(), super::message(&err));
-            eprintln!("aborting the MPI job so that the other ranks do not wait for this one");
-            comm.abort(1)
-        }
         Err(err) => {
-            // Every rank has this error: each prints it before any exits, since mpirun kills
-            // the rest of the job when the first process ends with a failure. One write per
-            // line, so that the ranks' lines do not interleave.
-            let line = format!("error: {}\n", super::message(&err));
-            let _ = std::io::stderr().write_all(line.as_bytes());
-            let _ = comm.barrier();
-            drop(comm); // MPI_Finalize
-            std::process::exit(1)
+            let collective = is_collective(&err);
+            fail_under_mpi(comm, &err, collective)
         }
     }
+}
+
+/// Ends this MPI process after `err`, the one rule for every command under `mpirun`: an error
+/// every rank holds (`collective`) is printed by each rank, which then meet in a barrier and
+/// exit together; an error only this rank knows of aborts the job (`MPI_Abort`), so that no
+/// rank is left waiting for this one.
+pub fn fail_under_mpi(comm: MpiComm, err: &anyhow::Error, collective: bool) -> ! {
+    if comm.size() > 1 && !collective {
+        eprintln!("error on rank {}: {}", comm.rank(), super::message(err));
+        eprintln!("aborting the MPI job so that the other ranks do not wait for this one");
+        comm.abort(1)
+    }
+    // Every rank has this error: each prints it before any exits, since mpirun kills the rest
+    // of the job when the first process ends with a failure. One write per line, so that the
+    // ranks' lines do not interleave.
+    let line = format!("error: {}\n", super::message(err));
+    let _ = std::io::stderr().write_all(line.as_bytes());
+    // The barrier cannot hang: every rank got the same error from the same step. If it fails
+    // (a rank died meanwhile) the message is out already.
+    let _ = comm.barrier();
+    drop(comm); // MPI_Finalize
+    std::process::exit(1)
 }
 
 /// Refuses a run whose dense N × `features` matrices (`bytes_per_value` bytes per entry over

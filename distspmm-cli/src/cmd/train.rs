@@ -6,7 +6,7 @@
 
 use anyhow::{Context, Result};
 use dist_comm::Group;
-use distspmm_gcn::{Config, Event, TrainError};
+use distspmm_gcn::{Config, Event};
 use std::path::PathBuf;
 
 /// How the work is split across ranks.
@@ -126,11 +126,6 @@ impl Args {
     }
 }
 
-/// An error this rank has already printed; `main` exits non-zero without printing it again.
-#[derive(Debug, thiserror::Error)]
-#[error("{0}")]
-pub struct Reported(String);
-
 /// Prints an event on rank 0 (every rank gets the same events).
 fn print_event(event: Event, json: bool) {
     match event {
@@ -175,19 +170,12 @@ pub fn run(args: &Args) -> Result<()> {
     });
     let summary = match result {
         Ok(summary) => summary,
-        // Every rank holds this error. Each prints it, then all meet once more before exiting:
-        // otherwise the first rank to exit makes mpirun kill the others before they have said
-        // why, and the user sees the message from one rank only.
-        Err(TrainError::OnAllRanks(err)) => {
-            let text = format!("{err:#}");
-            eprintln!("error: {text}");
-            // The barrier cannot hang: every rank got the same error from the same collective.
-            // If it fails (a rank died meanwhile) the message is out already.
-            let _ = comm.barrier();
-            return Err(Reported(text).into());
+        // An error every rank holds is printed by each and they exit together; an error on one
+        // rank aborts the job, so that no rank waits for it (as every distributed command).
+        Err(err) => {
+            let collective = err.is_collective();
+            super::ranks::fail_under_mpi(comm, &err.into(), collective)
         }
-        Err(TrainError::Local(err)) => return Err(err),
-        Err(err @ TrainError::Config(_)) => return Err(err.into()),
     };
     if rank == 0 {
         if args.json {
