@@ -433,59 +433,39 @@ trait Trainable {
     fn restore(&mut self, params: model::Params, adam: model::Adam);
 }
 
-impl Trainable for model::Gcn {
-    fn step(
-        &mut self,
-        agg: &mut dyn Aggregate,
-        red: &mut dyn Reduce,
-        data: &LocalData<'_>,
-        epoch: u64,
-    ) -> Result<f64> {
-        self.train_step(agg, red, data, epoch)
-    }
-    fn eval(
-        &mut self,
-        agg: &mut dyn Aggregate,
-        red: &mut dyn Reduce,
-        data: &LocalData<'_>,
-    ) -> Result<Metrics> {
-        self.evaluate(agg, red, data)
-    }
-    fn state(&self) -> (&model::Params, &model::Adam) {
-        (&self.params, &self.adam)
-    }
-    fn restore(&mut self, params: model::Params, adam: model::Adam) {
-        self.params = params;
-        self.adam = adam;
-    }
+/// Both models keep their parameters and Adam state in the same fields and expose the same
+/// `train_step`/`evaluate`: one delegation, written once.
+macro_rules! trainable {
+    ($($model:ty),+) => {$(
+        impl Trainable for $model {
+            fn step(
+                &mut self,
+                agg: &mut dyn Aggregate,
+                red: &mut dyn Reduce,
+                data: &LocalData<'_>,
+                epoch: u64,
+            ) -> Result<f64> {
+                self.train_step(agg, red, data, epoch)
+            }
+            fn eval(
+                &mut self,
+                agg: &mut dyn Aggregate,
+                red: &mut dyn Reduce,
+                data: &LocalData<'_>,
+            ) -> Result<Metrics> {
+                self.evaluate(agg, red, data)
+            }
+            fn state(&self) -> (&model::Params, &model::Adam) {
+                (&self.params, &self.adam)
+            }
+            fn restore(&mut self, params: model::Params, adam: model::Adam) {
+                self.params = params;
+                self.adam = adam;
+            }
+        }
+    )+};
 }
-
-impl Trainable for tensor::TensorGcn {
-    fn step(
-        &mut self,
-        agg: &mut dyn Aggregate,
-        red: &mut dyn Reduce,
-        data: &LocalData<'_>,
-        epoch: u64,
-    ) -> Result<f64> {
-        self.train_step(agg, red, data, epoch)
-    }
-    fn eval(
-        &mut self,
-        agg: &mut dyn Aggregate,
-        red: &mut dyn Reduce,
-        data: &LocalData<'_>,
-    ) -> Result<Metrics> {
-        self.evaluate(agg, red, data)
-    }
-    fn state(&self) -> (&model::Params, &model::Adam) {
-        (&self.params, &self.adam)
-    }
-    fn restore(&mut self, params: model::Params, adam: model::Adam) {
-        self.params = params;
-        self.adam = adam;
-    }
-}
+trainable!(model::Gcn, tensor::TensorGcn);
 
 /// Everything the epoch loop needs, whatever the mode.
 struct Job<'a> {
