@@ -165,15 +165,21 @@ impl From<CommError> for Error {
     }
 }
 
-impl From<ChunkDirError> for Error {
-    fn from(e: ChunkDirError) -> Self {
-        let status = match &e {
+impl From<&ChunkDirError> for Error {
+    fn from(e: &ChunkDirError) -> Self {
+        let status = match e {
             ChunkDirError::Io { .. } => Status::Io,
             ChunkDirError::Chunk(chunk_format::ChunkFileError::Io { .. }) => Status::Io,
             ChunkDirError::NoSuchPart { .. } => Status::PartsMismatch,
             _ => Status::InvalidChunk,
         };
-        Self::new(status, with_sources(&e))
+        Self::new(status, with_sources(e))
+    }
+}
+
+impl From<ChunkDirError> for Error {
+    fn from(e: ChunkDirError) -> Self {
+        Self::from(&e)
     }
 }
 

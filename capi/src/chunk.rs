@@ -8,10 +8,12 @@ use std::sync::Arc;
 use chunk_format::{ChunkHeader, ChunkView, MappedChunk};
 use dist_comm::Group;
 use distspmm_core::chunk::ChunkDir;
+use distspmm_op::{open_rank_chunk, OpenError};
 
-use crate::agree::agree;
-use crate::boundary::{ffi_boundary, ffi_boundary_void, Error, Handle, OutPtr, Status};
-use crate::comm::Comm;
+use crate::boundary::{
+    ffi_boundary, ffi_boundary_void, with_sources, Error, Handle, OutPtr, Status,
+};
+use crate::comm::{agree, Comm};
 
 /// This rank's part of a chunk directory written by `distspmm partition`: the rows of Ahat (the normalised adjacency) it
 /// owns, its halo lists and its nodes' features, labels, masks and original ids, mapped
@@ -72,23 +74,20 @@ fn open_local(dir: *const c_char, rank: usize, size: usize) -> Result<Chunk, Err
             format!("{} is not a directory", path.display()),
         ));
     }
-    let dir = ChunkDir::open(&path)?;
-    let parts = dir.parts() as usize;
-    if parts != size {
-        return Err(Error::new(
-            Status::PartsMismatch,
-            format!(
-                "{} holds {parts} parts but the communicator has {size} ranks: launch with \
-                 `mpirun -n {parts}`, or re-partition with `distspmm partition --parts {size}`",
-                path.display()
-            ),
-        ));
-    }
-    let mapped = dir.load(rank as u32)?;
+    let (dir, mapped) = open_rank_chunk(&path, rank, size)?;
     Ok(Chunk {
         dir,
         mapped: Arc::new(mapped),
     })
+}
+
+impl From<OpenError> for Error {
+    fn from(e: OpenError) -> Self {
+        match e.dir_error() {
+            Some(source) => Error::new(Error::from(source).status, with_sources(&e)),
+            None => Error::new(Status::PartsMismatch, e.to_string()),
+        }
+    }
 }
 
 /// The partition fingerprint folded into one word (equal on every rank of one run).

@@ -5,9 +5,9 @@ use std::cell::RefCell;
 use std::rc::{Rc, Weak};
 use std::thread::ThreadId;
 
-use dist_comm::{AllReduce, Group, MpiComm, Reducible};
+use dist_comm::agree::{settle, Settled};
+use dist_comm::{AllGather, AllReduce, Group, MpiComm, Reducible};
 
-use crate::agree::agree;
 use crate::boundary::{ffi_boundary, slice_mut, Error, Handle, OutPtr, Status};
 
 /// A communicator: a private duplicate of `MPI_COMM_WORLD` (from `dsp_init`) or of the host's
@@ -236,6 +236,48 @@ pub unsafe extern "C" fn dsp_barrier(comm: *mut Comm) -> Status {
     })
 }
 
+/// The C ABI's agreement before a collective, on `dist_comm::agree::settle`: every rank offers
+/// its local outcome (a key that must be equal everywhere, or its error) and learns every
+/// rank's verdict. Returns this rank's own error if it has one; else [`Status::PeerFailed`]
+/// naming the lowest failing rank, its status and message; else [`Status::ArgumentMismatch`]
+/// if the keys differ (described by `describe`, e.g. "F = 16"); else the common key.
+pub(crate) fn agree<C: AllGather + AllReduce>(
+    comm: &C,
+    local: Result<u64, Error>,
+    describe: impl Fn(u64) -> String,
+) -> Result<u64, Error> {
+    let offered = match &local {
+        Ok(key) => Ok(*key),
+        Err(e) => Err((e.status as i32, e.message.as_str())),
+    };
+    let settled = settle(comm, offered)?;
+    let key = local?;
+    match settled {
+        Settled::Agreed(key) => Ok(key),
+        Settled::Failed(failed) => {
+            let status = Status::from_code(failed.code).unwrap_or(Status::Panic);
+            Err(Error::new(
+                Status::PeerFailed,
+                format!(
+                    "rank {} failed ({}): {}",
+                    failed.rank,
+                    status.description().to_string_lossy(),
+                    failed.message
+                ),
+            ))
+        }
+        Settled::Keys { rank, theirs, .. } => Err(Error::new(
+            Status::ArgumentMismatch,
+            format!(
+                "rank {} has {} but rank {rank} has {}",
+                comm.rank(),
+                describe(key),
+                describe(theirs)
+            ),
+        )),
+    }
+}
+
 /// In-place sum over ranks of `count` values (gradients, counts): checks the buffer, agrees
 /// on `count` with every rank, then reduces.
 fn all_reduce_sum<T: Reducible>(comm: *mut Comm, buf: *mut T, count: usize) -> Result<(), Error> {
@@ -278,4 +320,57 @@ pub unsafe extern "C" fn dsp_allreduce_sum_f64(
     count: usize,
 ) -> Status {
     ffi_boundary("dsp_allreduce_sum_f64", || all_reduce_sum(comm, buf, count))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use dist_comm::LocalComm;
+
+    #[test]
+    fn all_ok_with_equal_keys_agrees() {
+        let out = LocalComm::run(3, |comm| agree(&comm, Ok(16), |k| format!("F = {k}")));
+        assert!(out.iter().all(|r| r == &Ok(16)));
+    }
+
+    #[test]
+    fn one_failing_rank_fails_every_rank_with_its_status_and_message() {
+        let out = LocalComm::run(3, |comm| {
+            let local = if comm.rank() == 1 {
+                Err(Error::invalid("ldx 3 < cols 4"))
+            } else {
+                Ok(4)
+            };
+            agree(&comm, local, |k| format!("F = {k}"))
+        });
+        assert_eq!(out[1], Err(Error::invalid("ldx 3 < cols 4")));
+        for r in [0, 2] {
+            let e = out[r].clone().unwrap_err();
+            assert_eq!(e.status, Status::PeerFailed);
+            let described = Status::InvalidArgument.description().to_string_lossy();
+            assert!(
+                e.message
+                    .starts_with(&format!("rank 1 failed ({described})")),
+                "{}",
+                e.message
+            );
+            assert!(e.message.ends_with("ldx 3 < cols 4"), "{}", e.message);
+        }
+    }
+
+    #[test]
+    fn different_keys_are_a_mismatch_on_every_rank() {
+        let out = LocalComm::run(2, |comm| {
+            agree(&comm, Ok(8 + comm.rank() as u64), |k| format!("F = {k}"))
+        });
+        for r in out {
+            let e = r.unwrap_err();
+            assert_eq!(e.status, Status::ArgumentMismatch);
+            assert!(
+                e.message.contains("F = 8") && e.message.contains("F = 9"),
+                "{}",
+                e.message
+            );
+        }
+    }
 }

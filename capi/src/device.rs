@@ -274,10 +274,9 @@ mod imp {
     use distspmm_op::{DistSpmmError, GpuDistSpmm, Operand};
 
     use super::{Direction, SpmmDevice};
-    use crate::agree::agree;
     use crate::boundary::{Error, Handle, Status};
     use crate::chunk::Chunk;
-    use crate::comm::{check_owner, check_usable, Comm, Shared};
+    use crate::comm::{agree, check_owner, check_usable, Comm, Shared};
     use crate::spmm::{agree_on_schedule, schedule_arg, static_view};
 
     /// What a `dsp_spmm_device` holds. Fields drop in declaration order: the operator (which

@@ -17,7 +17,6 @@
 //! committed `include/distspmm.h` is current; `DISTSPMM_BLESS=1` rewrites it). `docs/c-api.md`
 //! states the ABI rules, the thread-safety of each handle and a minimal example.
 
-mod agree;
 mod boundary;
 mod chunk;
 mod comm;

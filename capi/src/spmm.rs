@@ -12,12 +12,11 @@ use distspmm_core::sparse::{DenseView, DenseViewMut};
 use distspmm_op::operands::{check_pair, Operand, OperandError};
 use distspmm_op::{DistSpmm, DistSpmmError};
 
-use crate::agree::agree;
 use crate::boundary::{
     ffi_boundary, ffi_boundary_void, slice, slice_mut, Error, Handle, OutPtr, Status,
 };
 use crate::chunk::Chunk;
-use crate::comm::{check_owner, check_usable, Comm, Shared};
+use crate::comm::{agree, check_owner, check_usable, Comm, Shared};
 
 /// Which communication schedule a `dsp_spmm` runs (the values are part of the ABI).
 #[repr(i32)]

@@ -17,19 +17,40 @@ use crate::{AllGather, AllReduce, CommError, ReduceOp};
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum AgreeError {
     /// The chunks were made for another number of parts than the communicator has ranks.
-    #[error("the chunks were made for {chunk_parts} parts but the communicator has {ranks} ranks")]
-    PartsMismatch {
-        /// P written in the chunks.
-        chunk_parts: usize,
-        /// Ranks in the communicator.
-        ranks: usize,
-    },
+    #[error(transparent)]
+    PartsMismatch(#[from] PartsMismatch),
     /// The ranks disagree on something they must share, or a rank could not take part.
     #[error("{0}")]
     Disagreement(String),
     /// The agreement's own collective failed (possibly on this rank only).
     #[error(transparent)]
     Comm(#[from] CommError),
+}
+
+/// The chunks were made for another number of parts than the communicator has ranks: the one
+/// definition of this error and of its words (the operator, the CLI, the trainer and the C ABI
+/// report it through this type, prefixed with the directory where they know it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "the chunks were made for {chunk_parts} parts but {ranks} {started}: run {chunk_parts} \
+     ranks (`mpirun -n {chunk_parts}`) or re-partition with `distspmm partition --parts {ranks}`",
+    started = if *ranks == 1 { "rank was started" } else { "ranks were started" }
+)]
+pub struct PartsMismatch {
+    /// P written in the chunks.
+    pub chunk_parts: usize,
+    /// Ranks in the communicator.
+    pub ranks: usize,
+}
+
+/// [`PartsMismatch`] unless the chunk directory's `chunk_parts` equals the communicator's
+/// `ranks` (the local check before a directory is opened for a rank).
+pub fn check_parts(chunk_parts: usize, ranks: usize) -> Result<(), PartsMismatch> {
+    if chunk_parts == ranks {
+        Ok(())
+    } else {
+        Err(PartsMismatch { chunk_parts, ranks })
+    }
 }
 
 impl AgreeError {
@@ -128,10 +149,11 @@ fn check(all: &[u64], ranks: usize) -> Result<(), AgreeError> {
     for r in 0..ranks {
         let parts = rec(r)[1] as usize;
         if parts != 0 && parts != ranks {
-            return Err(AgreeError::PartsMismatch {
+            return Err(PartsMismatch {
                 chunk_parts: parts,
                 ranks,
-            });
+            }
+            .into());
         }
     }
     for r in 0..ranks {
@@ -235,10 +257,13 @@ pub fn call<C: AllReduce>(
     Ok(())
 }
 
-/// Bytes of a failing rank's message that [`outcome`] shares.
+/// Bytes of a failing rank's message that [`settle`] and [`outcome`] share.
 const MESSAGE: usize = 1024;
+/// Words before the message in a rank's record of [`settle`]: failed, code, key.
+const RECORD_WORDS: usize = 3;
 
-/// A failure [`outcome`] shares with every rank: the lowest failing rank and its message.
+/// A failure [`settle`] and [`outcome`] share with every rank: the lowest failing rank, the
+/// code it gave and its message.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("rank {rank} of {ranks}: {message}")]
 pub struct PeerFailure {
@@ -246,52 +271,119 @@ pub struct PeerFailure {
     pub rank: usize,
     /// Ranks in the communicator.
     pub ranks: usize,
+    /// The code that rank gave its failure (the caller's numbering, e.g. a C status; 0 through
+    /// [`outcome`]).
+    pub code: i32,
     /// Its error message (cut to 1 KiB at a character boundary).
     pub message: String,
 }
 
-/// Makes a local outcome collective: if any rank failed, every rank returns the same
-/// [`PeerFailure`] (the lowest failing rank's message), so no rank waits forever in a later
-/// collective. One one-word all-reduce when every rank succeeded; an all-gather of 1 KiB per
-/// rank otherwise.
+/// What [`settle`] found: the same value on every rank, except `Keys`' `mine`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Settled {
+    /// Every rank succeeded with this key.
+    Agreed(u64),
+    /// Some rank failed; the lowest one's failure.
+    Failed(PeerFailure),
+    /// Every rank succeeded but the keys differ: `rank` is the lowest rank whose key is not this
+    /// rank's `mine`.
+    Keys {
+        /// The lowest rank with another key than this rank's.
+        rank: usize,
+        /// This rank's key.
+        mine: u64,
+        /// That rank's key.
+        theirs: u64,
+    },
+}
+
+/// Makes a local outcome with a key collective: every rank offers either the key every rank
+/// must share (e.g. F, a buffer length, a fingerprint) or its failure (a code of the caller's
+/// and a message), and every rank learns the same verdict: all succeeded with one key, the
+/// lowest failing rank's failure, or the keys differ. One three-word all-reduce when every
+/// rank succeeded with one key; then an all-gather of a record (three words and 1 KiB of
+/// message) per rank.
+pub fn settle<C: AllReduce + AllGather>(
+    comm: &C,
+    local: Result<u64, (i32, &str)>,
+) -> Result<Settled, CommError> {
+    let key = *local.as_ref().unwrap_or(&0);
+    // Max of x and of !x give the maximum and the minimum in one reduction (a failing rank
+    // offers key 0, which only makes the verdict take the slow path).
+    let mut words = [u64::from(local.is_err()), key, !key];
+    comm.all_reduce(&mut words, ReduceOp::Max)?;
+    if words[0] == 0 && words[1] == !words[2] {
+        return Ok(Settled::Agreed(key));
+    }
+    let mut mine = [0u8; RECORD_WORDS * 8 + MESSAGE];
+    let (failed, code, text) = match local {
+        Ok(_) => (0u64, 0i32, ""),
+        Err((code, text)) => (1, code, text),
+    };
+    mine[0..8].copy_from_slice(&failed.to_le_bytes());
+    mine[8..12].copy_from_slice(&code.to_le_bytes());
+    mine[16..24].copy_from_slice(&key.to_le_bytes());
+    let mut n = text.len().min(MESSAGE);
+    while !text.is_char_boundary(n) {
+        n -= 1;
+    }
+    mine[24..24 + n].copy_from_slice(&text.as_bytes()[..n]);
+    let all = comm.all_gather_vec(&mine[..])?;
+    let word = |record: &[u8], i: usize| {
+        let mut b = [0u8; 8];
+        b.copy_from_slice(&record[i * 8..i * 8 + 8]);
+        u64::from_le_bytes(b)
+    };
+    let records: Vec<&[u8]> = all.chunks_exact(mine.len()).collect();
+    if let Some((rank, record)) = records.iter().enumerate().find(|(_, r)| word(r, 0) != 0) {
+        let message = &record[24..];
+        let end = message.iter().position(|&b| b == 0).unwrap_or(MESSAGE);
+        let mut code = [0u8; 4];
+        code.copy_from_slice(&record[8..12]);
+        let code = i32::from_le_bytes(code);
+        return Ok(Settled::Failed(PeerFailure {
+            rank,
+            ranks: comm.size(),
+            code,
+            message: String::from_utf8_lossy(&message[..end]).into_owned(),
+        }));
+    }
+    let (rank, theirs) = records
+        .iter()
+        .enumerate()
+        .map(|(r, record)| (r, word(record, 2)))
+        .find(|&(_, k)| k != key)
+        .unwrap_or((comm.rank(), key));
+    Ok(Settled::Keys {
+        rank,
+        mine: key,
+        theirs,
+    })
+}
+
+/// Makes a local outcome collective ([`settle`] without a key): if any rank failed, every rank
+/// returns the same [`PeerFailure`] (the lowest failing rank's message, code 0), so no rank
+/// waits forever in a later collective. A failing rank with an empty message still fails.
 pub fn outcome<C: AllReduce + AllGather, T, E: std::fmt::Display>(
     comm: &C,
     local: Result<T, E>,
 ) -> Result<Result<T, PeerFailure>, CommError> {
-    let mut failed = [u64::from(local.is_err())];
-    comm.all_reduce(&mut failed, ReduceOp::Max)?;
-    let local = match (failed[0], local) {
-        (0, Ok(value)) => return Ok(Ok(value)),
-        (_, local) => local,
+    let text = local.as_ref().err().map(ToString::to_string);
+    let offered = match &text {
+        None => Ok(0),
+        Some(t) if t.is_empty() => Err((0, "unknown error")),
+        Some(t) => Err((0, t.as_str())),
     };
-    let mut mine = [0u8; MESSAGE];
-    if let Err(e) = &local {
-        let text = e.to_string();
-        let mut n = text.len().min(MESSAGE);
-        while !text.is_char_boundary(n) {
-            n -= 1;
-        }
-        mine[..n].copy_from_slice(&text.as_bytes()[..n]);
-        // A failing rank with an empty message still marks its record.
-        if n == 0 {
-            mine[0] = b'?';
-        }
+    match settle(comm, offered)? {
+        Settled::Failed(failure) => Ok(Err(failure)),
+        // Every rank offered key 0: `Keys` cannot happen.
+        Settled::Agreed(_) | Settled::Keys { .. } => match local {
+            Ok(value) => Ok(Ok(value)),
+            Err(_) => Err(CommError::Mismatch(
+                "internal: the agreement lost a failing rank".into(),
+            )),
+        },
     }
-    let all = comm.all_gather_vec(&mine[..])?;
-    let (rank, message) = all
-        .chunks(MESSAGE)
-        .enumerate()
-        .find(|(_, m)| m[0] != 0)
-        .map(|(r, m)| {
-            let end = m.iter().position(|&b| b == 0).unwrap_or(MESSAGE);
-            (r, String::from_utf8_lossy(&m[..end]).into_owned())
-        })
-        .unwrap_or((0, "unknown error".into()));
-    Ok(Err(PeerFailure {
-        rank,
-        ranks: comm.size(),
-        message,
-    }))
 }
 
 #[cfg(test)]
@@ -327,10 +419,10 @@ mod tests {
         for r in out {
             assert_eq!(
                 r,
-                Err(AgreeError::PartsMismatch {
+                Err(AgreeError::PartsMismatch(PartsMismatch {
                     chunk_parts: 2,
                     ranks: 3
-                })
+                }))
             );
         }
         let out = LocalComm::run(2, |comm| match comm.rank() {
@@ -390,6 +482,7 @@ mod tests {
             outcome(&comm, local).unwrap().unwrap_err()
         });
         assert_eq!(out[0].rank, 0, "an empty message still counts as a failure");
+        assert_eq!(out[1].message, "unknown error");
         let out = LocalComm::run(2, |comm| {
             let local: Result<(), String> = match comm.rank() {
                 0 => Ok(()),
@@ -398,5 +491,79 @@ mod tests {
             outcome(&comm, local).unwrap().unwrap_err()
         });
         assert_eq!(out[0].message, "é".repeat(MESSAGE / 2));
+    }
+
+    #[test]
+    fn settle_agrees_on_one_key() {
+        let out = LocalComm::run(3, |comm| settle(&comm, Ok(16)).unwrap());
+        assert!(out.iter().all(|s| s == &Settled::Agreed(16)), "{out:?}");
+    }
+
+    #[test]
+    fn settle_shares_the_lowest_failure_with_its_code() {
+        let out = LocalComm::run(3, |comm| {
+            let local = match comm.rank() {
+                0 => Ok(4),
+                1 => Err((2, "ldx 3 < cols 4")),
+                _ => Err((7, "another")),
+            };
+            settle(&comm, local).unwrap()
+        });
+        for s in out {
+            assert_eq!(
+                s,
+                Settled::Failed(PeerFailure {
+                    rank: 1,
+                    ranks: 3,
+                    code: 2,
+                    message: "ldx 3 < cols 4".into()
+                })
+            );
+        }
+    }
+
+    #[test]
+    fn settle_names_the_lowest_rank_with_another_key() {
+        let out = LocalComm::run(3, |comm| {
+            let key = if comm.rank() == 2 { 9 } else { 8 };
+            settle(&comm, Ok(key)).unwrap()
+        });
+        assert_eq!(
+            out,
+            vec![
+                Settled::Keys {
+                    rank: 2,
+                    mine: 8,
+                    theirs: 9
+                },
+                Settled::Keys {
+                    rank: 2,
+                    mine: 8,
+                    theirs: 9
+                },
+                Settled::Keys {
+                    rank: 0,
+                    mine: 9,
+                    theirs: 8
+                },
+            ]
+        );
+    }
+
+    #[test]
+    fn settle_cuts_long_messages_at_a_character_boundary() {
+        let message = "é".repeat(MESSAGE);
+        let out = LocalComm::run(2, |comm| {
+            let local = if comm.rank() == 0 {
+                Err((1, message.as_str()))
+            } else {
+                Ok(1)
+            };
+            settle(&comm, local).unwrap()
+        });
+        let Settled::Failed(f) = &out[1] else {
+            panic!("{out:?}")
+        };
+        assert_eq!(f.message, "é".repeat(MESSAGE / 2));
     }
 }

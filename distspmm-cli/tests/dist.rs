@@ -217,8 +217,9 @@ fn chunks_for_three_parts_under_two_ranks_fail_every_rank_quickly() {
         assert!(took < Duration::from_secs(30), "{args:?} took {took:?}");
         let stderr = String::from_utf8_lossy(&out.stderr);
         let message = format!(
-            "error: chunk directory {} was made for 3 parts but 2 ranks were started: re-run \
-             `distspmm partition --parts 2`, or run 3 ranks (`mpirun -n 3` or --local-ranks 3)",
+            "error: chunk directory {}: the chunks were made for 3 parts but 2 ranks were \
+             started: run 3 ranks (`mpirun -n 3`) or re-partition with `distspmm partition \
+             --parts 2`",
             chunks.display()
         );
         assert_eq!(

@@ -195,7 +195,7 @@ fn local_ranks_check_the_part_count_before_starting_threads() {
         ));
         let stderr = error_of(&out, command);
         assert!(
-            stderr.contains("was made for 2 parts but 1000 ranks were started"),
+            stderr.contains("made for 2 parts but 1000 ranks were started"),
             "{command}: {stderr}"
         );
     }

@@ -226,7 +226,7 @@ fn wrong_rank_count_fails_fast_on_every_rank() {
     );
     let stderr = String::from_utf8_lossy(&out.stderr);
     // Both ranks print the same message (their lines may interleave on the shared stderr).
-    let message = "holds 3 parts but 2 ranks were started: launch `mpirun -n 3` or re-partition with `distspmm partition --parts 2`";
+    let message = "the chunks were made for 3 parts but 2 ranks were started: run 3 ranks (`mpirun -n 3`) or re-partition with `distspmm partition --parts 2`";
     assert_eq!(
         stderr.matches(message).count(),
         2,

@@ -159,19 +159,8 @@ where
     C: dist_comm::Communicator,
 {
     let (rank, ranks) = (comm.rank(), comm.size());
-    let opened = (|| -> Result<_> {
-        let dir = distspmm_core::chunk::ChunkDir::open(dir_path)?;
-        let parts = dir.parts() as usize;
-        if parts != ranks {
-            bail!(
-                "{} holds {parts} parts but {ranks} ranks were started: launch `mpirun -n {parts}` or re-partition with `distspmm partition --parts {ranks}`",
-                dir_path.display()
-            );
-        }
-        let chunk = dir.load(rank as u32)?;
-        Ok((dir, chunk))
-    })();
-    let (dir, chunk) = agree(comm, opened)?;
+    let opened = distspmm_op::open_rank_chunk(dir_path, rank, ranks);
+    let (dir, chunk) = agree(comm, opened.map_err(anyhow::Error::from))?;
     let chunk_path = dir.chunk_path(rank as u32)?;
     let view = chunk.view();
     let mut nd = agree(comm, node_data(args, view, &chunk_path))?;

@@ -12,9 +12,7 @@ use super::{DistSpmmError, Op};
 impl From<AgreeError> for DistSpmmError {
     fn from(e: AgreeError) -> Self {
         match e {
-            AgreeError::PartsMismatch { chunk_parts, ranks } => {
-                DistSpmmError::PartsMismatch { chunk_parts, ranks }
-            }
+            AgreeError::PartsMismatch(m) => DistSpmmError::PartsMismatch(m),
             AgreeError::Disagreement(m) => DistSpmmError::Disagreement(m),
             AgreeError::Comm(e) => DistSpmmError::Comm(e),
         }

@@ -76,11 +76,13 @@ pub mod halo;
 mod layout;
 #[cfg(test)]
 mod mock;
+mod open;
 pub mod operands;
 #[cfg(test)]
 mod tests;
 
 use chunk_format::ChunkView;
+pub use dist_comm::agree::PartsMismatch;
 use dist_comm::{AllGather, AllReduce, Broadcast, CommError, PointToPoint};
 use distspmm_core::kernel::KernelError;
 use distspmm_core::schedule::{
@@ -92,6 +94,7 @@ pub use agree::abstain;
 pub use backend::{Backend, Program};
 #[cfg(feature = "cuda")]
 pub use gpu::GpuDistSpmm;
+pub use open::{open_rank_chunk, OpenError};
 pub use operands::{Operand, OperandError};
 
 use backend::{buffer_rows, moved_rows, run, Buf};
@@ -104,13 +107,8 @@ use layout::HaloLayout;
 pub enum DistSpmmError {
     /// The chunks were made for another number of parts than the communicator has ranks
     /// (every rank gets this error).
-    #[error("the chunks were made for {chunk_parts} parts but the communicator has {ranks} ranks")]
-    PartsMismatch {
-        /// P written in the chunks.
-        chunk_parts: usize,
-        /// Ranks in the communicator.
-        ranks: usize,
-    },
+    #[error(transparent)]
+    PartsMismatch(#[from] PartsMismatch),
     /// The ranks disagree on something they must share: fingerprint, format version, N,
     /// schedule, the operation or F of a call, or a rank could not take part. Every rank gets
     /// the same message.

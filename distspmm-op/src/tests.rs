@@ -13,7 +13,7 @@ use distspmm_core::schedule::{HaloPlan, LayerTraffic, ScheduleKind, Traffic, Wor
 use distspmm_core::sparse::{CsrOwned, DenseView, DenseViewMut};
 use proptest::prelude::*;
 
-use super::{abstain, predicted_traffic, DistSpmm, DistSpmmError};
+use super::{abstain, predicted_traffic, DistSpmm, DistSpmmError, PartsMismatch};
 use dist_comm::{Group, LocalComm};
 
 /// The chunks of a graph (GCN-normalised Â) split by `part_of`.
@@ -211,16 +211,36 @@ proptest! {
     }
 }
 
-/// A ring of `n` nodes plus chords, split into `parts` contiguous ranges.
-fn ring(n: usize, parts: u32) -> Vec<AlignedBuf> {
+/// The edges of a ring of `n` nodes plus chords.
+fn ring_edges(n: usize) -> Vec<(u32, u32)> {
     let mut edges = Vec::new();
     for v in 0..n as u32 {
         let w = (v + 1) % n as u32;
         let c = (v * 7 + 3) % n as u32;
         edges.extend([(v, w), (w, v), (v, c), (c, v)]);
     }
-    let part_of: Vec<u32> = (0..n).map(|v| (v * parts as usize / n) as u32).collect();
-    chunks(n, &edges, &part_of, parts)
+    edges
+}
+
+fn ring_parts(n: usize, parts: u32) -> Vec<u32> {
+    (0..n).map(|v| (v * parts as usize / n) as u32).collect()
+}
+
+/// A ring of `n` nodes plus chords, split into `parts` contiguous ranges.
+fn ring(n: usize, parts: u32) -> Vec<AlignedBuf> {
+    chunks(n, &ring_edges(n), &ring_parts(n, parts), parts)
+}
+
+/// A chunk directory of a 30-node ring in `parts` parts at `dir`.
+pub(crate) fn write_ring_dir(dir: &Path, parts: u32) {
+    use distspmm_core::chunk::{write_chunk_dir, WriteOptions};
+    let n = 30;
+    let (src, dst): (Vec<u32>, Vec<u32>) = ring_edges(n).into_iter().unzip();
+    let a_hat = normalize::adjacency(n, &src, &dst, None, Normalization::Gcn).unwrap();
+    let graph = Graph::from_edges(n, src, dst);
+    let partition = Partition::new(parts, ring_parts(n, parts), "test").unwrap();
+    let builder = ChunkBuilder::new(&graph, a_hat.view(), &partition).unwrap();
+    write_chunk_dir(dir, &builder, &WriteOptions::default()).unwrap();
 }
 
 #[test]
@@ -283,10 +303,10 @@ fn chunks_for_another_rank_count_fail_on_every_rank() {
     for r in &results {
         assert_eq!(
             r,
-            &Err(DistSpmmError::PartsMismatch {
+            &Err(DistSpmmError::PartsMismatch(PartsMismatch {
                 chunk_parts: 3,
                 ranks: 2
-            })
+            }))
         );
         assert!(r.as_ref().unwrap_err().is_collective());
     }

@@ -178,10 +178,10 @@ static void test_open_failures(dsp_comm *comm, uint32_t rank, const char *dir2, 
   /* Ranks opening different partitions. */
   EXPECT(dsp_chunk_open(comm, rank == 1 ? dir3 : dir2, &chunk),
          rank == 1 ? DSP_STATUS_PARTS_MISMATCH : DSP_STATUS_PEER_FAILED,
-         rank == 1 ? "holds 3 parts" : "rank 1 failed");
+         rank == 1 ? "made for 3 parts" : "rank 1 failed");
   /* 3 parts under 2 ranks: every rank gets the status and the message. */
   EXPECT(dsp_chunk_open(comm, dir3, &chunk), DSP_STATUS_PARTS_MISMATCH,
-         "holds 3 parts but the communicator has 2 ranks");
+         "made for 3 parts but 2 ranks were started");
   CHECK(chunk == NULL, "no chunk after a parts mismatch");
   /* Use after the failed open: the NULL handle is rejected everywhere. */
   EXPECT(dsp_chunk_num_local_nodes(chunk, &n), DSP_STATUS_NULL_ARGUMENT, "chunk");

@@ -94,7 +94,7 @@ void test_adoption(const char *dir2) {
     CommPtr one = adopt(single);
     dsp_chunk *chunk = nullptr;
     EXPECT(dsp_chunk_open(one.get(), dir2, &chunk), DSP_STATUS_PARTS_MISMATCH,
-           "holds 2 parts but the communicator has 1 ranks");
+           "made for 2 parts but 1 rank was started");
     CHECK(chunk == nullptr);
   }
   MPI_Comm_free(&single);

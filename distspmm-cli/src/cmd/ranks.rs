@@ -14,10 +14,11 @@ use std::path::Path;
 
 use anyhow::{anyhow, bail, Context};
 use chunk_format::MappedChunk;
+use dist_comm::agree::check_parts;
 use dist_comm::{AllGather, Communicator, Group, LocalComm, MpiComm};
 use distspmm_core::chunk::ChunkDir;
 use distspmm_core::schedule::ScheduleKind;
-use distspmm_op::{abstain, DistSpmmError};
+use distspmm_op::{abstain, open_rank_chunk, DistSpmmError, OpenError};
 
 /// How ranks are formed (shared by the distributed commands).
 #[derive(Debug, Clone, clap::Args)]
@@ -98,15 +99,8 @@ pub fn launch(launch: &Launch, chunks: &Path, main: &impl RankMain) -> anyhow::R
         }
         let dir = ChunkDir::open(chunks)
             .with_context(|| format!("cannot open the chunk directory {}", chunks.display()))?;
-        let parts = dir.parts() as usize;
-        if parts != ranks {
-            return Err(explain(
-                DistSpmmError::PartsMismatch {
-                    chunk_parts: parts,
-                    ranks,
-                },
-                chunks,
-            ));
+        if let Err(e) = check_parts(dir.parts() as usize, ranks) {
+            return Err(explain(e.into(), chunks));
         }
         let results = LocalComm::try_run(ranks, |comm| main.run(&comm))?;
         return results.into_iter().find(Result::is_err).unwrap_or(Ok(()));
@@ -169,32 +163,22 @@ pub fn check_matrix_memory(
     Ok(())
 }
 
-/// Opens the chunk directory and loads this rank's chunk. Collective: a rank that cannot (the
-/// directory has no chunk for it, or loading fails) joins the operator's agreement step with
-/// [`abstain`], so every rank fails together.
+/// Opens the chunk directory and loads this rank's chunk (`distspmm_op::open_rank_chunk`).
+/// Collective: a rank that cannot (the directory has another part count, no chunk for it, or
+/// loading fails) joins the operator's agreement step with [`abstain`], so every rank fails
+/// together.
 pub fn load_chunk<C: AllGather>(comm: &C, dir: &Path) -> anyhow::Result<(ChunkDir, MappedChunk)> {
-    let rank = comm.rank();
-    // A rank that fails here reports its own error; the others learn of it in the agreement.
-    let own = |e: anyhow::Error| -> anyhow::Error { OnAllRanks(e).into() };
-    let opened = match ChunkDir::open(dir) {
-        Ok(d) => d,
-        Err(e) => {
-            abstain(comm, None);
-            return Err(own(anyhow::Error::new(e)
-                .context(format!("rank {rank} cannot open the chunk directory"))));
+    match open_rank_chunk(dir, comm.rank(), comm.size()) {
+        Ok(opened) => Ok(opened),
+        // Every rank reads the same manifest: the agreement's verdict is the mismatch.
+        Err(e @ OpenError::PartsMismatch { .. }) => {
+            Err(explain(abstain(comm, e.chunk_parts()), dir))
         }
-    };
-    let parts = opened.parts() as usize;
-    if rank >= parts {
-        return Err(explain(abstain(comm, Some(parts)), dir));
-    }
-    match opened.load(rank as u32) {
-        Ok(chunk) => Ok((opened, chunk)),
         Err(e) => {
-            abstain(comm, Some(parts));
-            Err(own(
-                anyhow::Error::new(e).context(format!("rank {rank} cannot load its chunk"))
-            ))
+            abstain(comm, e.chunk_parts());
+            // A rank that fails here reports its own error; the others learn of it in the
+            // agreement.
+            Err(OnAllRanks(e.into()).into())
         }
     }
 }
@@ -202,14 +186,9 @@ pub fn load_chunk<C: AllGather>(comm: &C, dir: &Path) -> anyhow::Result<(ChunkDi
 /// An operator error in plain words, marked as shared by every rank where it is.
 pub fn explain(err: DistSpmmError, dir: &Path) -> anyhow::Error {
     match err {
-        DistSpmmError::PartsMismatch { chunk_parts, ranks } => OnAllRanks(anyhow!(
-            "chunk directory {} was made for {chunk_parts} parts but {ranks} {} started: \
-             re-run `distspmm partition --parts {ranks}`, or run {chunk_parts} ranks \
-             (`mpirun -n {chunk_parts}` or --local-ranks {chunk_parts})",
-            dir.display(),
-            if ranks == 1 { "rank was" } else { "ranks were" }
-        ))
-        .into(),
+        DistSpmmError::PartsMismatch(m) => {
+            OnAllRanks(anyhow!("chunk directory {}: {m}", dir.display())).into()
+        }
         e if e.is_collective() => OnAllRanks(e.into()).into(),
         e => e.into(),
     }
