@@ -32,13 +32,6 @@ pub(crate) struct Shared {
     _environment: Option<Rc<Shared>>,
 }
 
-impl Shared {
-    /// The communicator.
-    pub(crate) fn mpi(&self) -> &MpiComm {
-        &self.mpi
-    }
-}
-
 thread_local! {
     /// The communicator whose drop finalises MPI (`dsp_init` initialised it). MPI is used at
     /// `MPI_THREAD_FUNNELED`, so all communicators live on this one thread.
@@ -84,8 +77,22 @@ impl Comm {
 
     /// What a handle that may outlive this one (`dsp_spmm`) keeps, with the thread it must be
     /// used on.
-    pub(crate) fn share(&self) -> (Rc<Shared>, ThreadId) {
-        (Rc::clone(&self.shared), self.owner)
+    pub(crate) fn share(&self) -> (SharedComm, ThreadId) {
+        (SharedComm(Rc::clone(&self.shared)), self.owner)
+    }
+}
+
+/// A communicator held by ownership by the handles made with it (`dsp_spmm`,
+/// `dsp_spmm_device`): a reference count of the communicator and of the MPI environment it
+/// needs, dereferencing to the communicator. Not `Send`: it stays on the creating thread.
+#[derive(Debug, Clone)]
+pub(crate) struct SharedComm(Rc<Shared>);
+
+impl std::ops::Deref for SharedComm {
+    type Target = MpiComm;
+
+    fn deref(&self) -> &MpiComm {
+        &self.0.mpi
     }
 }
 

@@ -269,24 +269,20 @@ mod imp {
     use std::thread::ThreadId;
 
     use chunk_format::MappedChunk;
-    use dist_comm::{CommError, DeviceSelect, MpiComm, NcclComm};
+    use dist_comm::{CommError, DeviceSelect, NcclComm};
     use distspmm_cuda::{RawDense, RawStream};
     use distspmm_op::{DistSpmmError, GpuDistSpmm, Operand};
 
     use super::{Direction, SpmmDevice};
     use crate::boundary::{Error, Handle, Status};
     use crate::chunk::Chunk;
-    use crate::comm::{agree, check_owner, check_usable, Comm, Shared};
-    use crate::spmm::{agree_on_schedule, schedule_arg, static_view};
+    use crate::comm::{agree, check_owner, check_usable, Comm, SharedComm};
+    use crate::spmm::{agree_on_schedule, schedule_arg};
 
-    /// What a `dsp_spmm_device` holds. Fields drop in declaration order: the operator (which
-    /// borrows the rest) first, then the NCCL communicator, the chunk and the host
-    /// communicator.
+    /// What a `dsp_spmm_device` holds: the operator, which owns references to the host
+    /// communicator, the NCCL communicator and the mapped chunk.
     pub(super) struct Inner {
-        pub(super) op: GpuDistSpmm<'static, MpiComm>,
-        nccl: Rc<NcclComm>,
-        _chunk: Arc<MappedChunk>,
-        _comm: Rc<Shared>,
+        pub(super) op: GpuDistSpmm<SharedComm, Rc<NcclComm>, Arc<MappedChunk>>,
         owner: ThreadId,
     }
 
@@ -296,7 +292,7 @@ mod imp {
                 .field("rank", &self.op.rank())
                 .field("parts", &self.op.parts())
                 .field("schedule", &self.op.schedule())
-                .field("nccl", &self.nccl)
+                .field("nccl", self.op.nccl())
                 .finish_non_exhaustive()
         }
     }
@@ -354,27 +350,11 @@ mod imp {
         agree_on_schedule(comm, local.as_ref().map(|_| ()), schedule)?;
         let (chunk, kind, select) = local?;
         let (shared, owner) = comm.share();
-        let mapped = Arc::clone(chunk.mapped());
-        // SAFETY: the reference points into the `Rc` allocation, which does not move and lives
-        // as long as `Inner::_comm`; `Inner::op` and `Inner::nccl` (its only holders) drop
-        // first.
-        let host: &'static MpiComm = unsafe { &*Rc::as_ptr(&shared) }.mpi();
-        let nccl = Rc::new(NcclComm::new(host, select).map_err(device_error)?);
-        // SAFETY: the reference points into the `Rc` allocation, which does not move and lives
-        // as long as `Inner::nccl`; `Inner::op` (its only holder) drops first.
-        let nccl_ref: &'static NcclComm = unsafe { &*Rc::as_ptr(&nccl) };
-        // SAFETY: `Inner::_chunk` keeps `mapped` alive, and `Inner::op` (the only holder of
-        // the view) drops first.
-        let view = unsafe { static_view(&mapped) };
-        let op = GpuDistSpmm::new(host, nccl_ref, view, kind).map_err(op_error)?;
+        let nccl = Rc::new(NcclComm::new(&*shared, select).map_err(device_error)?);
+        let op =
+            GpuDistSpmm::new(shared, nccl, Arc::clone(chunk.mapped()), kind).map_err(op_error)?;
         Ok(SpmmDevice {
-            inner: Inner {
-                op,
-                nccl,
-                _chunk: mapped,
-                _comm: shared,
-                owner,
-            },
+            inner: Inner { op, owner },
         })
     }
 

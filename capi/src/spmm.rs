@@ -1,12 +1,10 @@
 //! `dsp_spmm`: the distributed product `Y = Ahat X` (forward) and `dX = Ahat^T dY` (backward)
 //! of one rank, over a `dsp_comm` and a `dsp_chunk` (distspmm-op's `DistSpmm`).
 
-use std::rc::Rc;
 use std::sync::Arc;
 use std::thread::ThreadId;
 
-use chunk_format::{ChunkView, MappedChunk};
-use dist_comm::MpiComm;
+use chunk_format::MappedChunk;
 use distspmm_core::schedule::ScheduleKind;
 use distspmm_core::sparse::{DenseView, DenseViewMut};
 use distspmm_op::operands::{check_pair, Operand, OperandError};
@@ -16,7 +14,7 @@ use crate::boundary::{
     ffi_boundary, ffi_boundary_void, slice, slice_mut, Error, Handle, OutPtr, Status,
 };
 use crate::chunk::Chunk;
-use crate::comm::{agree, check_owner, check_usable, Comm, Shared};
+use crate::comm::{agree, check_owner, check_usable, Comm, SharedComm};
 
 /// Which communication schedule a `dsp_spmm` runs (the values are part of the ABI).
 #[repr(i32)]
@@ -49,10 +47,8 @@ impl Schedule {
 /// threads (rayon) that never call MPI. The operator keeps its communicator and chunk alive:
 /// they may be freed before it.
 pub struct Spmm {
-    // Declared first so it is dropped before the communicator and the mapping it borrows.
-    op: DistSpmm<'static, MpiComm>,
-    _chunk: Arc<MappedChunk>,
-    _comm: Rc<Shared>,
+    /// The operator, owning a reference to the communicator and to the mapped chunk.
+    op: DistSpmm<SharedComm, Arc<MappedChunk>>,
     owner: ThreadId,
 }
 
@@ -125,35 +121,12 @@ pub(crate) fn agree_on_schedule(
     .map(|_| ())
 }
 
-/// The view of a mapped chunk with its lifetime extended, for an operator stored beside the
-/// `Arc` that owns the mapping.
-///
-/// # Safety
-/// The caller keeps `mapped` (a clone of the `Arc`) alive for as long as the view is used,
-/// i.e. stores it next to the operator and drops the operator first. The mapping does not move
-/// when the `Arc` is cloned or moved.
-pub(crate) unsafe fn static_view(mapped: &Arc<MappedChunk>) -> ChunkView<'static> {
-    // SAFETY: only the lifetime changes; the caller's contract keeps the mapping alive.
-    unsafe { std::mem::transmute::<ChunkView<'_>, ChunkView<'static>>(*mapped.view()) }
-}
-
-/// Builds the operator on the (already checked) inputs.
+/// Builds the operator on the (already checked) inputs; it owns a reference to the
+/// communicator and to the mapped chunk.
 fn build(comm: &Comm, chunk: &Chunk, schedule: ScheduleKind) -> Result<Spmm, Error> {
     let (shared, owner) = comm.share();
-    let mapped = Arc::clone(chunk.mapped());
-    // SAFETY: the reference points into the `Rc` allocation, which does not move and lives as
-    // long as `Spmm::_comm`; `Spmm::op` (the only holder of this reference) is dropped first.
-    let comm_ref: &'static MpiComm = unsafe { &*Rc::as_ptr(&shared) }.mpi();
-    // SAFETY: `Spmm::_chunk` keeps `mapped` alive, and `Spmm::op` (the only holder of the
-    // view) is dropped first.
-    let view = unsafe { static_view(&mapped) };
-    let op = DistSpmm::new(comm_ref, view, schedule)?;
-    Ok(Spmm {
-        op,
-        _chunk: mapped,
-        _comm: shared,
-        owner,
-    })
+    let op = DistSpmm::new(shared, Arc::clone(chunk.mapped()), schedule)?;
+    Ok(Spmm { op, owner })
 }
 
 /// Creates this rank's distributed SpMM for `chunk` (opened with the same communicator) and

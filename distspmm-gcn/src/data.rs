@@ -48,7 +48,7 @@ impl Aggregate for LocalAggregate {
 
 /// Â·X through the distributed SpMM: this rank's rows, communication per the schedule.
 pub struct DistAggregate<'a, C: dist_comm::Communicator> {
-    op: DistSpmm<'a, C>,
+    op: DistSpmm<&'a C, ChunkView<'a>>,
 }
 
 impl<C: dist_comm::Communicator> std::fmt::Debug for DistAggregate<'_, C> {

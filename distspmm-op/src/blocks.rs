@@ -6,7 +6,7 @@
 //! The views below rely on that (sprs-style unchecked constructors, contract in each SAFETY).
 
 use chunk_format::{BlockView, ChunkView};
-use distspmm_core::sparse::{Csc, CscView, Csr, CsrView};
+use distspmm_core::sparse::{CscView, CsrView};
 
 /// The CSR and CSC of one block over the chunk's own arrays.
 #[derive(Debug, Clone, Copy)]
@@ -35,33 +35,93 @@ pub(crate) fn diagonal<'a>(chunk: &ChunkView<'a>) -> BlockViews<'a> {
     BlockViews::of(&chunk.diagonal_block())
 }
 
-/// The off-diagonal blocks in increasing source part, over compacted columns.
-pub(crate) fn remote<'a>(chunk: &ChunkView<'a>) -> Vec<(usize, BlockViews<'a>)> {
+/// Block `i` of the chunk (in order of source part).
+pub(crate) fn block<'a>(chunk: &ChunkView<'a>, i: usize) -> BlockViews<'a> {
+    BlockViews::of(&chunk.block(i))
+}
+
+/// The off-diagonal blocks in increasing source part, as (source part, block index).
+pub(crate) fn remote_indices(chunk: &ChunkView<'_>) -> Vec<(usize, usize)> {
     let part = chunk.part_id();
     chunk
-        .blocks()
-        .filter(|b| b.src_part as usize != part)
-        .map(|b| (b.src_part as usize, BlockViews::of(&b)))
+        .block_sources()
+        .iter()
+        .enumerate()
+        .filter(|&(_, &q)| q as usize != part)
+        .map(|(i, &q)| (q as usize, i))
         .collect()
 }
 
-/// A block `Â[p][q]` over q-local columns `0..n_q`: the CSR with its column ids mapped through
-/// the halo receive list (owned), the CSC with its column pointer spread over all `n_q`
-/// columns (owned); row pointers, row ids and values borrowed from the chunk.
+/// The off-diagonal blocks in increasing source part, over compacted columns.
+#[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+pub(crate) fn remote<'a>(chunk: &ChunkView<'a>) -> Vec<(usize, BlockViews<'a>)> {
+    remote_indices(chunk)
+        .into_iter()
+        .map(|(q, i)| (q, block(chunk, i)))
+        .collect()
+}
+
+/// A block `Â[p][q]` over q-local columns `0..n_q`: the arrays derived from the chunk (the
+/// CSR's column ids mapped through the halo receive list, the CSC's column pointer spread over
+/// all `n_q` columns), owned; row pointers, row ids and values are the chunk's, viewed by
+/// [`QLocalBlock::views`].
 #[derive(Debug)]
-pub(crate) struct QLocalBlock<'a> {
-    pub(crate) csr: Csr<f32, &'a [u64], Vec<u32>, &'a [f32]>,
-    pub(crate) csc: Csc<f32, Vec<u64>, &'a [u32], &'a [f32]>,
+pub(crate) struct QLocalBlock {
+    /// The block's index in the chunk it was derived from.
+    block: usize,
+    n_q: usize,
+    cols: Vec<u32>,
+    colptr: Vec<u64>,
+}
+
+impl QLocalBlock {
+    /// The CSR and CSC of the block over q-local columns.
+    ///
+    /// # Panics
+    /// If `chunk` is not the chunk the block was derived from in [`q_local`] and has fewer
+    /// blocks, or its block has another shape (a bug of the caller; never a wrong result).
+    pub(crate) fn views<'c>(
+        &'c self,
+        chunk: &ChunkView<'c>,
+    ) -> (CsrView<'c, f32>, CscView<'c, f32>) {
+        let b = chunk.block(self.block);
+        assert_eq!(
+            b.csr_cols.len(),
+            self.cols.len(),
+            "a q-local block viewed over another chunk"
+        );
+        // SAFETY: `q_local` derived `cols` and `colptr` from this block of a parsed chunk
+        // (valid CSR/CSC over its `ncols` compacted columns, `ncols` = the length of the
+        // receive list from q, every entry of which is below n_q and strictly increasing). A
+        // strictly increasing map keeps each row's columns strictly increasing and puts them
+        // below n_q; the spread column pointer holds each compacted column's count at its
+        // q-local column and its prefix sum runs from 0 to nnz, non-decreasing. `chunk` is
+        // the chunk they were derived from: the operator holds it through a `ChunkSource`,
+        // whose contract is to view the same bytes on every call (the assertion above guards
+        // against a caller handing in another one).
+        unsafe {
+            (
+                CsrView::new_unchecked(b.nrows, self.n_q, b.csr_rowptr, &self.cols, b.csr_vals),
+                CscView::new_unchecked(b.nrows, self.n_q, &self.colptr, b.csc_rows, b.csc_vals),
+            )
+        }
+    }
+
+    /// Bytes of the derived arrays.
+    pub(crate) fn structure_bytes(&self) -> u64 {
+        4 * self.cols.len() as u64 + 8 * self.colptr.len() as u64
+    }
 }
 
 /// The off-diagonal blocks of `chunk` in q-local columns, indexed by source part (`None` for
 /// the chunk's own part and for parts without a block); both backends use the same blocks.
-pub(crate) fn q_local<'a>(chunk: &ChunkView<'a>) -> Vec<Option<QLocalBlock<'a>>> {
+pub(crate) fn q_local(chunk: &ChunkView<'_>) -> Vec<Option<QLocalBlock>> {
     let part = chunk.part_id();
     let offsets = chunk.part_offsets();
-    let mut blocks: Vec<Option<QLocalBlock<'a>>> = (0..chunk.num_parts()).map(|_| None).collect();
-    for b in chunk.blocks().filter(|b| b.src_part as usize != part) {
-        let q = b.src_part as usize;
+    let mut blocks: Vec<Option<QLocalBlock>> = (0..chunk.num_parts()).map(|_| None).collect();
+    for (q, i) in remote_indices(chunk) {
+        debug_assert_ne!(q, part);
+        let b = chunk.block(i);
         let n_q = (offsets[q + 1] - offsets[q]) as usize;
         let halo = chunk.halo_recv(q);
         let cols: Vec<u32> = b.csr_cols.iter().map(|&c| halo[c as usize]).collect();
@@ -72,17 +132,11 @@ pub(crate) fn q_local<'a>(chunk: &ChunkView<'a>) -> Vec<Option<QLocalBlock<'a>>>
         for i in 0..n_q {
             colptr[i + 1] += colptr[i];
         }
-        // SAFETY: the parse checked the block (valid CSR/CSC over its `ncols` compacted
-        // columns, `ncols` = the length of the receive list from q) and the receive list
-        // (strictly increasing, every entry below n_q). A strictly increasing map keeps each
-        // row's columns strictly increasing and puts them below n_q; the spread column
-        // pointer holds each compacted column's count at its q-local column and the prefix sum
-        // runs from 0 to nnz, non-decreasing.
-        blocks[q] = Some(unsafe {
-            QLocalBlock {
-                csr: Csr::new_unchecked(b.nrows, n_q, b.csr_rowptr, cols, b.csr_vals),
-                csc: Csc::new_unchecked(b.nrows, n_q, colptr, b.csc_rows, b.csc_vals),
-            }
+        blocks[q] = Some(QLocalBlock {
+            block: i,
+            n_q,
+            cols,
+            colptr,
         });
     }
     blocks

@@ -69,6 +69,7 @@ mod agree;
 pub mod backend;
 mod blocks;
 pub mod broadcast;
+mod chunk_source;
 mod cpu;
 #[cfg(feature = "cuda")]
 pub mod gpu;
@@ -81,6 +82,8 @@ pub mod operands;
 #[cfg(test)]
 mod tests;
 
+use std::ops::Deref;
+
 use chunk_format::ChunkView;
 pub use dist_comm::agree::PartsMismatch;
 use dist_comm::{AllGather, AllReduce, Broadcast, CommError, PointToPoint};
@@ -92,13 +95,15 @@ use distspmm_core::sparse::{DenseView, DenseViewMut, PageBuffer};
 
 pub use agree::abstain;
 pub use backend::{Backend, Program};
+pub use chunk_source::ChunkSource;
 #[cfg(feature = "cuda")]
 pub use gpu::GpuDistSpmm;
 pub use open::{open_rank_chunk, OpenError};
 pub use operands::{Operand, OperandError};
 
 use backend::{buffer_rows, moved_rows, run, Buf};
-use cpu::{CpuCall, CpuMatrices};
+use blocks::QLocalBlock;
+use cpu::{CpuBlocks, CpuCall, CpuMatrices};
 use layout::HaloLayout;
 
 /// What went wrong in building or calling a [`DistSpmm`].
@@ -306,11 +311,16 @@ impl Schedule {
 ///     Ok(y)
 /// }
 /// ```
+///
+/// The operator holds its communicator as `C` (anything that dereferences to one: `&comm`, an
+/// `Rc` or `Arc` of it) and its chunk as `K` (a [`ChunkSource`]: a borrowed `ChunkView`, or an
+/// owner of the mapping such as `Arc<MappedChunk>`), so a long-lived holder such as the C ABI
+/// keeps both alive by ownership.
 #[derive(Debug)]
-pub struct DistSpmm<'a, C> {
-    comm: &'a C,
-    chunk: ChunkView<'a>,
-    matrices: CpuMatrices<'a>,
+pub struct DistSpmm<C, K> {
+    comm: C,
+    chunk: K,
+    blocks: CpuBlocks,
     schedule: Schedule,
     /// [`Buf::Packed`].
     packed: Buffer,
@@ -320,7 +330,12 @@ pub struct DistSpmm<'a, C> {
     totals: TrafficTotals,
 }
 
-impl<'a, C: AllGather + AllReduce + Broadcast + PointToPoint> DistSpmm<'a, C> {
+impl<C, K> DistSpmm<C, K>
+where
+    C: Deref,
+    C::Target: AllGather + AllReduce + Broadcast + PointToPoint + Sized,
+    K: ChunkSource,
+{
     /// Builds rank `comm.rank()`'s operator for `chunk` under `schedule` (collective: every rank
     /// calls it, or [`abstain`], together).
     ///
@@ -331,38 +346,39 @@ impl<'a, C: AllGather + AllReduce + Broadcast + PointToPoint> DistSpmm<'a, C> {
     /// [`DistSpmmError::PartsMismatch`] / [`DistSpmmError::Disagreement`] (on every rank) when
     /// the ranks' chunks do not form one partition into `comm.size()` parts with `chunk` being
     /// part `comm.rank()`, or they chose different schedules; communication errors.
-    pub fn new(
-        comm: &'a C,
-        chunk: ChunkView<'a>,
-        schedule: ScheduleKind,
-    ) -> Result<Self, DistSpmmError> {
-        let built = Self::build(comm, chunk, schedule);
-        agree::agree_on_chunk(comm, &chunk, schedule, built.is_ok())?;
-        built
-    }
-
-    fn build(comm: &'a C, chunk: ChunkView<'a>, kind: ScheduleKind) -> Result<Self, DistSpmmError> {
-        let matrices = CpuMatrices {
-            diagonal: blocks::diagonal(&chunk),
-            remote: match kind {
-                ScheduleKind::Halo => blocks::remote(&chunk),
-                ScheduleKind::Broadcast => Vec::new(),
-            },
-            q_local: match kind {
-                ScheduleKind::Halo => Vec::new(),
-                ScheduleKind::Broadcast => blocks::q_local(&chunk),
-            },
-        };
+    pub fn new(comm: C, chunk: K, schedule: ScheduleKind) -> Result<Self, DistSpmmError> {
+        let view = chunk.chunk();
+        let built = Self::build(&view, schedule);
+        agree::agree_on_chunk(&*comm, &view, schedule, built.is_ok())?;
+        let (blocks, schedule) = built?;
         Ok(Self {
             comm,
             chunk,
-            matrices,
-            schedule: Schedule::new(&chunk, kind)?,
+            blocks,
+            schedule,
             packed: Buffer::default(),
             halo: Buffer::default(),
             last: Traffic::default(),
             totals: TrafficTotals::default(),
         })
+    }
+
+    /// What the schedule needs from the chunk (local).
+    fn build(
+        chunk: &ChunkView<'_>,
+        kind: ScheduleKind,
+    ) -> Result<(CpuBlocks, Schedule), DistSpmmError> {
+        let blocks = CpuBlocks {
+            remote: match kind {
+                ScheduleKind::Halo => blocks::remote_indices(chunk),
+                ScheduleKind::Broadcast => Vec::new(),
+            },
+            q_local: match kind {
+                ScheduleKind::Halo => Vec::new(),
+                ScheduleKind::Broadcast => blocks::q_local(chunk),
+            },
+        };
+        Ok((blocks, Schedule::new(chunk, kind)?))
     }
 
     /// `Y_p = (Â·X)_p` from this rank's `X_p` (`n_p × F`, any leading dimension) into `Y_p`
@@ -421,13 +437,16 @@ impl<'a, C: AllGather + AllReduce + Broadcast + PointToPoint> DistSpmm<'a, C> {
             },
             e => e,
         });
-        agree::agree_on_call(self.comm, op, f, ready)?;
+        agree::agree_on_call(&*self.comm, op, f, ready)?;
         let traffic = if f == 0 {
             Traffic::default()
         } else {
             let mut call = CpuCall {
-                comm: self.comm,
-                m: &self.matrices,
+                comm: &*self.comm,
+                m: CpuMatrices {
+                    chunk: self.chunk.chunk(),
+                    blocks: &self.blocks,
+                },
                 send_rows: &self.schedule.layout.send_rows,
                 x: input,
                 y: output,
@@ -456,27 +475,27 @@ impl<'a, C: AllGather + AllReduce + Broadcast + PointToPoint> DistSpmm<'a, C> {
 
     /// This rank (= its part p).
     pub fn rank(&self) -> usize {
-        self.chunk.part_id()
+        self.chunk.chunk().part_id()
     }
 
     /// Number of ranks P.
     pub fn parts(&self) -> usize {
-        self.chunk.num_parts()
+        self.chunk.chunk().num_parts()
     }
 
     /// Rows this rank owns, `n_p` (rows of X, Y, dY and dX).
     pub fn local_rows(&self) -> usize {
-        self.chunk.num_local_nodes()
+        self.chunk.chunk().num_local_nodes()
     }
 
     /// The communicator.
-    pub fn comm(&self) -> &'a C {
-        self.comm
+    pub fn comm(&self) -> &C::Target {
+        &self.comm
     }
 
     /// The chunk.
-    pub fn chunk(&self) -> &ChunkView<'a> {
-        &self.chunk
+    pub fn chunk(&self) -> ChunkView<'_> {
+        self.chunk.chunk()
     }
 
     /// Payload bytes this rank sent and received in its last `forward` or `backward` call.
@@ -492,18 +511,18 @@ impl<'a, C: AllGather + AllReduce + Broadcast + PointToPoint> DistSpmm<'a, C> {
     /// The bytes the plan predicts for one forward and one backward call with `features`
     /// columns (what [`DistSpmm::bytes_last_call`] will measure).
     pub fn predicted_traffic(&self, features: usize) -> LayerTraffic {
-        predicted_traffic(&self.chunk, self.schedule(), features)
+        predicted_traffic(&self.chunk.chunk(), self.schedule(), features)
     }
 
     /// The memory this operator holds now beside the chunk (buffers sized for the largest F
     /// called so far, and derived index arrays).
     pub fn workspace(&self) -> Workspace {
         let structure = self
-            .matrices
+            .blocks
             .q_local
             .iter()
             .flatten()
-            .map(|b| 4 * b.csr.nnz() as u64 + 8 * b.csc.indptr().len() as u64)
+            .map(QLocalBlock::structure_bytes)
             .sum();
         Workspace {
             buffers: value_bytes(self.packed.len() + self.halo.len()),

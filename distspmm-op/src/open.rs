@@ -90,12 +90,10 @@ pub fn open_rank_chunk(
             ranks,
         },
     })?;
-    let chunk = opened
-        .load(part)
-        .map_err(|source| OpenError::Load {
-            rank,
-            source: Box::new(source),
-        })?;
+    let chunk = opened.load(part).map_err(|source| OpenError::Load {
+        rank,
+        source: Box::new(source),
+    })?;
     Ok((opened, chunk))
 }
 

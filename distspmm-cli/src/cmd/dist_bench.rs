@@ -11,6 +11,7 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use anyhow::Context;
+use chunk_format::ChunkView;
 use dist_comm::{AllReduce, Communicator, Counting, Group, ReduceOp};
 use distspmm_core::schedule::ScheduleKind;
 use distspmm_core::sparse::{DenseView, DenseViewMut, PageBuffer};
@@ -97,20 +98,22 @@ impl RankMain for Bench<'_> {
         let x = on_huge_pages(&test_matrix(1, first, n, f))?;
         let dy = on_huge_pages(&test_matrix(2, first, n, f))?;
         let (mut y, mut dx) = (PageBuffer::zeroed(n * f)?, PageBuffer::zeroed(n * f)?);
-        let mut forward = |op: &mut DistSpmm<'_, Counting<'_, C>>| -> anyhow::Result<()> {
-            let y = DenseViewMut::from_row_major(&mut y[..], n, f)?;
-            op.forward(DenseView::from_row_major(&x[..], n, f)?, y)
-                .map_err(|e| explain(e, &args.chunks))
-        };
+        let mut forward =
+            |op: &mut DistSpmm<&Counting<'_, C>, ChunkView<'_>>| -> anyhow::Result<()> {
+                let y = DenseViewMut::from_row_major(&mut y[..], n, f)?;
+                op.forward(DenseView::from_row_major(&x[..], n, f)?, y)
+                    .map_err(|e| explain(e, &args.chunks))
+            };
         let before = comm.counts();
         forward(&mut op).context("warm-up forward call")?;
         let bytes = comm.counts().since(&before).schedule();
         let seconds = time(comm, args.reps, || forward(&mut op))?;
-        let mut backward = |op: &mut DistSpmm<'_, Counting<'_, C>>| -> anyhow::Result<()> {
-            let dx = DenseViewMut::from_row_major(&mut dx[..], n, f)?;
-            op.backward(DenseView::from_row_major(&dy[..], n, f)?, dx)
-                .map_err(|e| explain(e, &args.chunks))
-        };
+        let mut backward =
+            |op: &mut DistSpmm<&Counting<'_, C>, ChunkView<'_>>| -> anyhow::Result<()> {
+                let dx = DenseViewMut::from_row_major(&mut dx[..], n, f)?;
+                op.backward(DenseView::from_row_major(&dy[..], n, f)?, dx)
+                    .map_err(|e| explain(e, &args.chunks))
+            };
         backward(&mut op).context("warm-up backward call")?;
         let seconds_backward = time(comm, args.reps, || backward(&mut op))?;
 

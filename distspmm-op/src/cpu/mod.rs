@@ -13,17 +13,27 @@ use distspmm_core::sparse::{DenseView, DenseViewMut};
 use crate::backend::{
     run, Accumulate, Backend, Buf, Dense, Exchange, Lane, Matrix, Message, Orient, Region, Rows,
 };
-use crate::blocks::{BlockViews, QLocalBlock};
+use chunk_format::ChunkView;
+
+use crate::blocks::{self, QLocalBlock};
 use crate::DistSpmmError;
 
-/// The blocks a schedule names, on the host.
+/// What the operator derives once from its chunk for the blocks a schedule names, on the host.
 #[derive(Debug)]
-pub(crate) struct CpuMatrices<'a> {
-    pub(crate) diagonal: BlockViews<'a>,
-    /// Halo: the off-diagonal blocks in increasing source part (empty under broadcast).
-    pub(crate) remote: Vec<(usize, BlockViews<'a>)>,
+pub(crate) struct CpuBlocks {
+    /// Halo: the off-diagonal blocks in increasing source part as (source part, block index)
+    /// (empty under broadcast).
+    pub(crate) remote: Vec<(usize, usize)>,
     /// Broadcast: the q-local blocks by source part (empty under halo).
-    pub(crate) q_local: Vec<Option<QLocalBlock<'a>>>,
+    pub(crate) q_local: Vec<Option<QLocalBlock>>,
+}
+
+/// The blocks of one call: the chunk they are viewed in (unchecked, as it was parsed) and what
+/// the operator derived from it.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct CpuMatrices<'c> {
+    pub(crate) chunk: ChunkView<'c>,
+    pub(crate) blocks: &'c CpuBlocks,
 }
 
 fn internal(what: &str) -> DistSpmmError {
@@ -43,8 +53,11 @@ impl CpuMatrices<'_> {
         let beta = acc.beta();
         let missing = || internal("the program names a block the chunk does not have");
         let block = match a {
-            Matrix::Diagonal => Some(self.diagonal),
-            Matrix::Remote(k) => Some(self.remote.get(k).ok_or_else(missing)?.1),
+            Matrix::Diagonal => Some(blocks::diagonal(&self.chunk)),
+            Matrix::Remote(k) => {
+                let &(_, i) = self.blocks.remote.get(k).ok_or_else(missing)?;
+                Some(blocks::block(&self.chunk, i))
+            }
             Matrix::QLocal(_) => None,
         };
         match (block, orient) {
@@ -55,13 +68,15 @@ impl CpuMatrices<'_> {
                     return Err(missing());
                 };
                 let b = self
+                    .blocks
                     .q_local
                     .get(q)
                     .and_then(Option::as_ref)
                     .ok_or_else(missing)?;
+                let (csr, csc) = b.views(&self.chunk);
                 match orient {
-                    Orient::Plain => spmm(1.0, &b.csr.view(), x, beta, y)?,
-                    Orient::Transposed => spmm_transpose(1.0, &b.csc.view(), x, beta, y)?,
+                    Orient::Plain => spmm(1.0, &csr, x, beta, y)?,
+                    Orient::Transposed => spmm_transpose(1.0, &csc, x, beta, y)?,
                 }
             }
         }
@@ -104,9 +119,9 @@ fn dense_mut(
 /// One call of a program on the host: the communicator, the blocks, the operands and the two
 /// buffers (sized for F by the operator).
 #[derive(Debug)]
-pub(crate) struct CpuCall<'c, 'a, C> {
+pub(crate) struct CpuCall<'c, C> {
     pub(crate) comm: &'c C,
-    pub(crate) m: &'c CpuMatrices<'a>,
+    pub(crate) m: CpuMatrices<'c>,
     /// The halo send lists concatenated in increasing peer (empty under broadcast).
     pub(crate) send_rows: &'c [u32],
     pub(crate) x: DenseView<'c, f32>,
@@ -116,7 +131,7 @@ pub(crate) struct CpuCall<'c, 'a, C> {
     pub(crate) f: usize,
 }
 
-impl<C> CpuCall<'_, '_, C> {
+impl<C> CpuCall<'_, C> {
     fn buf_mut(&mut self, b: Buf) -> &mut [f32] {
         match b {
             Buf::Packed => self.packed,
@@ -125,7 +140,7 @@ impl<C> CpuCall<'_, '_, C> {
     }
 }
 
-impl<C: Broadcast + PointToPoint> Backend for CpuCall<'_, '_, C> {
+impl<C: Broadcast + PointToPoint> Backend for CpuCall<'_, C> {
     fn spmm(
         &mut self,
         _lane: Lane,
@@ -302,9 +317,9 @@ impl<C: Broadcast + PointToPoint> Backend for CpuCall<'_, '_, C> {
 
 /// The body of an exchange on the host: the operands, and the receive buffers handed back as
 /// their messages arrive (each waited for when first read).
-struct InFlight<'s, 'x, 'a, E> {
+struct InFlight<'s, 'x, E> {
     requests: &'x mut E,
-    m: &'x CpuMatrices<'a>,
+    m: CpuMatrices<'x>,
     send_rows: &'x [u32],
     x: DenseView<'x, f32>,
     y: DenseViewMut<'x, f32>,
@@ -313,7 +328,7 @@ struct InFlight<'s, 'x, 'a, E> {
     arrived: Vec<(Region, &'s mut [f32])>,
 }
 
-impl<'s, E: Requests<'s, f32>> InFlight<'s, '_, '_, E> {
+impl<'s, E: Requests<'s, f32>> InFlight<'s, '_, E> {
     /// The index in `arrived` of the receive into `r`, waiting for it if needed.
     fn received(&mut self, r: Region) -> Result<usize, DistSpmmError> {
         if let Some(k) = self.arrived.iter().position(|(a, _)| *a == r) {
@@ -337,7 +352,7 @@ impl<'s, E: Requests<'s, f32>> InFlight<'s, '_, '_, E> {
     }
 }
 
-impl<'s, E: Requests<'s, f32>> Backend for InFlight<'s, '_, '_, E> {
+impl<'s, E: Requests<'s, f32>> Backend for InFlight<'s, '_, E> {
     fn spmm(
         &mut self,
         _lane: Lane,

@@ -42,8 +42,10 @@
 //! [`GpuDistSpmm::bytes_last_call`] counts the payload handed to NCCL with the conventions of
 //! the CPU operator, so it equals `HaloPlan::traffic` / `BroadcastPlan::traffic`.
 
+use std::ops::Deref;
+
 use chunk_format::ChunkView;
-use dist_comm::{AllGather, AllReduce, CommError, NcclComm, RawDeviceBuffer};
+use dist_comm::{AllGather, AllReduce, CommError, Group, NcclComm, RawDeviceBuffer};
 use distspmm_core::schedule::{LayerTraffic, ScheduleKind, Traffic, Workspace};
 use distspmm_cuda::{
     CudaError, DeviceCsc, DeviceCsr, DeviceDense, DeviceRowSplit, DeviceRows, DeviceScatter,
@@ -58,8 +60,8 @@ use crate::backend::{
 use crate::layout::HaloLayout;
 use crate::operands::{check_pair, Operand};
 use crate::{
-    agree, blocks, check_shapes, predicted_traffic, value_bytes, DistSpmmError, Op, Schedule,
-    TrafficTotals,
+    agree, blocks, check_shapes, predicted_traffic, value_bytes, ChunkSource, DistSpmmError, Op,
+    Schedule, TrafficTotals,
 };
 
 /// A device failure of this rank (not collective).
@@ -263,12 +265,21 @@ struct Streams {
 ///     y.to_host().map_err(cuda)
 /// }
 /// ```
+///
+/// As [`DistSpmm`](crate::DistSpmm), the operator holds its communicators and its chunk by
+/// whatever the caller gives: references, or owners (`Rc<NcclComm>`, `Arc<MappedChunk>`).
 #[derive(Debug)]
-pub struct GpuDistSpmm<'a, H: AllGather + AllReduce> {
-    host: &'a H,
-    nccl: &'a NcclComm,
+pub struct GpuDistSpmm<H, N, K>
+where
+    H: Deref,
+    H::Target: AllGather + AllReduce + Sized,
+    N: Deref<Target = NcclComm>,
+    K: ChunkSource,
+{
+    host: H,
+    nccl: N,
     dev: GpuDevice,
-    chunk: ChunkView<'a>,
+    chunk: K,
     schedule: Schedule,
     m: DeviceMatrices,
     /// The scatter plan's host arrays (for [`GpuDistSpmm::workspace`]).
@@ -290,7 +301,13 @@ fn lane_index(lane: Lane) -> usize {
     }
 }
 
-impl<'a, H: AllGather + AllReduce> GpuDistSpmm<'a, H> {
+impl<H, N, K> GpuDistSpmm<H, N, K>
+where
+    H: Deref,
+    H::Target: AllGather + AllReduce + Sized,
+    N: Deref<Target = NcclComm>,
+    K: ChunkSource,
+{
     /// Builds rank `host.rank()`'s operator for `chunk` under `schedule` on the GPU of `nccl`
     /// (collective over `host`, whose ranks must be `nccl`'s).
     ///
@@ -298,52 +315,14 @@ impl<'a, H: AllGather + AllReduce> GpuDistSpmm<'a, H> {
     /// As [`DistSpmm::new`](crate::DistSpmm::new); a rank that cannot upload its chunk (no
     /// device, out of memory) gets [`DistSpmmError::Comm`] and the others a
     /// [`DistSpmmError::Disagreement`] naming it.
-    pub fn new(
-        host: &'a H,
-        nccl: &'a NcclComm,
-        chunk: ChunkView<'a>,
-        schedule: ScheduleKind,
-    ) -> Result<Self, DistSpmmError> {
-        let built = Self::build(host, nccl, chunk, schedule);
+    pub fn new(host: H, nccl: N, chunk: K, schedule: ScheduleKind) -> Result<Self, DistSpmmError> {
+        let view = chunk.chunk();
+        let built = Self::build(&*host, &nccl, &view, schedule);
         if let Err(e) = &built {
             tracing::warn!(rank = host.rank(), error = %e, "cannot build the GPU operator");
         }
-        agree::agree_on_chunk(host, &chunk, schedule, built.is_ok())?;
-        built
-    }
-
-    fn build(
-        host: &'a H,
-        nccl: &'a NcclComm,
-        chunk: ChunkView<'a>,
-        kind: ScheduleKind,
-    ) -> Result<Self, DistSpmmError> {
-        if (nccl.rank(), nccl.size()) != (host.rank(), host.size()) {
-            return Err(DistSpmmError::Shape(format!(
-                "the NCCL communicator's rank {} of {} is not the host communicator's rank {} \
-                 of {}: build both over the same ranks",
-                nccl.rank(),
-                nccl.size(),
-                host.rank(),
-                host.size()
-            )));
-        }
-        let schedule = Schedule::new(&chunk, kind)?;
-        let n = chunk.num_local_nodes();
-        let scatter = match kind {
-            ScheduleKind::Halo => Some(scatter_plan(&schedule.layout, n)?),
-            ScheduleKind::Broadcast => None,
-        };
-        let dev = GpuDevice::open(nccl.ordinal()).map_err(cuda)?;
-        let m = Self::upload(&dev, &chunk, &schedule, scatter.as_ref()).map_err(cuda)?;
-        // The uploads ran on the device stream; the NCCL stream uses them next.
-        dev.synchronize().map_err(cuda)?;
-        tracing::debug!(
-            rank = chunk.part_id(),
-            ordinal = dev.ordinal(),
-            schedule = ?kind,
-            "uploaded the chunk for the GPU operator"
-        );
+        agree::agree_on_chunk(&*host, &view, schedule, built.is_ok())?;
+        let (dev, schedule, m, scatter) = built?;
         Ok(Self {
             host,
             nccl,
@@ -358,6 +337,42 @@ impl<'a, H: AllGather + AllReduce> GpuDistSpmm<'a, H> {
             last: Traffic::default(),
             totals: TrafficTotals::default(),
         })
+    }
+
+    /// Opens the device and uploads what the schedule needs (local).
+    fn build(
+        host: &H::Target,
+        nccl: &NcclComm,
+        chunk: &ChunkView<'_>,
+        kind: ScheduleKind,
+    ) -> Result<(GpuDevice, Schedule, DeviceMatrices, Option<ScatterPlan>), DistSpmmError> {
+        if (nccl.rank(), nccl.size()) != (host.rank(), host.size()) {
+            return Err(DistSpmmError::Shape(format!(
+                "the NCCL communicator's rank {} of {} is not the host communicator's rank {} \
+                 of {}: build both over the same ranks",
+                nccl.rank(),
+                nccl.size(),
+                host.rank(),
+                host.size()
+            )));
+        }
+        let schedule = Schedule::new(chunk, kind)?;
+        let n = chunk.num_local_nodes();
+        let scatter = match kind {
+            ScheduleKind::Halo => Some(scatter_plan(&schedule.layout, n)?),
+            ScheduleKind::Broadcast => None,
+        };
+        let dev = GpuDevice::open(nccl.ordinal()).map_err(cuda)?;
+        let m = Self::upload(&dev, chunk, &schedule, scatter.as_ref()).map_err(cuda)?;
+        // The uploads ran on the device stream; the NCCL stream uses them next.
+        dev.synchronize().map_err(cuda)?;
+        tracing::debug!(
+            rank = chunk.part_id(),
+            ordinal = dev.ordinal(),
+            schedule = ?kind,
+            "uploaded the chunk for the GPU operator"
+        );
+        Ok((dev, schedule, m, scatter))
     }
 
     /// Uploads the blocks the schedule names (the same host views the CPU operator uses).
@@ -388,7 +403,8 @@ impl<'a, H: AllGather + AllReduce> GpuDistSpmm<'a, H> {
                     .map(|b| {
                         b.as_ref()
                             .map(|b| {
-                                let (csr, csc) = (&b.csr, &b.csc);
+                                let (csr, csc) = b.views(chunk);
+                                let (csr, csc) = (&csr, &csc);
                                 DeviceBlock::upload(
                                     dev,
                                     (csr.nrows(), csr.ncols()),
@@ -541,7 +557,7 @@ impl<'a, H: AllGather + AllReduce> GpuDistSpmm<'a, H> {
                 check_device_operands(op, self.rank(), self.local_rows(), &input, &output)
             })
             .and_then(|()| self.reserve(op, f));
-        agree::agree_on_call(self.host, op, f, ready)?;
+        agree::agree_on_call(&*self.host, op, f, ready)?;
         let traffic = if f == 0 || input.rows == 0 && self.parts() == 1 {
             Traffic::default()
         } else {
@@ -553,7 +569,7 @@ impl<'a, H: AllGather + AllReduce> GpuDistSpmm<'a, H> {
             };
             let mut call = GpuCall {
                 dev: &self.dev,
-                nccl: self.nccl,
+                nccl: &self.nccl,
                 m: &self.m,
                 packed: &self.packed,
                 halo: &self.halo,
@@ -624,17 +640,17 @@ impl<'a, H: AllGather + AllReduce> GpuDistSpmm<'a, H> {
 
     /// This rank (= its part p).
     pub fn rank(&self) -> usize {
-        self.chunk.part_id()
+        self.chunk.chunk().part_id()
     }
 
     /// Number of ranks P.
     pub fn parts(&self) -> usize {
-        self.chunk.num_parts()
+        self.chunk.chunk().num_parts()
     }
 
     /// Rows this rank owns, `n_p`.
     pub fn local_rows(&self) -> usize {
-        self.chunk.num_local_nodes()
+        self.chunk.chunk().num_local_nodes()
     }
 
     /// The device the operator runs on; allocate the operands of
@@ -644,18 +660,18 @@ impl<'a, H: AllGather + AllReduce> GpuDistSpmm<'a, H> {
     }
 
     /// The NCCL communicator.
-    pub fn nccl(&self) -> &'a NcclComm {
-        self.nccl
+    pub fn nccl(&self) -> &NcclComm {
+        &self.nccl
     }
 
     /// The host communicator the ranks agree over.
-    pub fn host(&self) -> &'a H {
-        self.host
+    pub fn host(&self) -> &H::Target {
+        &self.host
     }
 
     /// The chunk.
-    pub fn chunk(&self) -> &ChunkView<'a> {
-        &self.chunk
+    pub fn chunk(&self) -> ChunkView<'_> {
+        self.chunk.chunk()
     }
 
     /// Payload bytes this rank handed to NCCL in its last call (the CPU operator's
@@ -672,7 +688,7 @@ impl<'a, H: AllGather + AllReduce> GpuDistSpmm<'a, H> {
     /// The bytes the plan predicts for one forward and one backward call with `features`
     /// columns.
     pub fn predicted_traffic(&self, features: usize) -> LayerTraffic {
-        predicted_traffic(&self.chunk, self.schedule(), features)
+        predicted_traffic(&self.chunk.chunk(), self.schedule(), features)
     }
 
     /// Device memory this operator holds: `buffers` the exchange buffers and row-splitting
@@ -714,14 +730,20 @@ fn split_workspace(
     Ok(())
 }
 
-impl<H: AllGather + AllReduce> Drop for GpuDistSpmm<'_, H> {
+impl<H, N, K> Drop for GpuDistSpmm<H, N, K>
+where
+    H: Deref,
+    H::Target: AllGather + AllReduce + Sized,
+    N: Deref<Target = NcclComm>,
+    K: ChunkSource,
+{
     /// The device memory is freed in the order of the device stream, but the last call may
     /// still be using it on the NCCL stream: make the device stream wait for that first (no
     /// host wait).
     fn drop(&mut self) {
         let main = RawStream(self.nccl.raw_stream());
-        // SAFETY: both streams are live: the NCCL communicator outlives `self` ('a) and the
-        // device stream lives as long as `self.dev`.
+        // SAFETY: both streams are live: `self` holds the NCCL communicator, and the device
+        // stream lives as long as `self.dev`.
         if let Err(e) = unsafe { self.dev.join_streams(None, Some(main)) } {
             tracing::warn!(error = %e, "ordering the GPU operator's release after its last call failed; waiting instead");
             let _ = self.nccl.synchronize();
