@@ -162,7 +162,7 @@ fn selftest_children_read_their_rank_and_id() {
             "{bad:?}"
         );
     }
-    if matches!(distspmm_cuda::probe::device_count(), Ok(n) if n > 0) {
+    if matches!(cuda_probe::device_count(), Ok(n) if n > 0) {
         // A lone rank of two with a made-up id would wait inside NCCL for its peer.
         println!("skipping the well-formed case: a CUDA device is present");
         return;

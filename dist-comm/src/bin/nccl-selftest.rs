@@ -147,7 +147,7 @@ fn run_mpi(_device: Option<usize>) -> ExitCode {
 
 /// Starts `p` copies of this program as ranks of one communicator and waits for them.
 fn spawn(p: usize, device: Option<usize>, timeout: Duration) -> ExitCode {
-    let count = match distspmm_cuda::probe::device_count() {
+    let count = match cuda_probe::device_count() {
         Ok(n) if n > 0 => n,
         Ok(_) => {
             return no_device(
@@ -262,7 +262,7 @@ fn run_child(spec: &str, device: Option<usize>) -> ExitCode {
     let who = format!("rank {rank} of {size}");
     let ordinal = match device {
         Some(d) => d,
-        None => match distspmm_cuda::probe::device_count() {
+        None => match cuda_probe::device_count() {
             Ok(n) if n > 0 => rank % n,
             Ok(_) => {
                 return no_device(

@@ -61,9 +61,10 @@ use std::cell::Cell;
 use std::ffi::c_int;
 use std::sync::Arc;
 
+use cuda_probe as probe;
+use cuda_probe::NoDevice;
 use cudarc::driver::{CudaContext, CudaStream, DevicePtr, DevicePtrMut, DriverError};
 use cudarc::nccl::sys::{cudaStream_t, ncclComm_t, ncclUniqueId};
-use distspmm_cuda::{probe, CudaError};
 
 pub use ffi::NCCL_LIBRARY_ENV;
 use ffi::{data_type, decode_version, reduction, NcclLibrary};
@@ -72,16 +73,9 @@ pub use host::NcclHost;
 use crate::capability::check_rank;
 use crate::{AllGather, Broadcast, CommError, Element, ElementKind, ReduceOp, Reducible};
 
-impl From<CudaError> for CommError {
-    fn from(e: CudaError) -> Self {
-        match e {
-            CudaError::NoDevice(message) => CommError::NoDevice(message),
-            CudaError::Driver { call, message } => CommError::Cuda { call, message },
-            other => CommError::Cuda {
-                call: "distspmm-cuda",
-                message: other.to_string(),
-            },
-        }
+impl From<NoDevice> for CommError {
+    fn from(e: NoDevice) -> Self {
+        CommError::NoDevice(e.0)
     }
 }
 

@@ -64,9 +64,22 @@ use crate::{
     Schedule, TrafficTotals,
 };
 
-/// A device failure of this rank (not collective).
+/// A device failure of this rank (not collective), as the communicators' device errors.
 fn cuda(e: CudaError) -> DistSpmmError {
-    DistSpmmError::Comm(CommError::from(e))
+    DistSpmmError::Comm(match e {
+        CudaError::NoDevice(message) => CommError::NoDevice(message),
+        CudaError::Driver { call, message } => CommError::Cuda { call, message },
+        other => CommError::Cuda {
+            call: "distspmm-cuda",
+            message: other.to_string(),
+        },
+    })
+}
+
+impl From<CudaError> for DistSpmmError {
+    fn from(e: CudaError) -> Self {
+        cuda(e)
+    }
 }
 
 fn internal(what: &str) -> DistSpmmError {
@@ -258,7 +271,7 @@ struct Streams {
 ///     let mut op = GpuDistSpmm::new(host, &nccl, chunk, ScheduleKind::Halo)?;
 ///     let n = op.local_rows();
 ///     let dev = op.device().clone();
-///     let cuda = |e: CudaError| DistSpmmError::Comm(e.into());
+///     let cuda = DistSpmmError::from;
 ///     let x = DeviceDense::from_host(&dev, n, f, x).map_err(cuda)?;
 ///     let mut y = DeviceDense::zeros(&dev, n, f).map_err(cuda)?;
 ///     op.forward(&x, &mut y)?;
@@ -1032,6 +1045,27 @@ fn check_device_operands(
 mod tests {
     use super::*;
     use crate::tests::{chunks, views};
+
+    #[test]
+    fn cuda_errors_are_the_communicators_device_errors() {
+        let e = DistSpmmError::from(CudaError::NoDevice("no libcuda".into()));
+        assert_eq!(
+            e,
+            DistSpmmError::Comm(CommError::NoDevice("no libcuda".into()))
+        );
+        let e = DistSpmmError::from(CudaError::Driver {
+            call: "cuStreamCreate",
+            message: "out of memory".into(),
+        });
+        assert_eq!(
+            e,
+            DistSpmmError::Comm(CommError::Cuda {
+                call: "cuStreamCreate",
+                message: "out of memory".into()
+            })
+        );
+        assert!(!e.is_collective());
+    }
 
     fn dense(rows: usize, cols: usize, ld: usize, ptr: u64) -> RawDense {
         RawDense {
