@@ -59,55 +59,104 @@ pub enum Status {
     Device = 15,
 }
 
-impl Status {
-    const ALL: [Status; 16] = [
-        Status::Ok,
+/// Every status with the suffix of its C name (`DSP_STATUS_<name>`, the header's enum, made
+/// by cbindgen from [`Status`]) and its description (`dsp_status_str`): the one table the
+/// header, `docs/c-api.md` and the Python package's `STATUS_NAMES` are checked against
+/// (`tests/status.rs`).
+const TABLE: [(Status, &str, &CStr); 16] = [
+    (Status::Ok, "OK", c"success"),
+    (
         Status::NullArgument,
+        "NULL_ARGUMENT",
+        c"a required pointer argument is NULL",
+    ),
+    (
         Status::InvalidArgument,
+        "INVALID_ARGUMENT",
+        c"an argument is out of range",
+    ),
+    (
         Status::ArgumentMismatch,
+        "ARGUMENT_MISMATCH",
+        c"the ranks passed different arguments to a collective call",
+    ),
+    (
         Status::PartsMismatch,
-        Status::Io,
+        "PARTS_MISMATCH",
+        c"the chunk directory holds a different number of parts than there are ranks",
+    ),
+    (Status::Io, "IO", c"a file could not be read"),
+    (
         Status::InvalidChunk,
+        "INVALID_CHUNK",
+        c"the chunk directory or a chunk file is invalid",
+    ),
+    (
         Status::NotPresent,
-        Status::Mpi,
+        "NOT_PRESENT",
+        c"the chunk carries no such data",
+    ),
+    (Status::Mpi, "MPI", c"an MPI call failed"),
+    (
         Status::MpiEnvironment,
+        "MPI_ENVIRONMENT",
+        c"MPI is in the wrong state for this call",
+    ),
+    (
         Status::PeerFailed,
+        "PEER_FAILED",
+        c"another rank failed in the same collective call",
+    ),
+    (
         Status::WrongThread,
+        "WRONG_THREAD",
+        c"the handle belongs to another thread",
+    ),
+    (
         Status::Unsupported,
+        "UNSUPPORTED",
+        c"not supported by this build",
+    ),
+    (
         Status::Panic,
-        Status::OutOfMemory,
+        "PANIC",
+        c"internal error in distspmm (a bug; please report it)",
+    ),
+    (Status::OutOfMemory, "OUT_OF_MEMORY", c"out of memory"),
+    (
         Status::Device,
-    ];
+        "DEVICE",
+        c"a CUDA or NCCL call failed on the device",
+    ),
+];
+
+impl Status {
+    /// Every status, in increasing value.
+    pub fn all() -> impl ExactSizeIterator<Item = Status> {
+        TABLE.iter().map(|&(s, _, _)| s)
+    }
+
+    fn entry(self) -> &'static (Status, &'static str, &'static CStr) {
+        // Entry i of the table is the status of value i (checked by the tests), so this
+        // indexing stays in bounds for every variant.
+        &TABLE[self as usize]
+    }
 
     /// The status with numeric value `code`, if any.
     pub fn from_code(code: i32) -> Option<Status> {
-        Self::ALL.into_iter().find(|s| *s as i32 == code)
+        let i = usize::try_from(code).ok()?;
+        TABLE.get(i).map(|&(s, _, _)| s)
+    }
+
+    /// The C name without its `DSP_STATUS_` prefix, e.g. `"PARTS_MISMATCH"` (the Python
+    /// package's `DistSpmmError.status`).
+    pub fn name(self) -> &'static str {
+        self.entry().1
     }
 
     /// A short static description (what `dsp_status_str` returns).
     pub fn description(self) -> &'static CStr {
-        match self {
-            Status::Ok => c"success",
-            Status::NullArgument => c"a required pointer argument is NULL",
-            Status::InvalidArgument => c"an argument is out of range",
-            Status::ArgumentMismatch => {
-                c"the ranks passed different arguments to a collective call"
-            }
-            Status::PartsMismatch => {
-                c"the chunk directory holds a different number of parts than there are ranks"
-            }
-            Status::Io => c"a file could not be read",
-            Status::InvalidChunk => c"the chunk directory or a chunk file is invalid",
-            Status::NotPresent => c"the chunk carries no such data",
-            Status::Mpi => c"an MPI call failed",
-            Status::MpiEnvironment => c"MPI is in the wrong state for this call",
-            Status::PeerFailed => c"another rank failed in the same collective call",
-            Status::WrongThread => c"the handle belongs to another thread",
-            Status::Unsupported => c"not supported by this build",
-            Status::Panic => c"internal error in distspmm (a bug; please report it)",
-            Status::OutOfMemory => c"out of memory",
-            Status::Device => c"a CUDA or NCCL call failed on the device",
-        }
+        self.entry().2
     }
 }
 
@@ -393,13 +442,25 @@ mod tests {
 
     #[test]
     fn status_codes_are_stable_and_described() {
-        for (i, s) in Status::ALL.iter().enumerate() {
-            assert_eq!(*s as i32, i as i32, "{s:?} moved");
-            assert_eq!(Status::from_code(i as i32), Some(*s));
+        for (i, s) in Status::all().enumerate() {
+            assert_eq!(s as usize, i, "{s:?} moved");
+            assert_eq!(Status::from_code(i32::try_from(i).unwrap()), Some(s));
             assert!(!s.description().is_empty());
+            // The name is the variant's in SCREAMING_SNAKE_CASE (cbindgen's rename rule).
+            let mut screaming = String::new();
+            for (k, c) in format!("{s:?}").chars().enumerate() {
+                if c.is_uppercase() && k > 0 {
+                    screaming.push('_');
+                }
+                screaming.push(c.to_ascii_uppercase());
+            }
+            assert_eq!(s.name(), screaming);
         }
         assert_eq!(Status::from_code(-1), None);
-        assert_eq!(Status::from_code(Status::ALL.len() as i32), None);
+        assert_eq!(
+            Status::from_code(i32::try_from(Status::all().len()).unwrap()),
+            None
+        );
     }
 
     #[test]

@@ -47,7 +47,8 @@ __all__ = [
     "version",
 ]
 
-# dsp_status values (stable: see docs/c-api.md).
+# dsp_status values (stable: see docs/c-api.md); the one source is the C ABI's table in
+# capi/src/boundary.rs, and capi/tests/status.rs checks this dict, the header and the docs against it.
 STATUS_NAMES = {
     0: "OK",
     1: "NULL_ARGUMENT",
