@@ -50,6 +50,10 @@ struct Summary {
     test_acc: f64,
     final_loss: f64,
     comm_bytes_per_epoch: u64,
+    spmm_bytes_per_epoch: u64,
+    allreduce_bytes_per_epoch: u64,
+    parameters: u64,
+    ranks: usize,
 }
 
 fn train_json(ranks: usize, args: &[&str]) -> Summary {
@@ -93,6 +97,39 @@ fn cora_reaches_the_gcn_papers_accuracy_on_1_2_and_4_ranks_with_the_same_loss() 
     }
 }
 
+/// Training's bytes, from the `Counting` layers: the SpMM's exchanges and the allreduces apart,
+/// both 0 on one rank; in data mode an epoch's allreduces are the gradient (`parameters` f32)
+/// and two sets of 7 f64 counts (training loss/accuracy, evaluation), received by every rank.
+#[test]
+fn allreduce_bytes_are_counted_apart_from_the_spmm_exchange() {
+    let (Some(cora), true) = (cora(), mpirun_available()) else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    for p in [1usize, 2] {
+        let chunks = dir.path().join(format!("p{p}"));
+        partition(&cora, p, &chunks);
+        let s = train_json(p, &["--chunks", chunks.to_str().unwrap(), "--epochs", "3"]);
+        assert_eq!(s.ranks, p);
+        assert_eq!(
+            s.comm_bytes_per_epoch,
+            s.spmm_bytes_per_epoch + s.allreduce_bytes_per_epoch,
+            "P={p}: {s:?}"
+        );
+        if p == 1 {
+            assert_eq!(s.comm_bytes_per_epoch, 0, "one rank moves nothing: {s:?}");
+            continue;
+        }
+        let per_rank = 4 * s.parameters + 2 * 7 * 8;
+        assert_eq!(
+            s.allreduce_bytes_per_epoch,
+            p as u64 * per_rank,
+            "P={p}: {s:?}"
+        );
+        assert!(s.spmm_bytes_per_epoch > 0, "P={p}: {s:?}");
+    }
+}
+
 #[test]
 fn same_seed_same_losses_and_both_schedules_agree() {
     let (Some(cora), true) = (cora(), mpirun_available()) else {
@@ -120,8 +157,12 @@ fn same_seed_same_losses_and_both_schedules_agree() {
         a.final_loss
     );
     assert!(
-        bcast.comm_bytes_per_epoch > a.comm_bytes_per_epoch,
+        bcast.spmm_bytes_per_epoch > a.spmm_bytes_per_epoch,
         "broadcast should move more bytes than halo"
+    );
+    assert_eq!(
+        bcast.allreduce_bytes_per_epoch, a.allreduce_bytes_per_epoch,
+        "the schedule changes the training's allreduces"
     );
     let other = train_json(2, &["--chunks", c, "--epochs", "30", "--seed", "7"]);
     assert_ne!(

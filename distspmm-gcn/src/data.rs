@@ -7,6 +7,7 @@ use super::{
 };
 use anyhow::{bail, Context, Result};
 use chunk_format::ChunkView;
+use dist_comm::Counting;
 use distspmm_core::kernel;
 use distspmm_core::schedule::ScheduleKind;
 use distspmm_core::sparse::{CscOwned, CsrOwned, DenseView, DenseViewMut};
@@ -46,9 +47,10 @@ impl Aggregate for LocalAggregate {
     }
 }
 
-/// Â·X through the distributed SpMM: this rank's rows, communication per the schedule.
+/// Â·X through the distributed SpMM: this rank's rows, communication per the schedule, over a
+/// [`Counting`] layer that measures what the schedule hands the transport.
 pub struct DistAggregate<'a, C: dist_comm::Communicator> {
-    op: DistSpmm<&'a C, ChunkView<'a>>,
+    op: DistSpmm<Box<Counting<'a, C>>, ChunkView<'a>>,
 }
 
 impl<C: dist_comm::Communicator> std::fmt::Debug for DistAggregate<'_, C> {
@@ -70,7 +72,8 @@ pub fn dist_aggregate<'a, C: dist_comm::Communicator>(
         Schedule::Halo => ScheduleKind::Halo,
         Schedule::Broadcast => ScheduleKind::Broadcast,
     };
-    let op = DistSpmm::new(comm, chunk, kind).context("cannot set up the distributed SpMM")?;
+    let op = DistSpmm::new(Box::new(Counting::new(comm)), chunk, kind)
+        .context("cannot set up the distributed SpMM")?;
     Ok(DistAggregate { op })
 }
 
@@ -89,9 +92,10 @@ impl<C: dist_comm::Communicator> Aggregate for DistAggregate<'_, C> {
         self.op.backward(x, y)?;
         Ok(())
     }
+    /// The exchanges' bytes as counted at the transport (point-to-point and broadcast; the
+    /// operator's own agreement reductions are not part of them).
     fn bytes_received(&self) -> u64 {
-        let t = self.op.bytes_total();
-        t.forward.received + t.backward.received
+        self.op.comm().counts().schedule().received
     }
 }
 

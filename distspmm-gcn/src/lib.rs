@@ -16,7 +16,7 @@ pub mod par;
 pub mod tensor;
 
 use anyhow::{bail, Context, Result};
-use dist_comm::{AllGather, AllReduce, Communicator, Group, ReduceOp};
+use dist_comm::{AllGather, AllReduce, Communicator, Counting, Group, ReduceOp};
 use model::{Aggregate, GcnConfig, LocalData, Metrics, Reduce, TRAIN};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -175,8 +175,15 @@ pub struct EpochReport {
     pub metrics: Metrics,
     /// Wall time of the epoch (training step + evaluation) on the slowest rank, seconds.
     pub seconds: f64,
-    /// Payload bytes received in this epoch, summed over all ranks.
+    /// Payload bytes received in this epoch, summed over all ranks: `spmm_bytes +
+    /// allreduce_bytes`.
     pub bytes: u64,
+    /// ... of them, by the distributed SpMM's exchanges (point-to-point and broadcast, as
+    /// counted at the transport; 0 in tensor mode and on one rank) ...
+    pub spmm_bytes: u64,
+    /// ... and by the training's allreduces (gradients, loss and accuracy counts,
+    /// tensor-parallel partial products; 0 on one rank).
+    pub allreduce_bytes: u64,
     /// This rank's own `[spmm, dense, comm, other]` seconds of the epoch (see [`Summary`]);
     /// unlike the other fields, it differs from rank to rank.
     pub split: [f64; 4],
@@ -242,10 +249,18 @@ pub struct Summary {
     pub final_loss: f64,
     /// Median wall time of an epoch (training step + evaluation), seconds.
     pub epoch_seconds_median: f64,
-    /// Payload bytes received per epoch, summed over all ranks: the distributed SpMM's
-    /// exchanges plus the allreduce payloads (gradients, tensor-parallel partial products,
-    /// metrics), as counted by the sender of each buffer.
+    /// Payload bytes received in the last epoch, summed over all ranks, as counted at the
+    /// transport by `dist_comm::Counting` layers: `spmm_bytes_per_epoch +
+    /// allreduce_bytes_per_epoch`.
     pub comm_bytes_per_epoch: u64,
+    /// ... of them, by the distributed SpMM's exchanges (0 in tensor mode and on one rank) ...
+    pub spmm_bytes_per_epoch: u64,
+    /// ... and by the training's allreduces (0 on one rank). In data mode an epoch reduces the
+    /// gradient (`parameters` f32) and two sets of loss/accuracy counts (7 f64 each), each
+    /// received once by every rank: `ranks · (4 · parameters + 2 · 7 · 8)` bytes.
+    pub allreduce_bytes_per_epoch: u64,
+    /// The model's parameter count (weights and biases of every layer).
+    pub parameters: u64,
     /// Ranks.
     pub ranks: usize,
     /// Per-epoch breakdown of this rank's wall time, each the median over the epochs: in the
@@ -264,10 +279,10 @@ pub struct Summary {
     pub schedule: &'static str,
 }
 
-/// Sums over any communicator with an allreduce, counting the payload bytes.
+/// Sums over any communicator with an allreduce, through a [`Counting`] layer of its own, so
+/// that the training's reductions are counted apart from the distributed SpMM's exchanges.
 pub struct CommReduce<'a, C> {
-    comm: &'a C,
-    bytes: u64,
+    comm: Counting<'a, C>,
     seconds: f64,
 }
 
@@ -275,10 +290,14 @@ impl<'a, C> CommReduce<'a, C> {
     /// Sums over `comm`.
     pub fn new(comm: &'a C) -> Self {
         Self {
-            comm,
-            bytes: 0,
+            comm: Counting::new(comm),
             seconds: 0.0,
         }
+    }
+
+    /// Bytes this rank has received from other ranks in its reductions so far (0 on one rank).
+    pub fn bytes_received(&self) -> u64 {
+        self.comm.counts().all_reduce.received
     }
 }
 
@@ -290,14 +309,12 @@ impl<C> std::fmt::Debug for CommReduce<'_, C> {
 
 impl<C: AllReduce> Reduce for CommReduce<'_, C> {
     fn sum_f32(&mut self, buf: &mut [f32]) -> Result<()> {
-        self.bytes += size_of_val(buf) as u64;
         let t = Instant::now();
         let r = self.comm.all_reduce_sum(buf);
         self.seconds += t.elapsed().as_secs_f64();
         r.context("allreduce across ranks failed")
     }
     fn sum_f64(&mut self, buf: &mut [f64]) -> Result<()> {
-        self.bytes += size_of_val(buf) as u64;
         let t = Instant::now();
         let r = self.comm.all_reduce_sum(buf);
         self.seconds += t.elapsed().as_secs_f64();
@@ -656,7 +673,7 @@ fn train_loop<C: AllReduce + AllGather + Group, M: Trainable>(
     let mut skipped = 0u64;
     for epoch in start_epoch..args.epochs {
         let t = Instant::now();
-        let before = timed.bytes_received() + red.bytes;
+        let before = [timed.bytes_received(), red.bytes_received()];
         let clocks = (timed.seconds, model::dense_seconds(), red.seconds);
         // Every rank reaches the same verdict on the summed gradient, so skipping stays in step.
         let (loss, step_skipped) = match model.step(&mut timed, &mut red, data, epoch) {
@@ -689,7 +706,10 @@ fn train_loop<C: AllReduce + AllGather + Group, M: Trainable>(
             reduce,
             (local - spmm - dense - reduce).max(0.0),
         ];
-        let mut bytes = [timed.bytes_received() + red.bytes - before];
+        let mut bytes = [
+            timed.bytes_received() - before[0],
+            red.bytes_received() - before[1],
+        ];
         comm.all_reduce_sum(&mut bytes)?;
         let mut seconds = [t.elapsed().as_secs_f64()];
         comm.all_reduce(&mut seconds, ReduceOp::Max)?;
@@ -705,7 +725,9 @@ fn train_loop<C: AllReduce + AllGather + Group, M: Trainable>(
             loss,
             metrics,
             seconds: seconds[0],
-            bytes: bytes[0],
+            bytes: bytes[0] + bytes[1],
+            spmm_bytes: bytes[0],
+            allreduce_bytes: bytes[1],
             split,
         };
         on(Event::Epoch(rec));
@@ -759,6 +781,9 @@ fn train_loop<C: AllReduce + AllGather + Group, M: Trainable>(
         comm_seconds: median(&|r| r.split[2]),
         other_seconds: median(&|r| r.split[3]),
         comm_bytes_per_epoch: last.bytes,
+        spmm_bytes_per_epoch: last.spmm_bytes,
+        allreduce_bytes_per_epoch: last.allreduce_bytes,
+        parameters: model.state().0.len() as u64,
         ranks: job.ranks,
         mode: job.mode,
         schedule: match (job.mode, args.schedule) {

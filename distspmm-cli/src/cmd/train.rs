@@ -137,14 +137,16 @@ fn print_event(event: Event, json: bool) {
         }
         Event::Epoch(rec) => {
             let line = format!(
-                "epoch {:>4}  loss {:.4}  train {:.4}  val {:.4}  test {:.4}  time {:>8.2} ms  comm {:>10} B",
+                "epoch {:>4}  loss {:.4}  train {:.4}  val {:.4}  test {:.4}  time {:>8.2} ms  comm {:>10} B (spmm {}, allreduce {})",
                 rec.epoch,
                 rec.loss,
                 rec.metrics.train_acc,
                 rec.metrics.val_acc,
                 rec.metrics.test_acc,
                 rec.seconds * 1e3,
-                rec.bytes
+                rec.bytes,
+                rec.spmm_bytes,
+                rec.allreduce_bytes
             );
             if json {
                 eprintln!("{line}");
@@ -182,7 +184,7 @@ pub fn run(args: &Args) -> Result<()> {
             println!("{}", serde_json::to_string(&summary)?);
         } else {
             println!(
-                "done: {} epochs on {} rank(s), {} mode: test accuracy {:.2}% (train {:.2}%, val {:.2}%), final loss {:.4}, median epoch {:.2} ms, {} B/epoch",
+                "done: {} epochs on {} rank(s), {} mode: test accuracy {:.2}% (train {:.2}%, val {:.2}%), final loss {:.4}, median epoch {:.2} ms, {} B/epoch ({} SpMM exchange, {} allreduce)",
                 summary.epochs,
                 summary.ranks,
                 summary.mode,
@@ -191,7 +193,9 @@ pub fn run(args: &Args) -> Result<()> {
                 100.0 * summary.val_acc,
                 summary.final_loss,
                 summary.epoch_seconds_median * 1e3,
-                summary.comm_bytes_per_epoch
+                summary.comm_bytes_per_epoch,
+                summary.spmm_bytes_per_epoch,
+                summary.allreduce_bytes_per_epoch
             );
         }
     }
