@@ -4,11 +4,11 @@ use std::format;
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, BufWriter, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::vec::Vec;
 
 use memmap2::Mmap;
 
+use crate::atomic::{AtomicFile, AtomicWriteError};
 use crate::contents::{ChunkContents, Plan};
 use crate::error::ChunkError;
 use crate::view::{ChunkView, ParseOptions};
@@ -115,21 +115,6 @@ pub struct WriteSummary {
     pub file_checksum: u64,
 }
 
-/// Removes the temporary file on drop unless the write completed.
-struct TempFile {
-    path: PathBuf,
-    keep: bool,
-}
-
-impl Drop for TempFile {
-    fn drop(&mut self) {
-        if !self.keep {
-            // Best effort: the error being reported matters more than a failed cleanup.
-            let _ = fs::remove_file(&self.path);
-        }
-    }
-}
-
 const ZEROS: [u8; 4096] = [0; 4096];
 
 fn write_zeros(w: &mut impl Write, mut n: u64) -> io::Result<()> {
@@ -156,35 +141,12 @@ pub fn write_chunk(
         source,
     };
     let plan = Plan::new(contents).map_err(invalid)?;
-    let file_name = path.file_name().ok_or_else(|| ChunkFileError::Io {
-        action: "write",
-        path: path.to_path_buf(),
-        source: io::Error::new(io::ErrorKind::InvalidInput, "the path has no file name"),
-    })?;
-    // The sequence number keeps concurrent writers in one process apart.
-    static NEXT_TMP: AtomicU64 = AtomicU64::new(0);
-    let mut tmp_name = file_name.to_os_string();
-    tmp_name.push(format!(
-        ".tmp-{}-{}",
-        std::process::id(),
-        NEXT_TMP.fetch_add(1, Ordering::Relaxed)
-    ));
-    let tmp = TempFile {
-        path: path.with_file_name(tmp_name),
-        keep: false,
-    };
-
-    let file = OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .open(&tmp.path)
-        .map_err(io_error("create", &tmp.path))?;
-    let mut out = BufWriter::with_capacity(1 << 20, file);
-    let write_err = io_error("write", &tmp.path);
+    let mut atomic = AtomicFile::create(path)?;
+    let tmp = atomic.temporary_path().to_path_buf();
+    let mut out = BufWriter::with_capacity(1 << 20, atomic.file());
+    let write_err = io_error("write", &tmp);
     let mut checksums = Vec::with_capacity(plan.sections.len());
-    let stream = (|| -> io::Result<File> {
+    let stream = (|| -> io::Result<&mut File> {
         let mut at = 0u64;
         for s in &plan.sections {
             write_zeros(&mut out, s.offset - at)?;
@@ -197,7 +159,7 @@ pub fn write_chunk(
             at = s.offset + s.byte_len;
         }
         write_zeros(&mut out, plan.header.file_len - at)?;
-        let mut file = out.into_inner().map_err(io::IntoInnerError::into_error)?;
+        let file = out.into_inner().map_err(io::IntoInnerError::into_error)?;
         let (head, _) = plan.header_and_table(&checksums);
         file.seek(SeekFrom::Start(0))?;
         file.write_all(&head)?;
@@ -205,17 +167,12 @@ pub fn write_chunk(
     })();
     let file = stream.map_err(write_err)?;
 
-    // SAFETY: the temporary file was created by this call under a per-process name and nothing
-    // else writes it while the map lives; the map is dropped before the rename.
-    let map = unsafe { Mmap::map(&file) }.map_err(io_error("map", &tmp.path))?;
+    // SAFETY: the temporary file was created new by this call under a per-process name and
+    // nothing else writes it while the map lives; the map is dropped before the rename.
+    let map = unsafe { Mmap::map(&*file) }.map_err(io_error("map", &tmp))?;
     let file_checksum = ChunkView::parse(&map).map_err(invalid)?.file_checksum();
     drop(map);
-    file.sync_all().map_err(io_error("fsync", &tmp.path))?;
-    drop(file);
-    fs::rename(&tmp.path, path).map_err(io_error("rename to final name", &tmp.path))?;
-    let mut tmp = tmp;
-    tmp.keep = true;
-    sync_parent_dir(path)?;
+    atomic.commit()?;
     tracing::debug!(
         path = %path.display(),
         bytes = plan.header.file_len,
@@ -229,21 +186,14 @@ pub fn write_chunk(
     })
 }
 
-/// Makes the rename durable (directory entries are flushed by fsyncing the directory on Unix).
-fn sync_parent_dir(path: &Path) -> Result<(), ChunkFileError> {
-    #[cfg(unix)]
-    {
-        let dir = match path.parent() {
-            Some(d) if !d.as_os_str().is_empty() => d,
-            _ => Path::new("."),
-        };
-        File::open(dir)
-            .and_then(|d| d.sync_all())
-            .map_err(io_error("fsync directory", dir))?;
+impl From<AtomicWriteError> for ChunkFileError {
+    fn from(e: AtomicWriteError) -> Self {
+        ChunkFileError::Io {
+            action: e.action,
+            path: e.path,
+            source: e.source,
+        }
     }
-    #[cfg(not(unix))]
-    let _ = path;
-    Ok(())
 }
 
 /// A memory-mapped, validated chunk file. The view borrows the map, so no data is copied.

@@ -60,6 +60,8 @@ compile_error!(
 );
 
 mod aligned;
+#[cfg(feature = "std")]
+pub mod atomic;
 mod contents;
 mod error;
 #[cfg(feature = "std")]

@@ -65,34 +65,29 @@ pub fn save(dir: &Path, state: &State) -> Result<()> {
         state: value,
     };
     let final_path = path_in(dir);
-    let tmp = dir.join(format!(".{FILE_NAME}.tmp-{}", std::process::id()));
+    // The workspace's one atomic write (temporary file, fsync, rename, directory fsync).
     let write = || -> Result<()> {
+        let mut out = chunk_format::atomic::AtomicFile::create(&final_path)?;
         // serde_json writes token by token: buffer, or a checkpoint costs ~10^5 syscalls.
-        let mut f = std::io::BufWriter::new(std::fs::File::create(&tmp)?);
+        let mut f = std::io::BufWriter::new(out.file());
         serde_json::to_writer(&mut f, &envelope)?;
         f.write_all(b"\n")?;
-        let f = f
-            .into_inner()
+        f.into_inner()
             .map_err(std::io::IntoInnerError::into_error)?;
-        f.sync_all()?;
-        std::fs::rename(&tmp, &final_path)?;
-        // Persist the rename itself.
-        std::fs::File::open(dir)?.sync_all()?;
+        out.commit()?;
         Ok(())
     };
-    write().map_err(|e| {
-        let _ = std::fs::remove_file(&tmp);
-        e.context(format!("cannot write checkpoint {}", final_path.display()))
-    })?;
+    write().map_err(|e| e.context(format!("cannot write checkpoint {}", final_path.display())))?;
     remove_stale_temporaries(dir);
     Ok(())
 }
 
-/// Removes the temporaries of writers killed before their rename (`.checkpoint.json.tmp-<pid>`
-/// of another process); they never carry the final name, so they only take space. Best effort:
-/// a failure is logged, the checkpoint just written stands.
+/// Removes the temporaries of writers killed before their rename (`checkpoint.json.tmp-<pid>-<seq>`
+/// of another process, or `.checkpoint.json.tmp-<pid>` of older writers); they never carry the
+/// final name, so they only take space. Best effort: a failure is logged, the checkpoint just
+/// written stands.
 fn remove_stale_temporaries(dir: &Path) {
-    let ours = format!(".{FILE_NAME}");
+    let older = format!(".{FILE_NAME}");
     let Ok(entries) = std::fs::read_dir(dir) else {
         return;
     };
@@ -100,8 +95,8 @@ fn remove_stale_temporaries(dir: &Path) {
         let name = entry.file_name();
         let stale = name
             .to_str()
-            .and_then(distspmm_core::chunk::stale_temporary_of)
-            .is_some_and(|file| file == ours);
+            .and_then(chunk_format::atomic::stale_temporary_of)
+            .is_some_and(|file| file == FILE_NAME || file == older);
         if stale {
             let path = entry.path();
             match std::fs::remove_file(&path) {
@@ -223,13 +218,18 @@ mod tests {
     fn a_save_removes_temporaries_of_killed_writers_only() {
         let dir = tempfile::tempdir().unwrap();
         let other = std::process::id().wrapping_add(1);
-        let stale = format!(".{FILE_NAME}.tmp-{other}");
+        let stale = [
+            format!("{FILE_NAME}.tmp-{other}-0"),
+            format!(".{FILE_NAME}.tmp-{other}"),
+        ];
         let kept = [format!(".{FILE_NAME}.tmp-x{other}"), "notes.txt".to_owned()];
-        for name in std::iter::once(&stale).chain(&kept) {
+        for name in stale.iter().chain(&kept) {
             std::fs::write(dir.path().join(name), b"{\"partial").unwrap();
         }
         save(dir.path(), &state()).unwrap();
-        assert!(!dir.path().join(&stale).exists(), "{stale} was left");
+        for name in &stale {
+            assert!(!dir.path().join(name).exists(), "{name} was left");
+        }
         for name in &kept {
             assert!(dir.path().join(name).exists(), "{name} was removed");
         }

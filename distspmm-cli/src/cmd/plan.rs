@@ -5,7 +5,7 @@
 //! measures in `distspmm bench dist`.
 
 use std::fmt::Write as _;
-use std::io::{IsTerminal, Write as _};
+use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context};
@@ -106,7 +106,7 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
             .iter()
             .map(|(kind, _)| (*kind, planned.shape.comm_matrix(*kind)))
             .collect();
-        write_atomic(path, heatmaps(&panels, features).as_bytes())
+        chunk_format::atomic::write_atomically(path, heatmaps(&panels, features).as_bytes())
             .with_context(|| format!("cannot write the heatmap {}", path.display()))?;
     }
     if args.json {
@@ -592,27 +592,6 @@ fn heatmaps(panels: &[(ScheduleKind, CommMatrix)], features: usize) -> String {
     );
     svg.push_str("</svg>\n");
     svg
-}
-
-/// Writes `bytes` to `path` through a temporary file in the same directory, synced and
-/// renamed, so that the file is either the old one or complete.
-fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    let dir = path
-        .parent()
-        .filter(|d| !d.as_os_str().is_empty())
-        .unwrap_or(Path::new("."));
-    let name = path.file_name().unwrap_or_default().to_string_lossy();
-    let tmp = dir.join(format!(".{name}.tmp{}", std::process::id()));
-    let result = (|| {
-        let mut file = std::fs::File::create(&tmp)?;
-        file.write_all(bytes)?;
-        file.sync_all()?;
-        std::fs::rename(&tmp, path)
-    })();
-    if result.is_err() {
-        let _ = std::fs::remove_file(&tmp);
-    }
-    result
 }
 
 #[cfg(test)]

@@ -409,17 +409,7 @@ fn exchange(a: &Path, b: &Path) -> std::io::Result<()> {
     }
 }
 
-/// The file a temporary named `<file>.tmp-<pid>` or `<file>.tmp-<pid>-<seq>` stands for, if
-/// `name` is one written by another process than this one: what the atomic writers of this
-/// workspace (chunks, partition map, manifest, `distspmm` checkpoints) leave behind when they
-/// are killed before their rename. It never carries a final name.
-pub fn stale_temporary_of(name: &str) -> Option<&str> {
-    let (file, suffix) = name.rsplit_once(".tmp-")?;
-    let mut numbers = suffix.split('-');
-    let pid = numbers.next()?.parse::<u32>().ok()?;
-    let rest_ok = numbers.all(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()));
-    (rest_ok && !file.is_empty() && pid != std::process::id()).then_some(file)
-}
+pub use chunk_format::atomic::stale_temporary_of;
 
 /// Whether `name` is a stale temporary (see [`stale_temporary_of`]) of a chunk directory's own
 /// files.

@@ -22,9 +22,10 @@
 //! `u32` result).
 
 use super::{Features, Graph, GraphError, GraphErrorKind, MAX_NODES};
-use std::fs::File;
 use std::io::{self, BufReader, BufWriter, Cursor, Read, Seek, Write};
-use std::path::{Path, PathBuf};
+use std::path::Path;
+#[cfg(test)]
+use std::path::PathBuf;
 use std::string::{String, ToString};
 use std::vec::Vec;
 use std::{format, vec};
@@ -782,31 +783,25 @@ pub fn write_npz_bytes(graph: &Graph) -> Result<Vec<u8>, GraphError> {
 
 /// Writes `graph` as an `.npz` in PyG's layout (deflate-compressed; `edge_index`, `num_nodes`
 /// and whichever of `edge_weight`, `x`, `y`, masks the graph has), atomically: the archive is
-/// written to a temporary file beside `path`, fsynced and renamed over it, so `path` holds the
-/// old file or the complete new one, never a part. The output is byte-for-byte reproducible.
+/// written to a temporary file beside `path`, fsynced and renamed over it, and the directory
+/// fsynced (`chunk_format::atomic`), so `path` holds the old file or the complete new one,
+/// never a part. The output is byte-for-byte reproducible.
 pub fn write_npz(path: impl AsRef<Path>, graph: &Graph) -> Result<(), GraphError> {
     let path = path.as_ref();
     graph.validate().map_err(|e| e.in_file(path))?;
-    let tmp = temp_path(path);
     let result = (|| -> Result<(), GraphError> {
-        let file = File::options().write(true).create_new(true).open(&tmp)?;
-        let mut zip = ZipWriter::new(StopAfterError::new(BufWriter::with_capacity(1 << 20, file)));
+        let mut out = chunk_format::atomic::AtomicFile::create(path).map_err(io::Error::from)?;
+        let buffered = BufWriter::with_capacity(1 << 20, out.file());
+        let mut zip = ZipWriter::new(StopAfterError::new(buffered));
         write_archive(&mut zip, graph)?;
-        let file = zip
-            .finish()
+        zip.finish()
             .map_err(zip_error)?
             .inner
             .into_inner()
             .map_err(|e| GraphErrorKind::Io(e.into_error()))?;
-        file.sync_all()?;
-        drop(file);
-        std::fs::rename(&tmp, path)?;
-        sync_parent(path);
+        out.commit().map_err(io::Error::from)?;
         Ok(())
     })();
-    if result.is_err() {
-        let _ = std::fs::remove_file(&tmp);
-    }
     result.map_err(|e| e.in_file(path))
 }
 
@@ -886,28 +881,6 @@ impl<W: Seek> Seek for StopAfterError<W> {
         };
         self.pos = target.ok_or_else(|| io::Error::from(io::ErrorKind::InvalidInput))?;
         Ok(self.pos)
-    }
-}
-
-/// A fresh name in `path`'s directory for the file being written.
-fn temp_path(path: &Path) -> PathBuf {
-    let name = path
-        .file_name()
-        .map_or_else(|| "graph.npz".into(), |n| n.to_string_lossy().into_owned());
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.subsec_nanos());
-    path.with_file_name(format!(".{name}.{}.{nanos}.tmp", std::process::id()))
-}
-
-/// Makes the rename durable; directories that cannot be opened (some platforms) are skipped.
-fn sync_parent(path: &Path) {
-    let parent = match path.parent() {
-        Some(p) if !p.as_os_str().is_empty() => p,
-        _ => Path::new("."),
-    };
-    if let Ok(dir) = File::open(parent) {
-        let _ = dir.sync_all();
     }
 }
 

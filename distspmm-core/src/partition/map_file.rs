@@ -14,8 +14,7 @@
 //! | 28+L | 4·N | part of each node (`u32`) |
 //! | 28+L+4N | 8 | xxh3-64 of all preceding bytes |
 
-use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::string::String;
 use std::vec::Vec;
 
@@ -117,50 +116,24 @@ impl Partition {
     }
 }
 
-/// Writes `bytes` to `path` so that a crash leaves either the old file or the new one: a temp
-/// file in the same directory, fsync, rename over `path`, fsync of the directory.
+/// Writes `bytes` to `path` so that a crash leaves either the old file or the new one
+/// (`chunk_format::atomic`, the workspace's one atomic write).
 pub(crate) fn write_atomically(path: &Path, bytes: &[u8]) -> Result<(), PartitionError> {
-    let io_err = |path: &Path| {
-        let path = path.to_path_buf();
-        move |source| PartitionError::Io { path, source }
-    };
-    let tmp = temp_path(path);
-    let result = (|| {
-        let mut file = std::fs::File::create(&tmp).map_err(io_err(&tmp))?;
-        file.write_all(bytes).map_err(io_err(&tmp))?;
-        file.sync_all().map_err(io_err(&tmp))?;
-        std::fs::rename(&tmp, path).map_err(io_err(path))
-    })();
-    if result.is_err() {
-        // Best effort: the temp file is garbage either way.
-        let _ = std::fs::remove_file(&tmp);
-        return result;
-    }
-    sync_parent_dir(path)
-}
-
-/// The temp name `write_atomically` uses for `path` (same directory, so the rename is atomic).
-fn temp_path(path: &Path) -> PathBuf {
-    let mut name = path
-        .file_name()
-        .map(|n| n.to_os_string())
-        .unwrap_or_default();
-    name.push(std::format!(".tmp-{}", std::process::id()));
-    path.with_file_name(name)
+    chunk_format::atomic::write_atomically(path, bytes).map_err(PartitionError::from)
 }
 
 /// Makes a rename in `path`'s directory durable.
 pub(crate) fn sync_parent_dir(path: &Path) -> Result<(), PartitionError> {
-    let dir = match path.parent() {
-        Some(d) if !d.as_os_str().is_empty() => d,
-        _ => Path::new("."),
-    };
-    std::fs::File::open(dir)
-        .and_then(|d| d.sync_all())
-        .map_err(|source| PartitionError::Io {
-            path: dir.to_path_buf(),
-            source,
-        })
+    chunk_format::atomic::sync_parent_dir(path).map_err(PartitionError::from)
+}
+
+impl From<chunk_format::atomic::AtomicWriteError> for PartitionError {
+    fn from(e: chunk_format::atomic::AtomicWriteError) -> Self {
+        PartitionError::Io {
+            path: e.path,
+            source: e.source,
+        }
+    }
 }
 
 #[cfg(test)]
