@@ -4,11 +4,10 @@
 //! Skipped with a message when `mpirun` is not on `PATH`, unless `CI=true` (then it fails).
 //! Each launch is killed after 60 s so a hang fails the test instead of blocking CI.
 
-use std::io::Read;
 use std::path::PathBuf;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 const TIMEOUT: Duration = Duration::from_secs(60);
 
@@ -34,7 +33,8 @@ fn launch(ranks: usize, args: &[&str]) {
         eprintln!("skipping: mpirun is not on PATH");
         return;
     };
-    let mut child = Command::new(mpirun)
+    let mut command = Command::new(mpirun);
+    command
         .args([
             "-n",
             &ranks.to_string(),
@@ -46,45 +46,13 @@ fn launch(ranks: usize, args: &[&str]) {
         .arg(env!("CARGO_BIN_EXE_dist-comm-selftest"))
         .args(args)
         .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
-        .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn mpirun");
-    let mut stdout = child.stdout.take().expect("piped stdout");
-    let mut stderr = child.stderr.take().expect("piped stderr");
-    let out_reader = std::thread::spawn(move || {
-        let mut s = String::new();
-        stdout.read_to_string(&mut s).map(|_| s)
-    });
-    let err_reader = std::thread::spawn(move || {
-        let mut s = String::new();
-        stderr.read_to_string(&mut s).map(|_| s)
-    });
-    let start = Instant::now();
-    let status = loop {
-        if let Some(status) = child.try_wait().expect("poll mpirun") {
-            break Some(status);
-        }
-        if start.elapsed() > TIMEOUT {
-            child.kill().expect("kill mpirun");
-            child.wait().expect("reap mpirun");
-            break None;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    };
-    let out = out_reader
-        .join()
-        .expect("stdout reader")
-        .expect("read stdout");
-    let err = err_reader
-        .join()
-        .expect("stderr reader")
-        .expect("read stderr");
-    let Some(status) = status else {
-        panic!("mpirun -n {ranks} {args:?} hung for {TIMEOUT:?}; stdout:\n{out}\nstderr:\n{err}");
-    };
+        .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1");
+    let output = test_support::run(&mut command, TIMEOUT);
+    let (status, out, err) = (
+        output.status,
+        String::from_utf8_lossy(&output.stdout).into_owned(),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    );
     assert!(
         status.success(),
         "mpirun -n {ranks} {args:?}: {status}\nstdout:\n{out}\nstderr:\n{err}"

@@ -4,9 +4,8 @@
 //!
 //! Each launch is killed after 120 s so a hang fails the test instead of blocking CI.
 
-use std::io::Read;
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::Command;
+use std::time::Duration;
 
 use dist_comm::{CommError, DeviceSelect, LocalComm, NcclComm};
 
@@ -64,42 +63,14 @@ fn a_broken_driver_library_is_an_error_not_a_crash() {
     assert!(text.contains("1 passed"), "child ran no test:\n{text}");
 }
 
-/// Runs `cmd` with a timeout; returns (success, stdout, stderr).
+/// Runs `cmd` with a timeout (`test_support::run`); returns (success, stdout, stderr).
 fn run(mut cmd: Command) -> (bool, String, String) {
-    let mut child = cmd
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn");
-    let mut stdout = child.stdout.take().expect("piped stdout");
-    let mut stderr = child.stderr.take().expect("piped stderr");
-    let out = std::thread::spawn(move || {
-        let mut s = String::new();
-        stdout.read_to_string(&mut s).map(|_| s)
-    });
-    let err = std::thread::spawn(move || {
-        let mut s = String::new();
-        stderr.read_to_string(&mut s).map(|_| s)
-    });
-    let start = Instant::now();
-    let status = loop {
-        if let Some(status) = child.try_wait().expect("poll") {
-            break Some(status);
-        }
-        if start.elapsed() > TIMEOUT {
-            child.kill().expect("kill");
-            child.wait().expect("reap");
-            break None;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    };
-    let out = out.join().expect("stdout reader").expect("read stdout");
-    let err = err.join().expect("stderr reader").expect("read stderr");
-    let Some(status) = status else {
-        panic!("{cmd:?} hung for {TIMEOUT:?}; stdout:\n{out}\nstderr:\n{err}");
-    };
-    (status.success(), out, err)
+    let out = test_support::run(&mut cmd, TIMEOUT);
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
 }
 
 /// Every rank passed its checks, or every rank (or the launcher) skipped for want of a device.

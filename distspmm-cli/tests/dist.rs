@@ -8,7 +8,7 @@
 mod launch;
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Output};
 
 use launch::{cora, distspmm, mpirun_available, ok, one_json, s};
 use std::sync::Mutex;
@@ -23,30 +23,16 @@ const LIMIT: Duration = Duration::from_secs(120);
 fn mpirun(ranks: usize, args: &[&str]) -> (Output, Duration) {
     let _one_at_a_time = MPI.lock().unwrap_or_else(|e| e.into_inner());
     let started = Instant::now();
-    let mut child = Command::new("mpirun")
+    let mut command = Command::new("mpirun");
+    command
         .args(["-n", &ranks.to_string(), "--oversubscribe"])
         .args(["--mca", "btl", "self,vader"])
         .arg(env!("CARGO_BIN_EXE_distspmm"))
         .args(args)
         .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
         .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
-        .env("RAYON_NUM_THREADS", "1")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("start mpirun");
-    while child.try_wait().expect("poll mpirun").is_none() {
-        if started.elapsed() > LIMIT {
-            child.kill().expect("kill mpirun");
-            let out = child.wait_with_output().expect("collect mpirun");
-            panic!(
-                "mpirun -n {ranks} distspmm {args:?} hung for {LIMIT:?}: {}",
-                String::from_utf8_lossy(&out.stderr)
-            );
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    let out = child.wait_with_output().expect("collect mpirun");
+        .env("RAYON_NUM_THREADS", "1");
+    let out = test_support::run(&mut command, LIMIT);
     (out, started.elapsed())
 }
 

@@ -282,16 +282,12 @@ fn gpu_operator_matches_cpu_operator_at_two_spawned_ranks() {
     let start = Instant::now();
     let statuses: Vec<_> = children
         .into_iter()
-        .map(|mut c| loop {
-            if let Some(s) = c.try_wait().expect("poll") {
-                break Some(s);
+        .map(|mut c| {
+            let status = test_support::wait_until(&mut c, TIMEOUT.saturating_sub(start.elapsed()));
+            if status.is_none() {
+                test_support::kill_group(&mut c);
             }
-            if start.elapsed() > TIMEOUT {
-                let _ = c.kill();
-                let _ = c.wait();
-                break None;
-            }
-            std::thread::sleep(Duration::from_millis(50));
+            status
         })
         .collect();
     for (rank, status) in statuses.iter().enumerate() {

@@ -3,9 +3,8 @@
 //! included) with a timeout so a hang fails.
 #![allow(dead_code)] // each test binary uses a different part of this module
 
-use std::io::Read;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Output};
 use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -204,63 +203,8 @@ pub fn small_graph() -> Graph {
 }
 
 /// Runs a command with a timeout; on timeout kills its whole process group (mpirun and its
-/// ranks) and panics with what it printed.
-pub fn run(command: &mut Command, timeout: Duration) -> Output {
-    use std::os::unix::process::CommandExt;
-    let described = format!("{command:?}");
-    let mut child = command
-        .process_group(0)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap_or_else(|e| panic!("cannot start {described}: {e}"));
-    let mut stdout = child.stdout.take().expect("piped stdout");
-    let mut stderr = child.stderr.take().expect("piped stderr");
-    let out_reader = std::thread::spawn(move || {
-        let mut s = Vec::new();
-        stdout.read_to_end(&mut s).map(|_| s)
-    });
-    let err_reader = std::thread::spawn(move || {
-        let mut s = Vec::new();
-        stderr.read_to_end(&mut s).map(|_| s)
-    });
-    let start = Instant::now();
-    let status = loop {
-        if let Some(status) = child.try_wait().expect("poll child") {
-            break Some(status);
-        }
-        if start.elapsed() > timeout {
-            let _ = Command::new("kill")
-                .args(["-KILL", "--", &format!("-{}", child.id())])
-                .status();
-            let _ = child.kill();
-            let _ = child.wait();
-            break None;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    let stdout = out_reader
-        .join()
-        .expect("stdout reader")
-        .unwrap_or_default();
-    let stderr = err_reader
-        .join()
-        .expect("stderr reader")
-        .unwrap_or_default();
-    match status {
-        Some(status) => Output {
-            status,
-            stdout,
-            stderr,
-        },
-        None => panic!(
-            "{described} did not finish within {timeout:?} (killed)\nstdout:\n{}\nstderr:\n{}",
-            String::from_utf8_lossy(&stdout),
-            String::from_utf8_lossy(&stderr)
-        ),
-    }
-}
+/// ranks) and panics with what it printed (the workspace's `test_support::run`).
+pub use test_support::run;
 
 /// Panics with the output unless the command succeeded.
 pub fn assert_success(what: &str, out: &Output) {

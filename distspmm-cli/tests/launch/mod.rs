@@ -315,9 +315,10 @@ impl Drop for Job {
     }
 }
 
-/// Runs `cmd` to the end (at most `limit`) and returns its output.
-pub fn run(cmd: Command, limit: Duration) -> Output {
-    Job::spawn(cmd).output(limit)
+/// Runs `cmd` to the end (at most `limit`) and returns its output (`test_support::run`: on the
+/// deadline its process group is killed and the test fails with what it printed).
+pub fn run(mut cmd: Command, limit: Duration) -> Output {
+    test_support::run(&mut cmd, limit)
 }
 
 /// The final `--json` line of a successful `distspmm train`.
