@@ -43,7 +43,7 @@ fn leftovers(dir: &Path) -> Vec<String> {
         .collect();
     for n in &names {
         assert!(
-            n.starts_with(".checkpoint.json.tmp-"),
+            n.starts_with("checkpoint.json.tmp-"),
             "unexpected file {n} in the checkpoint directory"
         );
     }
