@@ -151,6 +151,25 @@ fn tiny_files_that_declare_huge_sizes_are_errors_not_aborts() {
             "{args:?}: {stderr}"
         );
     }
+    // An .npz of 3 edges whose num_nodes is 2³² − 1.
+    let g = distspmm_core::graph::Graph::from_edges(4, vec![0, 1, 2], vec![1, 2, 3]);
+    let valid = distspmm_core::graph::npz::write_npz_bytes(&g).unwrap();
+    let npz = tmp.path().join("huge.npz");
+    std::fs::write(&npz, with_ints(&valid, "num_nodes", "()", &[4_294_967_295])).unwrap();
+    for args in [
+        vec!["plan", "--input", s(&npz), "--parts", "2"],
+        vec!["bench", "spmm", "--input", s(&npz), "--features", "4"],
+    ] {
+        let stderr = error_of(&run(&args), args[0]);
+        assert!(
+            stderr.contains("huge.npz")
+                && stderr.contains(
+                    "the file declares 4294967295 nodes, but its 3 edges reference only nodes below 4"
+                )
+                && stderr.contains("num_nodes in an .npz"),
+            "{args:?}: {stderr}"
+        );
+    }
     // Generators: the graph asked for is refused before any of it is made.
     for args in [
         vec!["generate", "rmat", "--scale", "31", "--edge-factor", "0"],
@@ -223,6 +242,33 @@ fn special_files_are_refused_at_once() {
             "{args:?}: {stderr}"
         );
     }
+    // A directory where a chunk belongs.
+    std::fs::remove_file(&chunk).unwrap();
+    std::fs::create_dir(&chunk).unwrap();
+    let stderr = error_of(&run(&["inspect", s(&dir)]), "a directory as a chunk");
+    assert!(
+        stderr.contains("part-00001.chunk") && stderr.contains("a directory, not a regular file"),
+        "{stderr}"
+    );
+    // train (one rank, so one part) on a FIFO chunk: refused, not blocked forever.
+    let one = tmp.path().join("one");
+    partition(&graph, 1, &one);
+    let first = one.join("part-00000.chunk");
+    std::fs::remove_file(&first).unwrap();
+    assert!(Command::new("mkfifo")
+        .arg(&first)
+        .status()
+        .unwrap()
+        .success());
+    let stderr = error_of(
+        &run(&["train", "--chunks", s(&one), "--epochs", "1"]),
+        "train on a FIFO",
+    );
+    assert!(
+        stderr.contains("part-00000.chunk")
+            && stderr.contains("a FIFO (named pipe), not a regular file"),
+        "{stderr}"
+    );
     // A directory where a graph file belongs: said so, not "Is a directory" or "No such device".
     let as_dir = tmp.path().join("graph.npz");
     std::fs::create_dir(&as_dir).unwrap();
@@ -300,6 +346,8 @@ fn every_command_that_opens_chunks_checks_the_partition_map() {
             ],
             vec!["verify", "--chunks", s(&dir), "--local-ranks", "2"],
             vec!["inspect", s(&dir)],
+            // One rank: the map is checked before the part count.
+            vec!["train", "--chunks", s(&dir), "--epochs", "1"],
         ] {
             let stderr = error_of(&run(&args), &format!("{how} map, {}", args[0]));
             assert!(
@@ -373,6 +421,28 @@ fn messages_name_the_real_cause_once() {
     assert!(
         stderr.contains("--seed 18446744073709551615 is too large for METIS")
             && !stderr.contains("index type"),
+        "{stderr}"
+    );
+    // 2³² − 1 nodes with --method contiguous: whatever stops it, not METIS's index type
+    // (contiguous does not call METIS).
+    let wide = tmp.path().join("wide.txt");
+    std::fs::write(&wide, "0 4294967294\n").unwrap();
+    let stderr = error_of(
+        &run(&[
+            "partition",
+            "--input",
+            s(&wide),
+            "--parts",
+            "2",
+            "--method",
+            "contiguous",
+            "--out",
+            s(&out),
+        ]),
+        "contiguous on 2^32 - 1 nodes",
+    );
+    assert!(
+        !stderr.contains("METIS") && stderr.contains("4294967295 nodes"),
         "{stderr}"
     );
     // A graph without nodes.
@@ -625,31 +695,30 @@ fn zero_epochs_and_a_finished_checkpoint_say_what_to_do() {
     }
 }
 
-/// The `.npz` archive `valid` with its `y` replaced by `labels` (the writer refuses such labels,
-/// so the array is written here as numpy would: a version 1.0 `.npy`, `<i8`, stored).
-fn with_labels(valid: &[u8], labels: &[i64]) -> Vec<u8> {
+/// The `.npz` archive `valid` with its array `name` replaced by the `<i8` values `ints` of
+/// shape `shape` (the writer refuses what these tests need, so the array is written here as
+/// numpy would: a version 1.0 `.npy`, stored).
+fn with_ints(valid: &[u8], name: &str, shape: &str, ints: &[i64]) -> Vec<u8> {
     use std::io::{Cursor, Write};
+    let file_name = format!("{name}.npy");
     let mut src = zip::ZipArchive::new(Cursor::new(valid)).unwrap();
     let mut out = zip::ZipWriter::new(Cursor::new(Vec::new()));
     for i in 0..src.len() {
         let file = src.by_index_raw(i).unwrap();
-        if file.name() != "y.npy" {
+        if file.name() != file_name {
             out.raw_copy_file(file).unwrap();
         }
     }
-    let dict = format!(
-        "{{'descr': '<i8', 'fortran_order': False, 'shape': ({},), }}",
-        labels.len()
-    );
+    let dict = format!("{{'descr': '<i8', 'fortran_order': False, 'shape': {shape}, }}");
     let pad = (64 - (10 + dict.len() + 1) % 64) % 64;
     let header = format!("{dict}{}\n", " ".repeat(pad));
     let mut npy = b"\x93NUMPY\x01\x00".to_vec();
     npy.extend((header.len() as u16).to_le_bytes());
     npy.extend(header.as_bytes());
-    labels.iter().for_each(|l| npy.extend(l.to_le_bytes()));
+    ints.iter().for_each(|l| npy.extend(l.to_le_bytes()));
     let stored =
         zip::write::SimpleFileOptions::default().compression_method(zip::CompressionMethod::Stored);
-    out.start_file("y.npy", stored).unwrap();
+    out.start_file(file_name, stored).unwrap();
     out.write_all(&npy).unwrap();
     out.finish().unwrap().into_inner()
 }
@@ -696,7 +765,8 @@ fn training_sizes_that_cannot_fit_are_errors_naming_the_option() {
     g.train_mask = Some(vec![true; 4]);
     let valid = distspmm_core::graph::npz::write_npz_bytes(&g).unwrap();
     let bomb = tmp.path().join("bomb.npz");
-    std::fs::write(&bomb, with_labels(&valid, &[0, 1, 2_147_483_646, 1])).unwrap();
+    let labels = with_ints(&valid, "y", "(4,)", &[0, 1, 2_147_483_646, 1]);
+    std::fs::write(&bomb, labels).unwrap();
     for args in [
         vec![
             "train",

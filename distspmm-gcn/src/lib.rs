@@ -697,21 +697,28 @@ fn train_loop<C: AllReduce + AllGather + Group, M: Trainable>(
     if let Some(dir) = args.resume_from()? {
         let state = agree(comm, checkpoint::load(dir))?;
         let differences = state.identity.differences(&job.identity);
-        if !differences.is_empty() {
-            bail!(
+        let path = checkpoint::path_in(dir);
+        // Every rank read the same checkpoint and holds the same identity: one verdict, which
+        // every rank prints before they exit together.
+        let verdict = if !differences.is_empty() {
+            Err(anyhow::anyhow!(
                 "checkpoint {} was written for another run: {}; resume with the checkpoint's options and data, or use another --checkpoint directory",
-                checkpoint::path_in(dir).display(),
+                path.display(),
                 differences.join("; ")
-            );
-        }
+            ))
+        } else if state.epoch >= args.epochs {
+            Err(anyhow::anyhow!(
+                "checkpoint {} has already trained {} epochs and --epochs {} counts all epochs, those included: ask for more than {}",
+                path.display(),
+                state.epoch,
+                args.epochs,
+                state.epoch
+            ))
+        } else {
+            Ok(())
+        };
+        agree(comm, verdict)?;
         start_epoch = state.epoch;
-        if start_epoch >= args.epochs {
-            bail!(
-                "checkpoint {} has already trained {start_epoch} epochs and --epochs {} counts all epochs, those included: ask for more than {start_epoch}",
-                checkpoint::path_in(dir).display(),
-                args.epochs
-            );
-        }
         model.restore(state.params, state.adam);
         on(Event::Resumed {
             path: checkpoint::path_in(dir),
