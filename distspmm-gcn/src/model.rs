@@ -67,9 +67,10 @@ impl GcnConfig {
     }
 
     /// f32 elements a model of this configuration holds: the parameters four times (values,
-    /// Adam's two moments, the gradient), `per_layer(fi, fo)` for each layer and `extra`, where
-    /// `max_weight` is the largest weight's element count. Worked out without building
-    /// [`GcnConfig::dims`] (the layer count may be anything an option allows); saturating.
+    /// Adam's two moments, the gradient), `per_layer(fi, fo)` for each layer and
+    /// `extra(max_weight)`, where `max_weight` is the largest weight's element count. Worked out
+    /// without building [`GcnConfig::dims`] (the layer count may be anything an option
+    /// allows); saturating.
     pub fn elements(&self, per_layer: impl Fn(u64, u64) -> u64, extra: impl Fn(u64) -> u64) -> u64 {
         let (i, h, c) = (self.in_dim as u64, self.hidden as u64, self.classes as u64);
         let layer = |fi: u64, fo: u64| {
@@ -412,6 +413,27 @@ pub struct Gcn {
 }
 
 impl Gcn {
+    /// f32 elements a model of `cfg` over `rows` rows allocates: per layer input, mid, z and
+    /// out; `Â·X` of the features cached for evaluation; two gradient buffers of the widest
+    /// layer; the per-block partial weight gradients (and the parameters, four times).
+    fn elements(cfg: &GcnConfig, rows: usize) -> u64 {
+        let (r, blocks) = (rows as u64, par::blocks(rows) as u64);
+        let widest = cfg.in_dim.max(cfg.hidden).max(cfg.classes) as u64;
+        cfg.elements(
+            |fi, fo| {
+                r.saturating_mul(
+                    fi.saturating_add(fi.max(fo))
+                        .saturating_add(fo.saturating_mul(2)),
+                )
+            },
+            |max_weight| {
+                r.saturating_mul(cfg.in_dim as u64)
+                    .saturating_add(r.saturating_mul(widest).saturating_mul(2))
+                    .saturating_add(blocks.saturating_mul(max_weight))
+            },
+        )
+    }
+
     /// A fresh model (Glorot weights) for `rows` local rows; `train_total` is the number of
     /// training nodes summed over all ranks.
     pub fn new(cfg: GcnConfig, rows: usize, train_total: u64) -> Result<Self> {
@@ -420,20 +442,7 @@ impl Gcn {
             train_total > 0,
             "the training mask is empty on every rank: nothing to train on"
         );
-        let blocks = par::blocks(rows) as u64;
-        let r = rows as u64;
-        // Per layer input, mid, z and out; Â·X of the features cached for evaluation; two
-        // gradient buffers of the widest layer; the per-block partial weight gradients.
-        let elements = cfg.elements(
-            |fi, fo| r.saturating_mul(fi.saturating_add(fi.max(fo)).saturating_add(2 * fo)),
-            |max_weight| {
-                let widest = (cfg.in_dim.max(cfg.hidden).max(cfg.classes)) as u64;
-                r.saturating_mul(cfg.in_dim as u64)
-                    .saturating_add(r.saturating_mul(widest).saturating_mul(2))
-                    .saturating_add(blocks.saturating_mul(max_weight))
-            },
-        );
-        cfg.check_memory(rows, elements)?;
+        cfg.check_memory(rows, Self::elements(&cfg, rows))?;
         let params = Params::glorot(&cfg)?;
         let adam = Adam::new(params.len())?;
         let dims = cfg.dims();
@@ -1115,7 +1124,54 @@ mod tests {
         )
         .unwrap_err();
         assert!(err.to_string().contains("--dropout"));
-        let err = Gcn::new(cfg, 3, 0).unwrap_err();
+        let err = Gcn::new(cfg.clone(), 3, 0).unwrap_err();
         assert!(err.to_string().contains("training mask is empty"));
+        // Sizes no machine holds are refused before anything is allocated.
+        for huge in [
+            GcnConfig {
+                layers: 4_294_967_295,
+                ..cfg.clone()
+            },
+            GcnConfig {
+                hidden: usize::MAX,
+                ..cfg.clone()
+            },
+        ] {
+            let err = format!("{:#}", Gcn::new(huge, 3, 1).unwrap_err());
+            assert!(err.contains("lower --hidden or --layers"), "{err}");
+        }
+    }
+
+    #[test]
+    fn the_memory_estimate_covers_every_buffer_the_model_allocates() {
+        for (layers, in_dim, hidden, rows) in [(1, 4, 8, 7), (2, 9, 4, 300), (4, 5, 16, 1000)] {
+            let cfg = GcnConfig {
+                in_dim,
+                hidden,
+                classes: 3,
+                layers,
+                dropout: 0.0,
+                lr: 0.01,
+                weight_decay: 0.0,
+                seed: 9,
+            };
+            let model = Gcn::new(cfg.clone(), rows, 1).unwrap();
+            let buffers: usize = model
+                .layers
+                .iter()
+                .map(|l| l.input.len() + l.mid.len() + l.z.len() + l.out.len())
+                .sum();
+            let held = 4 * model.params.len()
+                + buffers
+                + model.d_a.len()
+                + model.d_b.len()
+                + model.partials.len()
+                + rows * in_dim; // the evaluation cache of Â·X
+            let estimate = Gcn::elements(&cfg, rows);
+            assert!(
+                estimate >= held as u64,
+                "{layers} layers: {estimate} < {held}"
+            );
+        }
     }
 }
