@@ -384,3 +384,31 @@ mod properties {
         }
     }
 }
+
+#[test]
+fn the_fingerprint_tells_contents_apart() {
+    let g = sample();
+    assert_eq!(g.fingerprint(), g.clone().fingerprint());
+    let mut features = g.clone();
+    if let Some(x) = features.features.as_mut() {
+        x.data[0] += 1.0;
+    }
+    let mut labels = g.clone();
+    if let Some(y) = labels.labels.as_mut() {
+        y[0] = 1 - y[0];
+    }
+    let mut edges = g.clone();
+    edges.dst.swap(0, 1);
+    let no_mask = Graph {
+        train_mask: None,
+        ..g.clone()
+    };
+    for (what, other) in [
+        ("features", features),
+        ("labels", labels),
+        ("edges", edges),
+        ("mask", no_mask),
+    ] {
+        assert_ne!(g.fingerprint(), other.fingerprint(), "{what}");
+    }
+}
