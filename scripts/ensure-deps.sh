@@ -4,7 +4,7 @@
 #   DISTSPMM_PY_EXTRAS=1   also install the Python wheels the tests use (numpy, scipy, mpi4py, jittor)
 set -euo pipefail
 
-APT_PACKAGES=(libopenmpi-dev openmpi-bin libmetis-dev libclang-dev clang pkg-config cmake g++ python3-venv)
+APT_PACKAGES=(libopenmpi-dev openmpi-bin libmetis-dev libtbb-dev libclang-dev clang pkg-config cmake g++ python3-venv)
 
 sudo_if_needed() {
   if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi

@@ -204,3 +204,54 @@ fn inspect_rejects_corrupted_and_foreign_chunks() {
     std::fs::write(&victim, &original).unwrap();
     ok(&["inspect", s(&a)]);
 }
+
+#[test]
+fn kaminpar_partitions_cora_and_the_run_reports_its_phases() {
+    let Some(cora) = cora() else { return };
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("cora-kaminpar");
+    let v = one_json(&ok(&partition(
+        &cora,
+        "4",
+        &out,
+        &["--json", "--method", "kaminpar", "--threads", "1", "--seed", "3"],
+    )));
+    assert!(
+        v["method"]
+            .as_str()
+            .unwrap()
+            .starts_with("kaminpar:seed=3:"),
+        "{v}"
+    );
+    let cut = v["edge_cut"].as_u64().unwrap();
+    assert!(cut > 0 && cut < 10556 / 4, "edge cut {cut}");
+    let imbalance = v["max_imbalance"].as_f64().unwrap();
+    assert!((1.0..=1.05).contains(&imbalance), "imbalance {imbalance}");
+    let phases = v["phase_seconds"].as_object().unwrap();
+    for phase in ["load", "partition", "normalise", "halo", "build", "write"] {
+        assert!(phases[phase].as_f64().unwrap() >= 0.0, "{phase} in {v}");
+    }
+    let peak = v["peak_rss_bytes"].as_u64().unwrap();
+    // Cora's features alone are 2708 × 1433 f32 (15.5 MB).
+    assert!(peak > 15_000_000, "peak RSS {peak}");
+    let report = one_json(&ok(&["inspect", s(&out), "--json"]));
+    assert_eq!(report["valid"], true);
+    assert_eq!(report["edge_cut"], cut);
+
+    // One thread and the same seed: the same partition (the same fingerprint), so rerunning
+    // into the directory needs no --force.
+    ok(&partition(
+        &cora,
+        "4",
+        &out,
+        &["--method", "kaminpar", "--threads", "1", "--seed", "3"],
+    ));
+    // A tolerance tighter than KaMinPar's 3% is refused with the way out.
+    let err = fails(&partition(
+        &cora,
+        "4",
+        &out,
+        &["--method", "kaminpar", "--imbalance", "1.01"],
+    ));
+    assert!(err.contains("--method metis"), "{err}");
+}
