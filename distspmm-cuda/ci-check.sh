@@ -4,7 +4,7 @@
 # `--features cuda` — build.rs compiles kernels/*.cu for sm_80, sm_90 and compute_90 PTX with
 # `ptxas -v` and fails on any register spill — then lints it and runs its tests (the GPU tests
 # skip with "skipping: no CUDA device") and prints the ptxas register/spill table. The crates
-# built on the kernels get the same treatment with their `cuda` features: dist-comm (the GPU
+# built on the kernels get the same treatment with their `cuda` features: distspmm-op (the GPU
 # distributed SpMM: host-side layout tests, GPU tests that skip) and the C ABI (device-pointer
 # entry points).
 #
@@ -38,7 +38,8 @@ cargo build -p distspmm-cuda --features cuda
 cargo clippy -p distspmm-cuda --features cuda --all-targets -- -D warnings
 cargo test -p distspmm-cuda --features cuda
 cargo test -p distspmm-cuda --features cuda --test gpu ptxas_report -- --nocapture
-cargo clippy -p dist-comm --features cuda --all-targets -- -D warnings
-cargo test -p dist-comm --features cuda --lib --test gpu_spmm
+cargo clippy -p dist-comm --features nccl --all-targets -- -D warnings
+cargo clippy -p distspmm-op --features cuda --all-targets -- -D warnings
+cargo test -p distspmm-op --features cuda --lib --test gpu_spmm
 cargo clippy -p distspmm-capi --features cuda --all-targets -- -D warnings
 cargo test -p distspmm-capi --features cuda --lib

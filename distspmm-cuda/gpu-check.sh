@@ -15,7 +15,7 @@
 # 256; the NCCL self-test and the distributed SpMM tests take seconds; each NCCL launch is
 # stopped after 90 s, each distributed SpMM attempt after 150 s).
 #
-# The distributed SpMM tests (dist-comm/tests/gpu_spmm.rs, built without MPI) compare
+# The distributed SpMM tests (distspmm-op/tests/gpu_spmm.rs, built without MPI) compare
 # GpuDistSpmm with the CPU DistSpmm on the same chunks — forward and backward, halo and
 # broadcast schedules, F = 1..130 with padded leading dimensions, traffic, reruns, the raw
 # path — at P = 1 in one process and at P = 2 as two spawned processes (one NCCL_HOSTID each
@@ -60,7 +60,7 @@ for line in sys.stdin:
     cp "$target/release/nccl-selftest" "$carry/nccl-selftest-mpi"
     # The distributed SpMM tests: the test executable, found like the kernel tests above.
     local spmm_tests
-    spmm_tests="$(cd "$root" && cargo test -p dist-comm --no-default-features --features cuda --release \
+    spmm_tests="$(cd "$root" && cargo test -p distspmm-op --features cuda --release \
         --test gpu_spmm --no-run --message-format=json 2>/dev/null | python3 -c '
 import json, sys
 for line in sys.stdin:

@@ -1,7 +1,12 @@
 #!/usr/bin/env bash
 # Installs what distspmm needs on a fresh Debian machine, skipping what is already there.
 # Sourced by scripts/quickstart.sh and scripts/test.sh; safe to run on its own.
-#   DISTSPMM_PY_EXTRAS=1   also install the Python wheels the tests use (numpy, scipy, mpi4py, jittor)
+#   DISTSPMM_PY_EXTRAS=1   also install the Python wheels the tests use (numpy, scipy, mpi4py, jittor,
+#                          torch, torch_geometric) into the repository's .venv, once: later runs
+#                          find them there. PyPI's Linux torch wheel is the CUDA build and pulls
+#                          the nvidia-* wheels (5.4 GB of .venv for torch and torch_geometric;
+#                          3 min 6 s to install into an empty venv here, docs/pytorch.md); PyPI
+#                          has no CPU-only torch. No pip cache: the venv is the cache.
 set -euo pipefail
 
 APT_PACKAGES=(libopenmpi-dev openmpi-bin libmetis-dev libtbb-dev libclang-dev clang pkg-config cmake g++ python3-venv)
@@ -32,14 +37,14 @@ REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 VENV="$REPO_ROOT/.venv"
 if [ "${DISTSPMM_PY_EXTRAS:-0}" = 1 ]; then
   [ -x "$VENV/bin/python" ] || python3 -m venv "$VENV"
-  wheels=(numpy scipy mpi4py jittor)
+  wheels=(numpy scipy mpi4py jittor torch torch_geometric)
   need=()
   for w in "${wheels[@]}"; do
     "$VENV/bin/python" -m pip show -q "$w" >/dev/null 2>&1 || need+=("$w")
   done
   if [ "${#need[@]}" -gt 0 ]; then
     echo "==> installing Python wheels into .venv: ${need[*]}"
-    "$VENV/bin/python" -m pip install -q --disable-pip-version-check "${need[@]}"
+    "$VENV/bin/python" -m pip install -q --no-cache-dir --disable-pip-version-check "${need[@]}"
   fi
   export PATH="$VENV/bin:$PATH"
   # Jittor compiles its core on the first import (minutes, cached in ~/.cache/jittor): do it

@@ -269,9 +269,9 @@ mod imp {
     use std::thread::ThreadId;
 
     use chunk_format::MappedChunk;
-    use dist_comm::spmm::{DistSpmmError, GpuDistSpmm};
     use dist_comm::{CommError, DeviceSelect, MpiComm, NcclComm};
     use distspmm_cuda::{RawDense, RawStream};
+    use distspmm_op::{DistSpmmError, GpuDistSpmm, Operand};
 
     use super::{Direction, SpmmDevice};
     use crate::agree::agree;
@@ -402,38 +402,23 @@ mod imp {
         pub(super) stream: u64,
     }
 
-    /// Checks one operand: leading dimension, extent, NULL and alignment.
+    /// Checks one operand (distspmm-op's operand rules: leading dimension, extent, NULL,
+    /// alignment; the operator checks the overlap of the two).
     pub(super) fn operand(
-        name: &str,
+        name: &'static str,
         ptr: u64,
         rows: usize,
         cols: usize,
         ld: usize,
     ) -> Result<RawDense, Error> {
-        if ld < cols {
-            return Err(Error::invalid(format!(
-                "leading dimension of {name} is {ld}, less than cols = {cols}"
-            )));
+        Operand {
+            name,
+            addr: ptr,
+            rows,
+            cols,
+            ld,
         }
-        let extent = if rows == 0 || cols == 0 {
-            0
-        } else {
-            (rows - 1)
-                .checked_mul(ld)
-                .and_then(|e| e.checked_add(cols))
-                .and_then(|e| e.checked_mul(size_of::<f32>()))
-                .ok_or_else(|| {
-                    Error::invalid(format!("{rows} rows × ld {ld} of {name} overflow"))
-                })?
-        };
-        if extent > 0 && ptr == 0 {
-            return Err(Error::null(name));
-        }
-        if !ptr.is_multiple_of(align_of::<f32>() as u64) {
-            return Err(Error::invalid(format!(
-                "{name} ({ptr:#x}) is not aligned to 4 bytes"
-            )));
-        }
+        .check()?;
         Ok(RawDense {
             rows,
             cols,

@@ -6,10 +6,11 @@ use std::sync::Arc;
 use std::thread::ThreadId;
 
 use chunk_format::{ChunkView, MappedChunk};
-use dist_comm::spmm::{DistSpmm, DistSpmmError};
 use dist_comm::MpiComm;
 use distspmm_core::schedule::ScheduleKind;
 use distspmm_core::sparse::{DenseView, DenseViewMut};
+use distspmm_op::operands::{check_pair, Operand, OperandError};
+use distspmm_op::{DistSpmm, DistSpmmError};
 
 use crate::agree::agree;
 use crate::boundary::{
@@ -76,12 +77,24 @@ impl From<DistSpmmError> for Error {
             DistSpmmError::PartsMismatch { .. } => Status::PartsMismatch,
             DistSpmmError::Disagreement(_) => Status::ArgumentMismatch,
             DistSpmmError::Shape(_) => Status::InvalidArgument,
-            DistSpmmError::Block { .. } => Status::InvalidChunk,
             DistSpmmError::Comm(c) => return Error::from(c.clone()),
             DistSpmmError::Allocation { .. } => Status::OutOfMemory,
             _ => Status::Panic,
         };
         Error::new(status, crate::boundary::with_sources(&e))
+    }
+}
+
+impl From<OperandError> for Error {
+    /// A NULL operand that holds values is `NullArgument` (the message names its size, as
+    /// for every other buffer); the other operand rules are `InvalidArgument`.
+    fn from(e: OperandError) -> Self {
+        match e {
+            OperandError::Null { name, values } => {
+                Error::null(&format!("{name} (with {values} elements)"))
+            }
+            e => Error::invalid(e.to_string()),
+        }
     }
 }
 
@@ -242,29 +255,17 @@ unsafe fn call(
                 op.op.rank()
             )));
         }
-        let extent = |ld: usize, what: &str| -> Result<usize, Error> {
-            if ld < cols {
-                return Err(Error::invalid(format!(
-                    "leading dimension of {what} is {ld}, less than cols = {cols}"
-                )));
-            }
-            if rows == 0 || cols == 0 {
-                return Ok(0);
-            }
-            (rows - 1)
-                .checked_mul(ld)
-                .and_then(|e| e.checked_add(cols))
-                .ok_or_else(|| Error::invalid(format!("{rows} rows × ld {ld} of {what} overflow")))
+        let operand = |name, addr: usize, ld| Operand {
+            name,
+            addr: addr as u64,
+            rows,
+            cols,
+            ld,
         };
-        let len_in = extent(ld_in, name_in)?;
-        let len_out = extent(ld_out, name_out)?;
-        let (a, b) = (input as usize, output as usize);
-        let bytes = size_of::<f32>();
-        if len_in > 0 && len_out > 0 && a < b + len_out * bytes && b < a + len_in * bytes {
-            return Err(Error::invalid(format!(
-                "{name_in} and {name_out} overlap; the product cannot be computed in place"
-            )));
-        }
+        let (len_in, len_out) = check_pair(
+            &operand(name_in, input as usize, ld_in),
+            &operand(name_out, output as usize, ld_out),
+        )?;
         // SAFETY: the exported callers' contract: `input` holds (rows-1)*ld_in + cols floats.
         let input = unsafe { slice(input, len_in, name_in) }?;
         // SAFETY: the exported callers' contract: `output` holds (rows-1)*ld_out + cols

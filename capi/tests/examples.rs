@@ -44,20 +44,6 @@ fn build_cpp_example() -> Option<PathBuf> {
     Some(build.join("distspmm_gcn"))
 }
 
-/// The value of the last `test_acc=` on stdout.
-fn test_accuracy(stdout: &str) -> f64 {
-    let value = stdout
-        .lines()
-        .filter_map(|l| l.split("test_acc=").nth(1))
-        .next_back()
-        .unwrap_or_else(|| panic!("no test_acc= line in:\n{stdout}"));
-    value
-        .split_whitespace()
-        .next()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or_else(|| panic!("unparsable test_acc in:\n{stdout}"))
-}
-
 #[test]
 fn cpp_gcn_trainer_links_only_libdistspmm_and_reaches_78_percent_on_cora() {
     let Some(cora) = common::cora() else { return };
@@ -94,7 +80,7 @@ fn cpp_gcn_trainer_links_only_libdistspmm_and_reaches_78_percent_on_cora() {
         common::assert_success(&format!("distspmm_gcn at P={parts}"), &out);
         let stdout = String::from_utf8_lossy(&out.stdout);
         eprintln!("P={parts}:\n{stdout}");
-        let accuracy = test_accuracy(&stdout);
+        let accuracy = common::test_accuracy(&stdout);
         assert!(
             accuracy >= 0.78,
             "P={parts}: test accuracy {accuracy} < 0.78:\n{stdout}"

@@ -13,9 +13,7 @@ mod common;
 use std::ffi::{OsStr, OsString};
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::time::{Duration, Instant};
-
-use distspmm_core::graph::{generate, Graph};
+use std::time::Duration;
 
 /// The first import compiles Jittor's core (about 15 minutes on two busy cores).
 const IMPORT_TIMEOUT: Duration = Duration::from_secs(2400);
@@ -24,29 +22,8 @@ const RUN_TIMEOUT: Duration = Duration::from_secs(900);
 
 /// The venv's Python with Jittor importable (the import is timed: it is the CI cost of Jittor).
 fn jittor_python() -> Option<PathBuf> {
-    let python = common::repo_root().join(".venv/bin/python");
-    let python = common::require(
-        python.is_file().then_some(python),
-        ".venv/bin/python is missing (DISTSPMM_PY_EXTRAS=1 scripts/ensure-deps.sh)",
-    )?;
     let env = jittor_env(); // builds the library first, outside the timing
-    let started = Instant::now();
-    let out = common::run(
-        Command::new(&python)
-            .args(["-c", "import jittor, numpy, scipy, mpi4py"])
-            .envs(env),
-        IMPORT_TIMEOUT,
-    );
-    let python = common::require(
-        out.status.success().then_some(python),
-        &format!(
-            "jittor, numpy, scipy or mpi4py does not import in .venv \
-             (DISTSPMM_PY_EXTRAS=1 scripts/ensure-deps.sh):\n{}",
-            String::from_utf8_lossy(&out.stderr)
-        ),
-    )?;
-    eprintln!("import jittor: {:.1} s", started.elapsed().as_secs_f64());
-    Some(python)
+    common::venv_python("jittor, numpy, scipy, mpi4py", &env, IMPORT_TIMEOUT)
 }
 
 /// Jittor without oneDNN (no download) and without its info logs; the library just built.
@@ -67,41 +44,8 @@ fn mpirun(ranks: usize, python: &Path, args: &[&OsStr]) -> Option<std::process::
     common::mpirun(ranks, python, args, &env, RUN_TIMEOUT)
 }
 
-/// A random directed, weighted graph with features, labels and a split: RMAT's undirected
-/// edges kept in one direction, so Ahat is not symmetric and a transposition mistake shows.
-fn directed_graph() -> Graph {
-    let mut graph = generate::rmat(8, 6, 11).expect("rmat");
-    let (src, dst): (Vec<u32>, Vec<u32>) = graph
-        .src
-        .iter()
-        .zip(&graph.dst)
-        .filter(|(s, d)| s < d)
-        .map(|(&s, &d)| (s, d))
-        .unzip();
-    graph.weights = Some(
-        (0..src.len())
-            .map(|i| 0.5 + (i * 37 % 11) as f32 / 10.0)
-            .collect(),
-    );
-    graph.src = src;
-    graph.dst = dst;
-    generate::random_node_data(&mut graph, 6, 4, 5).expect("node data");
-    graph
-}
-
 fn check_script() -> PathBuf {
     common::repo_root().join("python/tests/check_jittor_op.py")
-}
-
-fn assert_every_rank_ok(what: &str, out: &std::process::Output, ranks: usize) {
-    common::assert_success(what, out);
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    eprintln!("{what}:\n{stdout}");
-    assert_eq!(
-        stdout.lines().filter(|l| l.ends_with(": ok")).count(),
-        ranks,
-        "{what}: every rank must report ok:\n{stdout}"
-    );
 }
 
 #[test]
@@ -113,7 +57,7 @@ fn jittor_operator_matches_scipy_and_finite_differences() {
     std::fs::create_dir_all(&dir).unwrap();
     let npz = dir.join("graph.npz");
     let _ = std::fs::remove_file(&npz);
-    distspmm_core::graph::npz::write_npz(&npz, &directed_graph()).expect("write .npz");
+    distspmm_core::graph::npz::write_npz(&npz, &common::directed_graph()).expect("write .npz");
     let graph = distspmm_core::graph::load(&npz).expect("read .npz");
     for parts in [1usize, 2] {
         let chunks = dir.join(format!("chunks-{parts}"));
@@ -132,12 +76,12 @@ fn jittor_operator_matches_scipy_and_finite_differences() {
                 Command::new(&python).args(&args).envs(jittor_env()),
                 RUN_TIMEOUT,
             );
-            assert_every_rank_ok("python check_jittor_op.py (no mpirun)", &out, 1);
+            common::assert_every_rank_ok("python check_jittor_op.py (no mpirun)", &out, 1);
         }
         let Some(out) = mpirun(parts, &python, &args) else {
             return;
         };
-        assert_every_rank_ok(
+        common::assert_every_rank_ok(
             &format!("mpirun -n {parts} check_jittor_op.py"),
             &out,
             parts,
@@ -217,17 +161,6 @@ fn jittor_dist_gcn_loss_falls_on_cora_and_follows_the_single_rank_run() {
     }
 }
 
-/// The value of the last `test_acc=` on stdout.
-fn test_accuracy(stdout: &str) -> f64 {
-    stdout
-        .lines()
-        .filter_map(|l| l.split("test_acc=").nth(1))
-        .next_back()
-        .and_then(|v| v.split_whitespace().next())
-        .and_then(|v| v.parse().ok())
-        .unwrap_or_else(|| panic!("no test_acc=<value> line in:\n{stdout}"))
-}
-
 #[test]
 fn jittor_dist_gcn_reaches_78_percent_on_cora_at_two_ranks() {
     let Some(cora) = common::cora() else { return };
@@ -254,7 +187,7 @@ fn jittor_dist_gcn_reaches_78_percent_on_cora_at_two_ranks() {
     common::assert_success("mpirun -n 2 dist_gcn.py", &out);
     let stdout = String::from_utf8_lossy(&out.stdout);
     eprintln!("{stdout}");
-    let accuracy = test_accuracy(&stdout);
+    let accuracy = common::test_accuracy(&stdout);
     assert!(
         accuracy >= 0.78,
         "test accuracy {accuracy} < 0.78 after 200 epochs:\n{stdout}"

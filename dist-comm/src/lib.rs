@@ -57,11 +57,17 @@
 //!
 //! - `NcclComm` (feature `nccl`) — NCCL broadcast, all-reduce and grouped send/receive (the halo
 //!   exchange) on *device* buffers (cudarc slices, or raw device pointers), set up collectively
-//!   over a host communicator (MPI). It does not implement the host-buffer traits above; see the
-//!   `nccl` module for setup, stream ordering and library loading. `NcclHost` carries the few
-//!   host collectives an agreement needs over an `NcclComm` alone (staged through the device).
-//!   With the feature `cuda` (NCCL plus distspmm-cuda's kernels), `spmm::GpuDistSpmm` is the
-//!   distributed SpMM on device buffers.
+//!   over a host communicator (MPI). On host buffers it implements [`Group`], [`Broadcast`],
+//!   [`AllReduce`] and [`AllGather`] too (staged through the device: for the few words of an
+//!   agreement, not bulk data), so code generic over those capabilities runs on it; see the
+//!   `nccl` module for setup, stream ordering and library loading. `NcclHost` is the same
+//!   staging as a separate value.
+//!
+//! This crate moves bytes only: the distributed SpMM that runs schedules over these
+//! communicators (on host or device buffers) is the crate `distspmm-op`.
+//!
+//! [`Counting`] wraps any of them and counts the bytes handed to each kind of call (what
+//! `bench dist` and training report as traffic).
 //!
 //! [`conformance`] holds the checks every backend passes (the `local` unit tests run them for
 //! P = 1..5, `dist-comm-selftest` under `mpirun`); a new host-buffer backend should run them too.
@@ -94,6 +100,7 @@
 
 mod capability;
 pub mod conformance;
+mod counting;
 mod element;
 mod error;
 mod layout;
@@ -102,12 +109,12 @@ mod local;
 mod mpi_backend;
 #[cfg(feature = "nccl")]
 pub mod nccl;
-pub mod spmm;
 
 pub use capability::{
     AllGather, AllReduce, AllToAllV, Broadcast, Communicator, Completion, Exchange, Group,
     PointToPoint, RequestId, Tag, MAX_TAG,
 };
+pub use counting::{Bytes, Counting, CountingExchange, TrafficCounts};
 pub use element::{Element, ElementKind, ReduceOp, Reducible};
 pub use error::CommError;
 pub use layout::BlockLayout;

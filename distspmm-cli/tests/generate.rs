@@ -51,6 +51,50 @@ fn rmat_json_line_describes_the_file() {
 }
 
 #[test]
+fn directed_rmat_is_not_symmetric_and_says_so() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("d.npz");
+    let line = ok(&[
+        "generate",
+        "rmat",
+        "--scale",
+        "9",
+        "--directed",
+        "--out",
+        s(&out),
+        "--json",
+    ]);
+    let v: serde_json::Value = serde_json::from_str(line.trim()).unwrap();
+    assert_eq!(v["directed"], true);
+    let g = load(&out).unwrap();
+    assert_eq!(v["edges"], g.num_edges() as u64);
+    let edges: std::collections::BTreeSet<(u32, u32)> =
+        g.src.iter().copied().zip(g.dst.iter().copied()).collect();
+    let one_way = edges
+        .iter()
+        .filter(|(u, v)| !edges.contains(&(*v, *u)))
+        .count();
+    assert!(
+        one_way > edges.len() / 2,
+        "{one_way} of {} edges one-way",
+        edges.len()
+    );
+    let text = ok(&[
+        "generate",
+        "rmat",
+        "--scale",
+        "9",
+        "--directed",
+        "--out",
+        s(&out),
+    ]);
+    assert!(
+        text.starts_with("unchanged") && !text.contains("undirected"),
+        "{text}"
+    );
+}
+
+#[test]
 fn a_different_graph_needs_force() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("r.npz");

@@ -8,9 +8,12 @@ No compiled extension of its own: the package loads the C library (see `load`) a
 - `distspmm.jittor` (imported on demand, it needs Jittor): `DistSpmm(op, x)`, the distributed
   aggregation `Ahat X` as a differentiable Jittor operator, and `communicator()`, which adopts
   the MPI that Jittor initialised under `mpirun`.
+- `distspmm.torch` (imported on demand, it needs PyTorch and PyG): `DistSpmm(op, x)` as a
+  `torch.autograd.Function`, `DistGCNConv` (PyG's `GCNConv` parameters), `chunk_data(chunk)` (the
+  chunk as a PyG `Data`) and the gradient sum over the ranks (`sync_gradients`).
 
 See docs/jittor.md for the migration from JittorGeometric and examples/jittor/dist_gcn.py for a
-distributed GCN trained with it.
+distributed GCN trained with it; docs/pytorch.md and examples/torch/gcn.py for PyTorch/PyG.
 """
 
 from . import _capi

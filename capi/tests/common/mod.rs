@@ -314,3 +314,83 @@ pub fn mpirun(
     }
     Some(run(&mut command, timeout))
 }
+
+/// The repository's `.venv/bin/python` if `import {modules}` works there with `env` (timed and
+/// printed: it is the CI cost of heavy frameworks); skips or fails as [`require`].
+pub fn venv_python(
+    modules: &str,
+    env: &[(&str, std::ffi::OsString)],
+    timeout: Duration,
+) -> Option<PathBuf> {
+    let python = repo_root().join(".venv/bin/python");
+    let python = require(
+        python.is_file().then_some(python),
+        ".venv/bin/python is missing (DISTSPMM_PY_EXTRAS=1 scripts/ensure-deps.sh)",
+    )?;
+    let started = Instant::now();
+    let out = run(
+        Command::new(&python)
+            .args(["-c", &format!("import {modules}")])
+            .envs(env.iter().map(|(k, v)| (k, v))),
+        timeout,
+    );
+    let python = require(
+        out.status.success().then_some(python),
+        &format!(
+            "`import {modules}` fails in .venv (DISTSPMM_PY_EXTRAS=1 scripts/ensure-deps.sh):\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        ),
+    )?;
+    eprintln!("import {modules}: {:.1} s", started.elapsed().as_secs_f64());
+    Some(python)
+}
+
+/// A random directed, weighted graph with features, labels and a split: RMAT's undirected
+/// edges kept in one direction, so Ahat is not symmetric and a transposition mistake shows.
+pub fn directed_graph() -> Graph {
+    use distspmm_core::graph::generate;
+    let mut graph = generate::rmat(8, 6, 11).expect("rmat");
+    let (src, dst): (Vec<u32>, Vec<u32>) = graph
+        .src
+        .iter()
+        .zip(&graph.dst)
+        .filter(|(s, d)| s < d)
+        .map(|(&s, &d)| (s, d))
+        .unzip();
+    graph.weights = Some(
+        (0..src.len())
+            .map(|i| 0.5 + (i * 37 % 11) as f32 / 10.0)
+            .collect(),
+    );
+    graph.src = src;
+    graph.dst = dst;
+    generate::random_node_data(&mut graph, 6, 4, 5).expect("node data");
+    graph
+}
+
+/// Panics unless the command succeeded and exactly `ranks` lines of its stdout end in `: ok`
+/// (the check scripts' one line per rank); prints stdout.
+pub fn assert_every_rank_ok(what: &str, out: &Output, ranks: usize) {
+    assert_success(what, out);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    eprintln!("{what}:\n{stdout}");
+    assert_eq!(
+        stdout.lines().filter(|l| l.ends_with(": ok")).count(),
+        ranks,
+        "{what}: every rank must report ok:\n{stdout}"
+    );
+}
+
+/// The value of the last `test_acc=` on stdout (the trainers' and examples' final line).
+pub fn test_accuracy(stdout: &str) -> f64 {
+    let value = stdout
+        .lines()
+        .filter_map(|l| l.split("test_acc=").nth(1))
+        .next_back()
+        .unwrap_or_else(|| panic!("no test_acc= line in:\n{stdout}"));
+    value
+        .split_whitespace()
+        .next()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("unparsable test_acc in:\n{stdout}"))
+}

@@ -6,7 +6,7 @@ use chunk_format::ChunkView;
 use distspmm_core::schedule::ScheduleKind;
 
 use super::{DistSpmmError, Op};
-use crate::{AllGather, AllReduce, ReduceOp};
+use dist_comm::{AllGather, AllReduce, ReduceOp};
 
 /// Words of a rank's record: status, P, part, fingerprint (2), version, N, n_p, schedule.
 const WORDS: usize = 9;

@@ -1,5 +1,7 @@
 //! `distspmm bench dist`: times the distributed SpMM (one aggregation `Y = Â·X` and its backward
-//! `dX = Âᵀ·dY`) under a schedule, and reports the payload bytes the operator moved.
+//! `dX = Âᵀ·dY`) under a schedule, and reports the payload bytes one forward call handed to the
+//! transport, as counted by a [`Counting`] layer around the communicator (point-to-point and
+//! broadcast bytes; the operator's small agreement collectives are not part of the schedule).
 //!
 //! Every repetition starts after a barrier; a rank's time is its wall time for the call; a
 //! repetition's time is the maximum over ranks; the reported time is the median over the
@@ -9,10 +11,10 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use anyhow::Context;
-use dist_comm::spmm::DistSpmm;
-use dist_comm::{Communicator, ReduceOp};
+use dist_comm::{AllReduce, Communicator, Counting, Group, ReduceOp};
 use distspmm_core::schedule::ScheduleKind;
 use distspmm_core::sparse::{DenseView, DenseViewMut, PageBuffer};
+use distspmm_op::DistSpmm;
 
 use super::ranks::{self, explain, test_matrix, Launch, RankMain, ScheduleArg};
 
@@ -78,6 +80,8 @@ fn time<C: Communicator>(
 impl RankMain for Bench<'_> {
     fn run<C: Communicator>(&self, comm: &C) -> anyhow::Result<()> {
         let args = self.0;
+        let counted = Counting::new(comm);
+        let comm = &counted;
         let (f, kind) = (args.features, ScheduleKind::from(args.schedule));
         let (_, chunk) = ranks::load_chunk(comm, &args.chunks)?;
         let view = *chunk.view();
@@ -88,15 +92,16 @@ impl RankMain for Bench<'_> {
         let x = on_huge_pages(&test_matrix(1, first, n, f))?;
         let dy = on_huge_pages(&test_matrix(2, first, n, f))?;
         let (mut y, mut dx) = (PageBuffer::zeroed(n * f)?, PageBuffer::zeroed(n * f)?);
-        let mut forward = |op: &mut DistSpmm<'_, C>| -> anyhow::Result<()> {
+        let mut forward = |op: &mut DistSpmm<'_, Counting<'_, C>>| -> anyhow::Result<()> {
             let y = DenseViewMut::from_row_major(&mut y[..], n, f)?;
             op.forward(DenseView::from_row_major(&x[..], n, f)?, y)
                 .map_err(|e| explain(e, &args.chunks))
         };
+        let before = comm.counts();
         forward(&mut op).context("warm-up forward call")?;
+        let bytes = comm.counts().since(&before).schedule();
         let seconds = time(comm, args.reps, || forward(&mut op))?;
-        let bytes = op.bytes_last_call();
-        let mut backward = |op: &mut DistSpmm<'_, C>| -> anyhow::Result<()> {
+        let mut backward = |op: &mut DistSpmm<'_, Counting<'_, C>>| -> anyhow::Result<()> {
             let dx = DenseViewMut::from_row_major(&mut dx[..], n, f)?;
             op.backward(DenseView::from_row_major(&dy[..], n, f)?, dx)
                 .map_err(|e| explain(e, &args.chunks))

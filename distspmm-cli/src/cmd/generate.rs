@@ -20,8 +20,8 @@ pub struct Args {
 
 #[derive(Debug, clap::Subcommand)]
 enum GenerateWhat {
-    /// Graph500 Kronecker graph (a,b,c = 0.57,0.19,0.19; scrambled ids; symmetrised; no self
-    /// loops or duplicates). Topology only.
+    /// Graph500 Kronecker graph (a,b,c = 0.57,0.19,0.19; scrambled ids; symmetrised unless
+    /// --directed; no self loops or duplicates). Topology only.
     Rmat(RmatArgs),
     /// Contextual stochastic block model: class-dependent Gaussian features, homophilous
     /// edges, labels and train/val/test masks. The defaults give the quick-start graph.
@@ -36,6 +36,11 @@ struct RmatArgs {
     /// Sampled undirected edges per node, before duplicates and self loops are removed.
     #[arg(long, default_value_t = 16)]
     edge_factor: u32,
+    /// Keep every sampled edge in its drawn direction instead of symmetrising (2 · edge factor
+    /// directed draws per node, about as many entries as the symmetrised graph): Â is then not
+    /// symmetric, e.g. to benchmark the transposed (CSC) kernel.
+    #[arg(long)]
+    directed: bool,
     /// Seed of every random draw (same seed, same file).
     #[arg(long, default_value_t = 1)]
     seed: u64,
@@ -94,9 +99,9 @@ struct Output {
 /// Runs `distspmm generate`.
 pub fn run(args: &Args) -> anyhow::Result<()> {
     let started = Instant::now();
-    let (name, seed, output) = match &args.what {
-        GenerateWhat::Rmat(a) => ("rmat", a.seed, &a.output),
-        GenerateWhat::Csbm(a) => ("csbm", a.seed, &a.output),
+    let (name, seed, output, directed) = match &args.what {
+        GenerateWhat::Rmat(a) => ("rmat", a.seed, &a.output, a.directed),
+        GenerateWhat::Csbm(a) => ("csbm", a.seed, &a.output, false),
     };
     if output.out.extension().and_then(|e| e.to_str()) != Some("npz") {
         bail!(
@@ -109,8 +114,13 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
     spinner.set_message(format!("generating {name} graph"));
     let graph = match &args.what {
         GenerateWhat::Rmat(a) => {
-            let mut g = generate::rmat(a.scale, a.edge_factor, a.seed)
-                .context("cannot generate the RMAT graph")?;
+            let make = if a.directed {
+                generate::rmat_directed
+            } else {
+                generate::rmat
+            };
+            let mut g =
+                make(a.scale, a.edge_factor, a.seed).context("cannot generate the RMAT graph")?;
             if a.features > 0 {
                 generate::random_node_data(&mut g, a.features, a.classes, a.seed)
                     .context("cannot generate random node data")?;
@@ -142,6 +152,7 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
             "seed": seed,
             "nodes": graph.num_nodes,
             "edges": graph.num_edges(),
+            "directed": directed,
             "features": graph.feature_dim(),
             "classes": graph.num_classes(),
             "bytes": bytes,
@@ -155,12 +166,19 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
         } else {
             "unchanged (same contents)"
         };
+        let edges = if directed {
+            format!("{} directed edges", graph.num_edges())
+        } else {
+            format!(
+                "{} directed edges (both directions of {} undirected)",
+                graph.num_edges(),
+                graph.num_edges() / 2
+            )
+        };
         println!(
-            "{verb} {}: {name} graph, {} nodes, {} directed edges (both directions of {} undirected){}, {:.1} MiB, {seconds:.2} s",
+            "{verb} {}: {name} graph, {} nodes, {edges}{}, {:.1} MiB, {seconds:.2} s",
             output.out.display(),
             graph.num_nodes,
-            graph.num_edges(),
-            graph.num_edges() / 2,
             extras(&graph),
             bytes as f64 / (1024.0 * 1024.0),
         );

@@ -14,10 +14,10 @@ use std::path::Path;
 
 use anyhow::{anyhow, bail, Context};
 use chunk_format::MappedChunk;
-use dist_comm::spmm::{abstain, DistSpmmError};
 use dist_comm::{AllGather, Communicator, Group, LocalComm, MpiComm};
 use distspmm_core::chunk::ChunkDir;
 use distspmm_core::schedule::ScheduleKind;
+use distspmm_op::{abstain, DistSpmmError};
 
 /// How ranks are formed (shared by the distributed commands).
 #[derive(Debug, Clone, clap::Args)]

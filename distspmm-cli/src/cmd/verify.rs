@@ -4,11 +4,11 @@
 use std::path::PathBuf;
 
 use anyhow::{anyhow, Context};
-use dist_comm::spmm::DistSpmm;
 use dist_comm::{BlockLayout, Communicator, ReduceOp};
 use distspmm_core::chunk::ChunkDir;
 use distspmm_core::schedule::ScheduleKind;
 use distspmm_core::sparse::{CsrOwned, DenseView, DenseViewMut};
+use distspmm_op::DistSpmm;
 use rayon::prelude::*;
 
 use super::ranks::{self, explain, test_matrix, Launch, OnAllRanks, RankMain};

@@ -5,10 +5,10 @@ use super::model::{Aggregate, GcnConfig, LocalData, TRAIN};
 use super::{agree, check_features, maybe_normalize_rows, train_loop, Args, Job, Schedule};
 use anyhow::{bail, Context, Result};
 use chunk_format::ChunkView;
-use dist_comm::spmm::DistSpmm;
 use distspmm_core::kernel;
 use distspmm_core::schedule::ScheduleKind;
 use distspmm_core::sparse::{CscOwned, CsrOwned, DenseView, DenseViewMut};
+use distspmm_op::DistSpmm;
 
 /// Â·X over all rows in one process (tensor mode, where every rank holds the whole graph).
 #[derive(Debug)]

@@ -7,7 +7,9 @@
 pub mod checkpoint;
 pub mod data;
 pub mod dense;
+pub mod dropout;
 pub mod model;
+pub mod par;
 pub mod tensor;
 
 use anyhow::{bail, Context, Result};
@@ -121,6 +123,16 @@ pub struct Summary {
     pub comm_bytes_per_epoch: u64,
     /// Ranks.
     pub ranks: usize,
+    /// Per-epoch breakdown of rank 0's wall time, each the median over the epochs: in the
+    /// aggregations (`Â·X`, `Âᵀ·dY`, including the distributed SpMM's own exchanges)...
+    pub spmm_seconds: f64,
+    /// ... in the dense products and their fused epilogues (data-parallel model; in tensor
+    /// mode they count as other) ...
+    pub dense_seconds: f64,
+    /// ... in the allreduces (gradients, metrics, tensor-parallel partial products) ...
+    pub comm_seconds: f64,
+    /// ... and in everything else (dropout, softmax/NLL, bias gradients, Adam).
+    pub other_seconds: f64,
     /// `data` or `tensor`.
     pub mode: &'static str,
     /// `halo` or `broadcast` (data mode).
@@ -131,12 +143,17 @@ pub struct Summary {
 pub struct CommReduce<'a, C> {
     comm: &'a C,
     bytes: u64,
+    seconds: f64,
 }
 
 impl<'a, C> CommReduce<'a, C> {
     /// Sums over `comm`.
     pub fn new(comm: &'a C) -> Self {
-        Self { comm, bytes: 0 }
+        Self {
+            comm,
+            bytes: 0,
+            seconds: 0.0,
+        }
     }
 }
 
@@ -149,15 +166,41 @@ impl<C> std::fmt::Debug for CommReduce<'_, C> {
 impl<C: AllReduce> Reduce for CommReduce<'_, C> {
     fn sum_f32(&mut self, buf: &mut [f32]) -> Result<()> {
         self.bytes += size_of_val(buf) as u64;
-        self.comm
-            .all_reduce_sum(buf)
-            .context("allreduce across ranks failed")
+        let t = Instant::now();
+        let r = self.comm.all_reduce_sum(buf);
+        self.seconds += t.elapsed().as_secs_f64();
+        r.context("allreduce across ranks failed")
     }
     fn sum_f64(&mut self, buf: &mut [f64]) -> Result<()> {
         self.bytes += size_of_val(buf) as u64;
-        self.comm
-            .all_reduce_sum(buf)
-            .context("allreduce across ranks failed")
+        let t = Instant::now();
+        let r = self.comm.all_reduce_sum(buf);
+        self.seconds += t.elapsed().as_secs_f64();
+        r.context("allreduce across ranks failed")
+    }
+}
+
+/// An [`Aggregate`] that clocks the calls it passes on.
+struct TimedAggregate<'a> {
+    inner: &'a mut dyn Aggregate,
+    seconds: f64,
+}
+
+impl Aggregate for TimedAggregate<'_> {
+    fn forward(&mut self, x: &[f32], f: usize, y: &mut [f32]) -> Result<()> {
+        let t = Instant::now();
+        let r = self.inner.forward(x, f, y);
+        self.seconds += t.elapsed().as_secs_f64();
+        r
+    }
+    fn backward(&mut self, dy: &[f32], f: usize, dx: &mut [f32]) -> Result<()> {
+        let t = Instant::now();
+        let r = self.inner.backward(dy, f, dx);
+        self.seconds += t.elapsed().as_secs_f64();
+        r
+    }
+    fn bytes_received(&self) -> u64 {
+        self.inner.bytes_received()
     }
 }
 
@@ -211,8 +254,8 @@ pub struct Reported(String);
 fn is_agreed(err: &anyhow::Error) -> bool {
     err.chain().any(|e| {
         e.is::<Agreed>()
-            || e.downcast_ref::<dist_comm::spmm::DistSpmmError>()
-                .is_some_and(dist_comm::spmm::DistSpmmError::is_collective)
+            || e.downcast_ref::<distspmm_op::DistSpmmError>()
+                .is_some_and(distspmm_op::DistSpmmError::is_collective)
     })
 }
 
@@ -281,6 +324,8 @@ struct EpochRecord {
     metrics: Metrics,
     seconds: f64,
     bytes: u64,
+    /// This rank's `[spmm, dense, comm, other]` seconds.
+    split: [f64; 4],
 }
 
 /// The two models behind one interface for the loop.
@@ -519,6 +564,10 @@ fn train_loop<C: AllReduce + AllGather + Group, M: Trainable>(
 ) -> Result<()> {
     let args = job.args;
     let mut red = CommReduce::new(comm);
+    let mut timed = TimedAggregate {
+        inner: agg,
+        seconds: 0.0,
+    };
     let mut start_epoch = 0;
     if args.resume {
         let dir = args
@@ -554,9 +603,10 @@ fn train_loop<C: AllReduce + AllGather + Group, M: Trainable>(
     let mut skipped = 0u64;
     for epoch in start_epoch..args.epochs {
         let t = Instant::now();
-        let before = agg.bytes_received() + red.bytes;
+        let before = timed.bytes_received() + red.bytes;
+        let clocks = (timed.seconds, model::dense_seconds(), red.seconds);
         // Every rank reaches the same verdict on the summed gradient, so skipping stays in step.
-        let (loss, step_skipped) = match model.step(agg, &mut red, data, epoch) {
+        let (loss, step_skipped) = match model.step(&mut timed, &mut red, data, epoch) {
             Ok(loss) => (loss, false),
             Err(e) => match (
                 e.downcast_ref::<model::NonFiniteGradient>(),
@@ -575,8 +625,18 @@ fn train_loop<C: AllReduce + AllGather + Group, M: Trainable>(
                 (None, _) => return Err(e),
             },
         };
-        let metrics = model.eval(agg, &mut red, data)?;
-        let mut bytes = [agg.bytes_received() + red.bytes - before];
+        let metrics = model.eval(&mut timed, &mut red, data)?;
+        let local = t.elapsed().as_secs_f64();
+        let spmm = timed.seconds - clocks.0;
+        let dense = model::dense_seconds() - clocks.1;
+        let reduce = red.seconds - clocks.2;
+        let split = [
+            spmm,
+            dense,
+            reduce,
+            (local - spmm - dense - reduce).max(0.0),
+        ];
+        let mut bytes = [timed.bytes_received() + red.bytes - before];
         comm.all_reduce_sum(&mut bytes)?;
         let mut seconds = [t.elapsed().as_secs_f64()];
         comm.all_reduce(&mut seconds, ReduceOp::Max)?;
@@ -592,6 +652,7 @@ fn train_loop<C: AllReduce + AllGather + Group, M: Trainable>(
             metrics,
             seconds: seconds[0],
             bytes: bytes[0],
+            split,
         };
         if job.rank == 0 {
             let line = format!(
@@ -641,15 +702,22 @@ fn train_loop<C: AllReduce + AllGather + Group, M: Trainable>(
         );
     }
     let last = *records.last().expect("at least one epoch ran");
-    let mut times: Vec<f64> = records.iter().map(|r| r.seconds).collect();
-    times.sort_by(f64::total_cmp);
+    let median = |f: &dyn Fn(&EpochRecord) -> f64| {
+        let mut v: Vec<f64> = records.iter().map(f).collect();
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
     let summary = Summary {
         epochs: args.epochs,
         train_acc: last.metrics.train_acc,
         val_acc: last.metrics.val_acc,
         test_acc: last.metrics.test_acc,
         final_loss: last.loss,
-        epoch_seconds_median: times[times.len() / 2],
+        epoch_seconds_median: median(&|r| r.seconds),
+        spmm_seconds: median(&|r| r.split[0]),
+        dense_seconds: median(&|r| r.split[1]),
+        comm_seconds: median(&|r| r.split[2]),
+        other_seconds: median(&|r| r.split[3]),
         comm_bytes_per_epoch: last.bytes,
         ranks: job.ranks,
         mode: job.mode,

@@ -8,9 +8,12 @@
 //! optimise the same objective: the loss is the mean over *all* training nodes of all ranks, so
 //! local gradients are summed, not averaged.
 
-use super::dense::{gemm, Op, Shape};
+use super::dense::Op;
+pub(crate) use super::dropout::DropoutKey;
+use super::par;
 use anyhow::{ensure, Result};
 use rand::{Rng, SeedableRng};
+use rayon::prelude::*;
 
 /// Â·X and Âᵀ·dY over the rows this rank owns.
 pub trait Aggregate {
@@ -124,6 +127,7 @@ impl Params {
     }
 
     /// All parameters as one flat vector (weights then bias, layer by layer).
+    #[cfg(test)]
     pub fn flatten(&self) -> Vec<f32> {
         let mut v = Vec::with_capacity(self.len());
         for (w, b) in self.weights.iter().zip(&self.biases) {
@@ -140,6 +144,7 @@ impl Params {
     }
 
     /// Overwrites the parameters from a flat vector in [`Params::flatten`] order.
+    #[cfg(test)]
     pub fn unflatten(&mut self, flat: &[f32]) {
         let mut at = 0;
         for (w, b) in self.weights.iter_mut().zip(&mut self.biases) {
@@ -177,23 +182,39 @@ impl Adam {
         }
     }
 
-    /// One step: `params -= lr · m̂ / (√v̂ + ε)`.
-    pub fn step(&mut self, params: &mut [f32], grads: &[f32], lr: f32) {
+    /// One step, `params -= lr · m̂ / (√v̂ + ε)`, on the parameters where they live (the
+    /// moments and `grads` are flat, weights then bias layer by layer), without copying them.
+    pub fn step_params(&mut self, params: &mut Params, grads: &[f32], lr: f32) {
         self.t += 1;
-        let bc1 = 1.0 - Self::BETA1.powi(self.t as i32);
-        let bc2 = 1.0 - Self::BETA2.powi(self.t as i32);
-        for (((p, &g), m), v) in params
-            .iter_mut()
-            .zip(grads)
-            .zip(&mut self.m)
-            .zip(&mut self.v)
-        {
-            *m = Self::BETA1 * *m + (1.0 - Self::BETA1) * g;
-            *v = Self::BETA2 * *v + (1.0 - Self::BETA2) * g * g;
-            let mhat = *m / bc1;
-            let vhat = *v / bc2;
-            *p -= lr * mhat / (vhat.sqrt() + Self::EPS);
+        let mut at = 0;
+        for (w, b) in params.weights.iter_mut().zip(&mut params.biases) {
+            for p in [w, b] {
+                let r = at..at + p.len();
+                Self::update(
+                    self.t,
+                    p,
+                    &grads[r.clone()],
+                    &mut self.m[r.clone()],
+                    &mut self.v[r],
+                    lr,
+                );
+                at += p.len();
+            }
         }
+    }
+
+    fn update(t: u64, params: &mut [f32], grads: &[f32], m: &mut [f32], v: &mut [f32], lr: f32) {
+        let bc1 = 1.0 - Self::BETA1.powi(t as i32);
+        let bc2 = 1.0 - Self::BETA2.powi(t as i32);
+        par::zip_chunks(params, grads, m, v, |params, grads, m, v| {
+            for (((p, &g), m), v) in params.iter_mut().zip(grads).zip(m).zip(v) {
+                *m = Self::BETA1 * *m + (1.0 - Self::BETA1) * g;
+                *v = Self::BETA2 * *v + (1.0 - Self::BETA2) * g * g;
+                let mhat = *m / bc1;
+                let vhat = *v / bc2;
+                *p -= lr * mhat / (vhat.sqrt() + Self::EPS);
+            }
+        });
     }
 }
 
@@ -298,69 +319,16 @@ pub struct Gcn {
     rows: usize,
     layers: Vec<LayerBuffers>,
     grad: Vec<f32>,
+    /// Offset of each layer's weight in `grad` (its bias follows it).
+    offsets: Vec<usize>,
     d_a: Vec<f32>,
     d_b: Vec<f32>,
+    /// Per-block partial sums of the weight and bias gradients (grown once).
+    partials: Vec<f32>,
+    /// `Â·X` of the undropped features, when the first layer aggregates first: evaluation
+    /// passes see the same input every epoch, so it is computed once.
+    eval_mid0: Option<Vec<f32>>,
     train_total: f64,
-}
-
-/// Inverted dropout whose keep-or-drop decision for an entry depends only on
-/// (seed, epoch, layer, original node id, column): the same on any number of ranks, under either
-/// parallel mode, and reproducible on resume.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct DropoutKey {
-    pub seed: u64,
-    pub epoch: u64,
-    pub layer: usize,
-    /// Drop probability; 0 copies.
-    pub p: f32,
-}
-
-impl DropoutKey {
-    /// Writes columns `cols` of the `ids.len() × width` row-major `src` to `dst`
-    /// (`ids.len() × cols.len()`), dropped and rescaled.
-    pub fn apply(
-        &self,
-        ids: &[u64],
-        src: &[f32],
-        width: usize,
-        cols: std::ops::Range<usize>,
-        dst: &mut [f32],
-    ) {
-        let w = cols.len();
-        if w == 0 {
-            return;
-        }
-        if self.p == 0.0 {
-            for (d, s) in dst.chunks_exact_mut(w).zip(src.chunks_exact(width)) {
-                d.copy_from_slice(&s[cols.clone()]);
-            }
-            return;
-        }
-        let scale = 1.0 / (1.0 - self.p);
-        // A drop threshold on 24 random bits, as an f32 uniform would have.
-        let threshold = (f64::from(self.p) * f64::from(1u32 << 24)) as u64;
-        let base = splitmix64(
-            self.seed ^ splitmix64(self.epoch.wrapping_mul(0x1000_0000_01B3) ^ (self.layer as u64)),
-        );
-        for ((d, s), &id) in dst
-            .chunks_exact_mut(w)
-            .zip(src.chunks_exact(width))
-            .zip(ids)
-        {
-            let row_key = splitmix64(base ^ id.wrapping_mul(0x9E37_79B9_7F4A_7C15));
-            for (c, dv) in cols.clone().zip(d.iter_mut()) {
-                let u = splitmix64(row_key.wrapping_add(c as u64)) >> 40;
-                *dv = if u < threshold { 0.0 } else { s[c] * scale };
-            }
-        }
-    }
-}
-
-fn splitmix64(mut x: u64) -> u64 {
-    x = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
-    x = (x ^ (x >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    x = (x ^ (x >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    x ^ (x >> 31)
 }
 
 impl Gcn {
@@ -388,6 +356,12 @@ impl Gcn {
                 }
             })
             .collect();
+        let mut offsets = Vec::with_capacity(cfg.layers);
+        let mut at = 0;
+        for l in 0..cfg.layers {
+            offsets.push(at);
+            at += dims[l] * dims[l + 1] + dims[l + 1];
+        }
         let widest = dims.iter().copied().max().unwrap_or(0);
         Ok(Self {
             grad: vec![0.0; params.len()],
@@ -395,8 +369,11 @@ impl Gcn {
             adam,
             rows,
             layers,
+            offsets,
             d_a: vec![0.0; rows * widest],
             d_b: vec![0.0; rows * widest],
+            partials: Vec::new(),
+            eval_mid0: None,
             dims,
             train_total: train_total as f64,
             cfg,
@@ -404,6 +381,7 @@ impl Gcn {
     }
 
     /// This layer's input after dropout, into `layers[l].input`.
+    #[cfg(test)]
     fn dropout_input(
         &mut self,
         l: usize,
@@ -413,19 +391,22 @@ impl Gcn {
         training: bool,
     ) {
         let fi = self.dims[l];
-        let key = DropoutKey {
-            seed: self.cfg.seed,
-            epoch,
-            layer: l,
-            p: if training { self.cfg.dropout } else { 0.0 },
-        };
-        key.apply(
+        self.key(l, epoch, training).apply(
             data.original_ids,
             &src[..self.rows * fi],
             fi,
             0..fi,
             &mut self.layers[l].input,
         );
+    }
+
+    fn key(&self, layer: usize, epoch: u64, training: bool) -> DropoutKey {
+        DropoutKey {
+            seed: self.cfg.seed,
+            epoch,
+            layer,
+            p: if training { self.cfg.dropout } else { 0.0 },
+        }
     }
 
     /// Forward pass over this rank's rows; the logits end up in the last layer's `out`.
@@ -439,55 +420,68 @@ impl Gcn {
         let n = self.rows;
         for l in 0..self.cfg.layers {
             let (fi, fo) = (self.dims[l], self.dims[l + 1]);
-            if l == 0 {
-                self.dropout_input(0, data.features, data, epoch, training);
-            } else {
-                let prev = std::mem::take(&mut self.layers[l - 1].out);
-                self.dropout_input(l, &prev, data, epoch, training);
-                self.layers[l - 1].out = prev;
-            }
-            let w = &self.params.weights[l];
-            let layer = &mut self.layers[l];
-            if layer.aggregate_first {
-                agg.forward(&layer.input, fi, &mut layer.mid)?;
-                gemm(
-                    1.0,
-                    &layer.mid,
-                    Shape::new(n, fi),
-                    Op::N,
-                    w,
-                    Shape::new(fi, fo),
-                    Op::N,
-                    0.0,
-                    &mut layer.z,
-                    Shape::new(n, fo),
-                );
-            } else {
-                gemm(
-                    1.0,
-                    &layer.input,
-                    Shape::new(n, fi),
-                    Op::N,
-                    w,
-                    Shape::new(fi, fo),
-                    Op::N,
-                    0.0,
-                    &mut layer.mid,
-                    Shape::new(n, fo),
-                );
-                agg.forward(&layer.mid, fo, &mut layer.z)?;
-            }
-            let b = &self.params.biases[l];
+            let key = self.key(l, epoch, training);
             let last = l + 1 == self.cfg.layers;
-            for (zr, or) in layer
-                .z
-                .chunks_exact_mut(fo)
-                .zip(layer.out.chunks_exact_mut(fo))
-            {
-                for ((z, o), &bb) in zr.iter_mut().zip(or.iter_mut()).zip(b) {
-                    *z += bb;
-                    *o = if last { *z } else { z.max(0.0) };
-                }
+            let (done, rest) = self.layers.split_at_mut(l);
+            let layer = &mut rest[0];
+            let src: &[f32] = if l == 0 {
+                &data.features[..n * fi]
+            } else {
+                &done[l - 1].out
+            };
+            let (w, b) = (&self.params.weights[l], &self.params.biases[l]);
+            let epilogue = |_: usize, z: &mut [f32], out: &mut [f32]| bias_act(z, out, b, last);
+            if layer.aggregate_first {
+                let mid: &[f32] = if l == 0 && !training {
+                    match &mut self.eval_mid0 {
+                        Some(m) => m,
+                        cache @ None => {
+                            let mut m = vec![0.0; n * fi];
+                            agg.forward(src, fi, &mut m)?;
+                            cache.insert(m)
+                        }
+                    }
+                } else {
+                    key.apply(data.original_ids, src, fi, 0..fi, &mut layer.input);
+                    agg.forward(&layer.input, fi, &mut layer.mid)?;
+                    &layer.mid
+                };
+                dense(|| {
+                    par::gemm_rows(
+                        mid,
+                        n,
+                        fi,
+                        w,
+                        Op::N,
+                        fo,
+                        &mut layer.z,
+                        &mut layer.out,
+                        fo,
+                        epilogue,
+                    )
+                });
+            } else {
+                key.apply(data.original_ids, src, fi, 0..fi, &mut layer.input);
+                dense(|| {
+                    par::gemm_rows(
+                        &layer.input,
+                        n,
+                        fi,
+                        w,
+                        Op::N,
+                        fo,
+                        &mut layer.mid,
+                        &mut [],
+                        0,
+                        |_, _, _| {},
+                    )
+                });
+                agg.forward(&layer.mid, fo, &mut layer.z)?;
+                layer
+                    .z
+                    .par_chunks_mut(par::BLOCK_ROWS * fo)
+                    .zip(layer.out.par_chunks_mut(par::BLOCK_ROWS * fo))
+                    .for_each(|(z, out)| epilogue(0, z, out));
             }
         }
         Ok(())
@@ -539,14 +533,14 @@ impl Gcn {
         for (g, &w) in self.grad[..w0].iter_mut().zip(&self.params.weights[0]) {
             *g += self.cfg.weight_decay * w;
         }
-        let mut flat = self.params.flatten();
-        self.adam.step(&mut flat, &self.grad, self.cfg.lr);
-        self.params.unflatten(&flat);
+        self.adam
+            .step_params(&mut self.params, &self.grad, self.cfg.lr);
         Ok(loss)
     }
 
     /// Gradient of the global mean NLL with respect to all parameters, for this rank's rows,
-    /// into `self.grad` (flat, [`Params::flatten`] order).
+    /// into `self.grad` (flat, [`Params::flatten`] order). The first layer's input gradient is
+    /// never formed: no parameter needs it.
     fn backward(&mut self, agg: &mut dyn Aggregate, data: &LocalData<'_>) -> Result<()> {
         let n = self.rows;
         let layers = self.cfg.layers;
@@ -561,99 +555,75 @@ impl Gcn {
             &mut dz[..n * c],
         );
         let mut scratch = std::mem::take(&mut self.d_b);
-        // Offsets of each layer's weight and bias in the flat gradient.
-        let mut offsets = Vec::with_capacity(layers);
-        let mut at = 0;
-        for l in 0..layers {
-            offsets.push(at);
-            at += self.dims[l] * self.dims[l + 1] + self.dims[l + 1];
-        }
+        let scale = 1.0 / (1.0 - self.cfg.dropout);
+        let dropout = self.cfg.dropout;
         for l in (0..layers).rev() {
             let (fi, fo) = (self.dims[l], self.dims[l + 1]);
-            let (gw, rest) = self.grad[offsets[l]..].split_at_mut(fi * fo);
+            let (gw, rest) = self.grad[self.offsets[l]..].split_at_mut(fi * fo);
             let gb = &mut rest[..fo];
-            gb.fill(0.0);
-            for row in dz[..n * fo].chunks_exact(fo) {
-                for (g, &v) in gb.iter_mut().zip(row) {
-                    *g += v;
-                }
-            }
+            let partials = &mut self.partials;
+            dense(|| par::col_sums(&dz, fo, n, gb, partials));
             let layer = &self.layers[l];
             let w = &self.params.weights[l];
             let need_input_grad = l > 0;
+            // Through the dropout of this layer's input (kept entries were scaled) and the
+            // previous layer's ReLU, on each row block as soon as its product is done.
+            let mask = |r0: usize, d: &mut [f32]| {
+                if let Some(prev) = l.checked_sub(1).map(|p| &self.layers[p]) {
+                    let range = r0 * fi..r0 * fi + d.len();
+                    let (kept, z) = (&layer.input[range.clone()], &prev.z[range]);
+                    for ((d, &kept), &z) in d.iter_mut().zip(kept).zip(z) {
+                        let keep = if dropout == 0.0 {
+                            1.0
+                        } else if kept == 0.0 {
+                            0.0
+                        } else {
+                            scale
+                        };
+                        *d = if z > 0.0 { *d * keep } else { 0.0 };
+                    }
+                }
+            };
             if layer.aggregate_first {
                 // Z = (Â·H)·W: dW = (Â·H)ᵀ·dZ, d(Â·H) = dZ·Wᵀ, dH = Âᵀ·d(Â·H).
-                gemm(
-                    1.0,
-                    &layer.mid,
-                    Shape::new(n, fi),
-                    Op::T,
-                    &dz,
-                    Shape::new(n, fo),
-                    Op::N,
-                    0.0,
-                    gw,
-                    Shape::new(fi, fo),
-                );
+                dense(|| par::gemm_tn_sum(&layer.mid, fi, &dz, fo, n, gw, partials));
                 if need_input_grad {
-                    gemm(
-                        1.0,
-                        &dz,
-                        Shape::new(n, fo),
-                        Op::N,
-                        w,
-                        Shape::new(fi, fo),
-                        Op::T,
-                        0.0,
-                        &mut scratch,
-                        Shape::new(n, fi),
-                    );
+                    dense(|| {
+                        par::gemm_rows(
+                            &dz,
+                            n,
+                            fo,
+                            w,
+                            Op::T,
+                            fi,
+                            &mut scratch,
+                            &mut [],
+                            0,
+                            |_, _, _| {},
+                        )
+                    });
                     agg.backward(&scratch[..n * fi], fi, &mut dz[..n * fi])?;
+                    par::for_row_blocks(&mut dz, fi, n, mask);
                 }
             } else {
                 // Z = Â·(H·W): d(H·W) = Âᵀ·dZ, dW = Hᵀ·d(H·W), dH = d(H·W)·Wᵀ.
                 agg.backward(&dz[..n * fo], fo, &mut scratch[..n * fo])?;
-                gemm(
-                    1.0,
-                    &layer.input,
-                    Shape::new(n, fi),
-                    Op::T,
-                    &scratch,
-                    Shape::new(n, fo),
-                    Op::N,
-                    0.0,
-                    gw,
-                    Shape::new(fi, fo),
-                );
+                dense(|| par::gemm_tn_sum(&layer.input, fi, &scratch, fo, n, gw, partials));
                 if need_input_grad {
-                    gemm(
-                        1.0,
-                        &scratch,
-                        Shape::new(n, fo),
-                        Op::N,
-                        w,
-                        Shape::new(fi, fo),
-                        Op::T,
-                        0.0,
-                        &mut dz,
-                        Shape::new(n, fi),
-                    );
-                }
-            }
-            if need_input_grad {
-                // Through the dropout of this layer's input (kept entries were scaled) and the
-                // previous layer's ReLU.
-                let scale = 1.0 / (1.0 - self.cfg.dropout);
-                let prev = &self.layers[l - 1];
-                for ((d, &kept), &z) in dz[..n * fi].iter_mut().zip(&layer.input).zip(&prev.z) {
-                    let keep = if self.cfg.dropout == 0.0 {
-                        1.0
-                    } else if kept == 0.0 {
-                        0.0
-                    } else {
-                        scale
-                    };
-                    *d = if z > 0.0 { *d * keep } else { 0.0 };
+                    dense(|| {
+                        par::gemm_rows(
+                            &scratch,
+                            n,
+                            fo,
+                            w,
+                            Op::T,
+                            fi,
+                            &mut dz,
+                            &mut [],
+                            0,
+                            |r0, d, _| mask(r0, d),
+                        )
+                    });
                 }
             }
         }
@@ -661,6 +631,35 @@ impl Gcn {
         self.d_b = scratch;
         Ok(())
     }
+}
+
+/// `z += b` on each row, and `out` = ReLU(z) (or z itself for the last layer's logits).
+fn bias_act(z: &mut [f32], out: &mut [f32], b: &[f32], last: bool) {
+    let fo = b.len();
+    for (zr, or) in z.chunks_exact_mut(fo).zip(out.chunks_exact_mut(fo)) {
+        for ((z, o), &bb) in zr.iter_mut().zip(or.iter_mut()).zip(b) {
+            *z += bb;
+            *o = if last { *z } else { z.max(0.0) };
+        }
+    }
+}
+
+thread_local! {
+    /// Seconds this thread spent in the model's dense products (and their fused epilogues).
+    static DENSE_SECONDS: std::cell::Cell<f64> = const { std::cell::Cell::new(0.0) };
+}
+
+/// Runs `f` (a dense product), adding its wall time to this thread's dense-product clock.
+fn dense<T>(f: impl FnOnce() -> T) -> T {
+    let t = std::time::Instant::now();
+    let out = f();
+    DENSE_SECONDS.with(|s| s.set(s.get() + t.elapsed().as_secs_f64()));
+    out
+}
+
+/// Seconds the calling thread has spent in dense products so far (see [`dense`]).
+pub fn dense_seconds() -> f64 {
+    DENSE_SECONDS.with(std::cell::Cell::get)
 }
 
 impl Metrics {
@@ -683,28 +682,39 @@ pub(crate) fn count_metrics(
     labels: &[i32],
     masks: &[u8],
 ) -> [f64; 7] {
-    let mut k = [0.0f64; 7];
-    for ((row, &y), &m) in logits.chunks_exact(classes).zip(labels).zip(masks) {
-        if y < 0 {
-            continue;
+    let rows = labels
+        .len()
+        .min(masks.len())
+        .min(logits.len() / classes.max(1));
+    par::block_sums(rows, |range| {
+        let mut k = [0.0f64; 7];
+        let logits = &logits[range.start * classes..range.end * classes];
+        for ((row, &y), &m) in logits
+            .chunks_exact(classes)
+            .zip(&labels[range.clone()])
+            .zip(&masks[range])
+        {
+            if y < 0 {
+                continue;
+            }
+            let (argmax, lse) = log_sum_exp(row);
+            let ok = f64::from(u8::from(argmax == y as usize));
+            if m & TRAIN != 0 {
+                k[0] += f64::from(lse - row[y as usize]);
+                k[1] += ok;
+                k[2] += 1.0;
+            }
+            if m & VAL != 0 {
+                k[3] += ok;
+                k[4] += 1.0;
+            }
+            if m & TEST != 0 {
+                k[5] += ok;
+                k[6] += 1.0;
+            }
         }
-        let (argmax, lse) = log_sum_exp(row);
-        let ok = f64::from(u8::from(argmax == y as usize));
-        if m & TRAIN != 0 {
-            k[0] += f64::from(lse - row[y as usize]);
-            k[1] += ok;
-            k[2] += 1.0;
-        }
-        if m & VAL != 0 {
-            k[3] += ok;
-            k[4] += 1.0;
-        }
-        if m & TEST != 0 {
-            k[5] += ok;
-            k[6] += 1.0;
-        }
-    }
-    k
+        k
+    })
 }
 
 /// Gradient of the mean NLL over `train_total` training nodes with respect to the logits:
@@ -717,22 +727,29 @@ pub(crate) fn nll_grad(
     train_total: f64,
     dz: &mut [f32],
 ) {
-    dz.fill(0.0);
-    for (((row, d), &y), &m) in logits
-        .chunks_exact(classes)
-        .zip(dz.chunks_exact_mut(classes))
-        .zip(labels)
-        .zip(masks)
-    {
-        if y < 0 || m & TRAIN == 0 {
-            continue;
-        }
-        let (_, lse) = log_sum_exp(row);
-        for (k, (dv, &v)) in d.iter_mut().zip(row).enumerate() {
-            let p = (v - lse).exp();
-            *dv = ((p - f32::from(u8::from(k == y as usize))) as f64 / train_total) as f32;
-        }
-    }
+    let block = par::BLOCK_ROWS * classes;
+    dz.par_chunks_mut(block)
+        .zip(logits.par_chunks(block))
+        .zip(labels.par_chunks(par::BLOCK_ROWS))
+        .zip(masks.par_chunks(par::BLOCK_ROWS))
+        .for_each(|(((dz, logits), labels), masks)| {
+            dz.fill(0.0);
+            for (((row, d), &y), &m) in logits
+                .chunks_exact(classes)
+                .zip(dz.chunks_exact_mut(classes))
+                .zip(labels)
+                .zip(masks)
+            {
+                if y < 0 || m & TRAIN == 0 {
+                    continue;
+                }
+                let (_, lse) = log_sum_exp(row);
+                for (k, (dv, &v)) in d.iter_mut().zip(row).enumerate() {
+                    let p = (v - lse).exp();
+                    *dv = ((p - f32::from(u8::from(k == y as usize))) as f64 / train_total) as f32;
+                }
+            }
+        });
 }
 
 /// `(argmax, log Σ exp)` of one row of logits.
@@ -751,7 +768,8 @@ pub(crate) fn log_sum_exp(row: &[f32]) -> (usize, f32) {
 /// Stand-ins for the distributed pieces, shared by the model's and the tensor-parallel tests.
 #[cfg(test)]
 pub(crate) mod testing {
-    use super::{gemm, Aggregate, Op, Reduce, Result, Shape};
+    use super::super::dense::{gemm, Op, Shape};
+    use super::{Aggregate, Reduce, Result};
 
     /// Â as a dense matrix over all rows (one rank).
     pub(crate) struct DenseAgg {

@@ -297,9 +297,8 @@ impl TensorGcn {
         for (g, &w) in self.grad[..w0].iter_mut().zip(&self.params.weights[0]) {
             *g += self.cfg.weight_decay * w;
         }
-        let mut flat = self.params.flatten();
-        self.adam.step(&mut flat, &self.grad, self.cfg.lr);
-        self.params.unflatten(&flat);
+        self.adam
+            .step_params(&mut self.params, &self.grad, self.cfg.lr);
         Ok(loss)
     }
 }

@@ -103,6 +103,22 @@ pub fn random_node_data(
 ///
 /// Errors if `scale > 31` (ids are `u32`) or the edge count overflows `usize`.
 pub fn rmat(scale: u32, edge_factor: u32, seed: u64) -> Result<Graph, GraphError> {
+    rmat_with(scale, edge_factor, seed, false)
+}
+
+/// A directed Graph500 Kronecker graph: as [`rmat`], but every sampled edge is kept in the
+/// direction it was drawn, without its reverse, so the adjacency matrix is not symmetric (its
+/// CSC arrays differ from its CSR arrays, which is what a benchmark of the transposed kernel
+/// needs). It draws `2 · edge_factor · 2^scale` edges, as many as [`rmat`] lists before
+/// removing duplicates, so the two have about the same number of non-zeros; self loops and
+/// duplicates are dropped; the result is sorted by (src, dst).
+///
+/// Errors as [`rmat`].
+pub fn rmat_directed(scale: u32, edge_factor: u32, seed: u64) -> Result<Graph, GraphError> {
+    rmat_with(scale, edge_factor, seed, true)
+}
+
+fn rmat_with(scale: u32, edge_factor: u32, seed: u64, directed: bool) -> Result<Graph, GraphError> {
     if scale > 31 {
         return Err(GraphErrorKind::TooManyNodes(1u64 << scale.min(63)).into());
     }
@@ -129,13 +145,15 @@ pub fn rmat(scale: u32, edge_factor: u32, seed: u64) -> Result<Graph, GraphError
     let t_ab = ((RMAT_A + RMAT_B) * scale32) as u64;
     let t_abc = ((RMAT_A + RMAT_B + RMAT_C) * scale32) as u64;
 
-    // Each undirected sample becomes two directed keys (src << 32 | dst); self loops become
-    // u64::MAX, which sorts last and is cut off after dedup.
+    // Each undirected sample becomes two directed keys (src << 32 | dst); directed, each key
+    // is a sample of its own. Self loops become u64::MAX, which sorts last and is cut off after
+    // dedup.
+    let per_sample = if directed { 1 } else { 2 };
     keys.par_chunks_mut(2 * RMAT_CHUNK)
         .enumerate()
         .for_each(|(chunk, out)| {
             let mut rng = rng_stream(seed, chunk as u64);
-            for pair in out.chunks_exact_mut(2) {
+            for slot in out.chunks_exact_mut(per_sample) {
                 let (mut row, mut col) = (0usize, 0usize);
                 for _ in 0..scale {
                     // Branch-free quadrant choice (the four outcomes are unpredictable): the row
@@ -148,10 +166,12 @@ pub fn rmat(scale: u32, edge_factor: u32, seed: u64) -> Result<Graph, GraphError
                 }
                 let (u, v) = (u64::from(perm[row]), u64::from(perm[col]));
                 if u == v {
-                    pair.fill(u64::MAX);
+                    slot.fill(u64::MAX);
                 } else {
-                    pair[0] = (u << 32) | v;
-                    pair[1] = (v << 32) | u;
+                    slot[0] = (u << 32) | v;
+                    if let Some(back) = slot.get_mut(1) {
+                        *back = (v << 32) | u;
+                    }
                 }
             }
         });
@@ -166,6 +186,7 @@ pub fn rmat(scale: u32, edge_factor: u32, seed: u64) -> Result<Graph, GraphError
         scale,
         edge_factor,
         sampled,
+        directed,
         edges = src.len(),
         seconds = started.elapsed().as_secs_f64(),
         "rmat generated"

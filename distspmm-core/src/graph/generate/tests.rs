@@ -89,6 +89,47 @@ fn rmat_rejects_too_many_nodes() {
     assert_eq!((empty.num_nodes, empty.num_edges()), (1, 0));
 }
 
+#[test]
+fn directed_rmat_keeps_one_direction_and_about_the_same_entries() {
+    let sym = rmat(11, 8, 5).unwrap();
+    let g = rmat_directed(11, 8, 5).unwrap();
+    g.validate().unwrap();
+    let edges: Vec<(u32, u32)> = g.src.iter().copied().zip(g.dst.iter().copied()).collect();
+    assert!(
+        edges.windows(2).all(|w| w[0] < w[1]),
+        "sorted, no duplicates"
+    );
+    assert!(edges.iter().all(|(u, v)| u != v), "no self loops");
+    let set: BTreeSet<(u32, u32)> = edges.iter().copied().collect();
+    let reciprocated = edges
+        .iter()
+        .filter(|&&(u, v)| set.contains(&(v, u)))
+        .count();
+    // Hub pairs are drawn in both directions now and then, but most edges are one-way.
+    assert!(
+        reciprocated < edges.len() / 2,
+        "{reciprocated} of {} edges have their reverse",
+        edges.len()
+    );
+    // 2 · 8 · 2048 draws against the symmetrised graph's 8 · 2048 undirected samples listed
+    // both ways: the entry counts are within duplicates of each other.
+    let (d, s) = (g.num_edges() as f64, sym.num_edges() as f64);
+    assert!(
+        d <= 32768.0 && (0.7..1.3).contains(&(d / s)),
+        "directed {d}, symmetrised {s}"
+    );
+    // The same skew: the largest in-degree is far above the mean.
+    let mut deg = vec![0usize; g.num_nodes];
+    for &v in &g.dst {
+        deg[v as usize] += 1;
+    }
+    let max = *deg.iter().max().unwrap() as f64;
+    assert!(max > 10.0 * d / g.num_nodes as f64, "max in-degree {max}");
+    let one = in_pool(1, || rmat_directed(11, 8, 5).unwrap());
+    assert_eq!(one, g, "independent of the thread count");
+    assert!(rmat_directed(32, 1, 0).is_err());
+}
+
 fn small_csbm(seed: u64) -> CsbmParams {
     CsbmParams {
         nodes: 600,

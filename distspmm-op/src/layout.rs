@@ -1,13 +1,11 @@
-//! What the GPU operator derives from a chunk on the host before it uploads anything: the
-//! packed layout of the halo exchange (who sends which rows, where each block sits in the
-//! contiguous send and receive buffers) and the fixed-order scatter-add of the backward.
-//! Pure host code; the unit tests run without a GPU.
+//! The packed layout of the halo exchange, derived from a chunk on the host: who sends which
+//! rows, and where each block sits in the contiguous send and receive buffers. Both backends
+//! run the halo schedule over it.
 
 use chunk_format::ChunkView;
 use distspmm_core::schedule::HaloPlan;
-use distspmm_cuda::ScatterPlan;
 
-use super::super::DistSpmmError;
+use crate::DistSpmmError;
 
 /// One block of a packed buffer: the peer it goes to or comes from, its first row in the
 /// buffer and its number of rows.
@@ -23,7 +21,7 @@ pub(crate) struct Segment {
 
 /// The halo exchange of one rank, laid out in two contiguous buffers (forward roles; the
 /// backward swaps them, as the CPU operator does).
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub(crate) struct HaloLayout {
     /// The send blocks in increasing peer: the rows of `X_p` each peer needs.
     pub(crate) sends: Vec<Segment>,
@@ -32,9 +30,6 @@ pub(crate) struct HaloLayout {
     /// The receive blocks in increasing source part, one per remote block of the chunk (the
     /// block's compacted columns are the rows of its segment).
     pub(crate) recvs: Vec<Segment>,
-    /// The backward's scatter-add: partial sums received in the send layout, added into the
-    /// rows they belong to in increasing peer.
-    pub(crate) scatter: ScatterPlan,
 }
 
 /// Lays `(peer, rows)` blocks out one after another.
@@ -49,18 +44,12 @@ fn segments(blocks: impl Iterator<Item = (usize, usize)>) -> Vec<Segment> {
         .collect()
 }
 
-/// Rows of all segments together.
-pub(crate) fn total_rows(segments: &[Segment]) -> usize {
-    segments.iter().map(|s| s.rows).sum()
-}
-
 impl HaloLayout {
     /// The layout of `chunk`'s halo plan.
     ///
     /// # Errors
-    /// [`DistSpmmError::Shape`] when a send list is not strictly increasing or names a row the
-    /// part does not own (a chunk the format check let through), or when a remote block's
-    /// columns do not match its receive list.
+    /// [`DistSpmmError::Shape`] when a remote block's columns do not match its receive list
+    /// (the chunk format checks that too).
     pub(crate) fn new(chunk: &ChunkView<'_>) -> Result<Self, DistSpmmError> {
         let plan = HaloPlan::from_chunk(chunk);
         let part = chunk.part_id();
@@ -84,14 +73,10 @@ impl HaloLayout {
                 )));
             }
         }
-        let refs: Vec<&[u32]> = lists.iter().map(|&(_, l)| l).collect();
-        let scatter = ScatterPlan::new(chunk.num_local_nodes(), &refs)
-            .map_err(|e| DistSpmmError::Shape(format!("part {part}'s halo send lists: {e}")))?;
         Ok(Self {
             sends,
             send_rows,
             recvs,
-            scatter,
         })
     }
 
@@ -101,15 +86,16 @@ impl HaloLayout {
     }
 
     /// Halo rows received per forward call (rows of the receive buffer).
+    #[cfg(test)]
     pub(crate) fn halo_rows(&self) -> usize {
-        total_rows(&self.recvs)
+        self.recvs.iter().map(|s| s.rows).sum()
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::spmm::tests::{chunks, views};
+    use crate::tests::{chunks, views};
 
     #[test]
     fn layout_matches_the_halo_plan() {
@@ -142,21 +128,6 @@ mod tests {
                 assert_eq!(s.rows, plan.recv_list(s.peer).len());
                 assert_ne!(s.peer, chunk.part_id());
             }
-            // The scatter plan adds packed row k into send_rows[k], in increasing peer.
-            let sc = &layout.scatter;
-            assert_eq!(sc.packed_rows(), layout.sent_rows());
-            assert_eq!(sc.output_rows(), chunk.num_local_nodes());
-            let mut seen = vec![Vec::new(); chunk.num_local_nodes()];
-            for (k, &r) in layout.send_rows.iter().enumerate() {
-                seen[r as usize].push(k as u64);
-            }
-            for (k, &r) in sc.rows().iter().enumerate() {
-                let srcs = &sc.src()[sc.ptr()[k] as usize..sc.ptr()[k + 1] as usize];
-                assert_eq!(srcs, seen[r as usize].as_slice());
-                assert!(srcs.windows(2).all(|w| w[0] < w[1]));
-            }
-            let targets = seen.iter().filter(|s| !s.is_empty()).count();
-            assert_eq!(sc.rows().len(), targets);
         }
     }
 
@@ -167,6 +138,5 @@ mod tests {
         let layout = HaloLayout::new(&views[0]).unwrap();
         assert!(layout.sends.is_empty() && layout.recvs.is_empty());
         assert_eq!((layout.sent_rows(), layout.halo_rows()), (0, 0));
-        assert!(layout.scatter.rows().is_empty());
     }
 }

@@ -1,9 +1,24 @@
-//! [`DistSpmm`]: the distributed product `Y = Â·X` (forward) and `dX = Âᵀ·dY` (backward) over a
-//! communicator, executing a `distspmm_core::schedule` plan on one rank's chunk.
+//! The distributed SpMM operator: `Y = Â·X` (forward) and `dX = Âᵀ·dY` (backward) of one rank
+//! over a communicator, executing a `distspmm_core::schedule` plan on the rank's chunk.
 //!
 //! Rank p holds chunk p (borrowed, zero copy: a [`ChunkView`] over a memory map) and its rows
 //! `X_p`; `forward` returns its rows `Y_p`, `backward` its rows `dX_p`. Every call is
 //! collective: all ranks call `forward` (or `backward`) together with the same F.
+//!
+//! # Layers
+//! - **schedules** ([`halo`], [`broadcast`]): each direction is a short [`Program`] built once
+//!   per rank from the chunk — pack rows, exchange them, multiply blocks, add in a fixed order
+//!   — over names (operands, buffer regions, blocks), not memory. They are written once.
+//! - **backends** ([`Backend`]): the primitives a program needs (pack rows, local SpMM / SpMMᵀ
+//!   into a block, ordered scatter-add, the grouped exchange, broadcast, lane ordering). The CPU
+//!   backend ([`DistSpmm`]) runs them with distspmm-core's kernels over any communicator with
+//!   the capabilities it uses ([`Broadcast`], [`PointToPoint`], and [`AllGather`] +
+//!   [`AllReduce`] for the agreement); the GPU backend (`GpuDistSpmm`, feature `cuda`) with
+//!   distspmm-cuda's kernels on two streams and an `NcclComm`.
+//! - **agreement**: before any other collective the ranks agree on the partition, and every
+//!   call agrees on the operation and F (below).
+//! - **operands** ([`operands`]): the extent, alignment and overlap rules of operands given as
+//!   memory (the GPU operator's raw calls and the C ABI).
 //!
 //! # Agreement
 //! [`DistSpmm::new`] starts with one all-gather of a fixed-size record per rank (P of its chunk,
@@ -15,25 +30,26 @@
 //! words) agreeing on the operation and F and on whether every rank's operands fit its chunk,
 //! so a wrong call on one rank is an error on all ranks rather than a hang.
 //!
-//! # Execution
+//! # Execution on the CPU
+//! - **halo** ([`ScheduleKind::Halo`]): one [`PointToPoint::exchange`] per call. Each peer's
+//!   rows are packed, receives then sends are posted, the local block is multiplied while the
+//!   messages travel, then remote blocks (compacted columns = rows of the received halo) are
+//!   added in increasing source part, each waited for when it is needed. Backward sends the
+//!   partial sums for the halo rows (`spmm_transpose` over the compacted CSC) back to their
+//!   owners, who add them into the rows they sent, in increasing source part.
 //! - **broadcast** ([`ScheduleKind::Broadcast`]): the off-diagonal blocks are stored over
 //!   compacted columns, but this schedule receives all of `X_q`, so at construction the operator
 //!   derives for every non-empty block `Â[p][q]` its CSR column ids in q-local numbering
 //!   (`halo_recv(q)[c]`, one `u32` per non-zero) and its CSC column pointer over all `n_q`
 //!   columns (`u64[n_q+1]`); row pointers, row ids and values stay borrowed from the chunk.
-//!   The loops are `BroadcastPlan`'s, with the blocking [`Broadcast`](crate::Broadcast) and one
+//!   The loops are `BroadcastPlan`'s, with the blocking [`Broadcast`] and one
 //!   [`PointToPoint::exchange`] per backward round.
-//! - **halo** ([`ScheduleKind::Halo`]): one [`PointToPoint::exchange`] per call. Receives are
-//!   posted first, each peer's rows are packed and sent, the local block is multiplied while
-//!   the messages travel, then remote blocks (compacted columns = rows of the received halo)
-//!   are added in increasing source part as soon as each has arrived. Backward sends the
-//!   partial sums for the halo rows (`spmm_transpose` over the compacted CSC) back to their
-//!   owners, who add them into the rows they sent, in increasing source part.
 //!
 //! Additions happen in a fixed order whatever the arrival order, so both schedules are
 //! bit-identical run to run (and the `local` backend is bit-identical to MPI: no reduction is
 //! left to the communicator). Kernels are `distspmm_core::kernel`'s (rayon threads); only the
-//! calling thread communicates.
+//! calling thread communicates. The chunk's blocks are viewed without re-validation: parsing
+//! the chunk checked them (see `blocks`).
 //!
 //! # Buffers and bytes
 //! Buffers (on huge-page-advised mappings, as NumPy allocates large arrays) grow at the first
@@ -45,31 +61,45 @@
 //! `HaloPlan::traffic`.
 //!
 //! # On the GPU
-//! With the feature `cuda`, `GpuDistSpmm` runs the same schedules on device buffers with
+//! With the feature `cuda`, `GpuDistSpmm` runs the same programs on device buffers with
 //! distspmm-cuda's kernels and an `NcclComm`, agreeing over a host communicator exactly as
 //! here (see its module docs).
 
+// The agreement protocol stays in dist-comm's tree until issue 14 gives it its own module
+// there (dist-comm/src/agree.rs); it only needs the operator's error type.
+#[path = "../../dist-comm/src/spmm/agree.rs"]
 mod agree;
-mod broadcast;
+pub mod backend;
+mod blocks;
+pub mod broadcast;
+mod cpu;
 #[cfg(feature = "cuda")]
 pub mod gpu;
-mod halo;
-mod rows;
+pub mod halo;
+mod layout;
+#[cfg(test)]
+mod mock;
+pub mod operands;
 #[cfg(test)]
 mod tests;
 
 use chunk_format::ChunkView;
+use dist_comm::{AllGather, AllReduce, Broadcast, CommError, PointToPoint};
 use distspmm_core::kernel::KernelError;
 use distspmm_core::schedule::{
     BroadcastPlan, HaloPlan, LayerTraffic, ScheduleKind, Traffic, Workspace,
 };
-use distspmm_core::sparse::{CscView, CsrView, DenseView, DenseViewMut, PageBuffer, SparseError};
-
-use crate::{CommError, Communicator};
+use distspmm_core::sparse::{DenseView, DenseViewMut, PageBuffer};
 
 pub use agree::abstain;
+pub use backend::{Backend, Program};
 #[cfg(feature = "cuda")]
 pub use gpu::GpuDistSpmm;
+pub use operands::{Operand, OperandError};
+
+use backend::{buffer_rows, moved_rows, run, Buf};
+use cpu::{CpuCall, CpuMatrices};
+use layout::HaloLayout;
 
 /// What went wrong in building or calling a [`DistSpmm`].
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -93,17 +123,6 @@ pub enum DistSpmmError {
     /// [`DistSpmmError::Disagreement`] pointing here).
     #[error("{0}")]
     Shape(String),
-    /// A block of this rank's chunk cannot be viewed as a sparse matrix (the other ranks get a
-    /// [`DistSpmmError::Disagreement`] pointing here).
-    #[error("the block of part {part}'s chunk with columns from part {src}: {source}")]
-    Block {
-        /// This rank's part.
-        part: usize,
-        /// The block's source part.
-        src: usize,
-        /// What the sparse constructor found.
-        source: SparseError,
-    },
     /// This rank cannot allocate its communication buffers (the other ranks get a
     /// [`DistSpmmError::Disagreement`] pointing here).
     #[error("cannot allocate {bytes} bytes of communication buffers on rank {rank}: {reason}")]
@@ -121,14 +140,20 @@ pub enum DistSpmmError {
     /// A kernel rejected its operands (a bug: shapes are checked before).
     #[error(transparent)]
     Kernel(#[from] KernelError),
+    /// A program and a backend disagree about the memory it names (a bug in this crate).
+    #[error("internal error of the distributed SpMM: {0}")]
+    Internal(String),
 }
 
 impl DistSpmmError {
     /// Whether every rank of the communicator returned an error from the same call (an
-    /// agreement failure); otherwise (communication or kernel errors) other ranks may still be
-    /// waiting, and an MPI program should abort the job.
+    /// agreement failure); otherwise (communication, kernel or internal errors) other ranks
+    /// may still be waiting, and an MPI program should abort the job.
     pub fn is_collective(&self) -> bool {
-        !matches!(self, DistSpmmError::Comm(_) | DistSpmmError::Kernel(_))
+        !matches!(
+            self,
+            DistSpmmError::Comm(_) | DistSpmmError::Kernel(_) | DistSpmmError::Internal(_)
+        )
     }
 }
 
@@ -145,47 +170,20 @@ pub struct TrafficTotals {
     pub backward_calls: u64,
 }
 
-/// The distributed SpMM operator of one rank. See the [module docs](self).
-///
-/// ```
-/// use chunk_format::ChunkView;
-/// use dist_comm::spmm::{DistSpmm, DistSpmmError};
-/// use dist_comm::Communicator;
-/// use distspmm_core::schedule::ScheduleKind;
-/// use distspmm_core::sparse::{DenseView, DenseViewMut};
-///
-/// /// One aggregation `Y_p = (Â·X)_p` on this rank (every rank calls it together).
-/// fn aggregate<C: Communicator>(
-///     comm: &C,
-///     chunk: ChunkView<'_>, // e.g. *ChunkDir::load(rank)?.view()
-///     x: &[f32],
-///     f: usize,
-/// ) -> Result<Vec<f32>, DistSpmmError> {
-///     let mut op = DistSpmm::new(comm, chunk, ScheduleKind::Halo)?;
-///     let n = op.local_rows();
-///     let mut y = vec![0.0; n * f];
-///     let x = DenseView::from_row_major(x, n, f).expect("x holds n_p × F values");
-///     op.forward(x, DenseViewMut::from_row_major(&mut y[..], n, f).expect("n_p × F"))?;
-///     assert_eq!(op.bytes_last_call(), op.predicted_traffic(f).forward);
-///     Ok(y)
-/// }
-/// ```
-#[derive(Debug)]
-pub struct DistSpmm<'a, C: Communicator> {
-    comm: &'a C,
-    chunk: ChunkView<'a>,
-    diagonal: CsrView<'a, f32>,
-    diagonal_t: CscView<'a, f32>,
-    state: State<'a>,
-    last: Traffic,
-    totals: TrafficTotals,
-}
-
-/// The schedule-specific part: plan, derived structure and buffers.
-#[derive(Debug)]
-enum State<'a> {
-    Broadcast(broadcast::BroadcastState<'a>),
-    Halo(halo::HaloState<'a>),
+impl TrafficTotals {
+    /// Adds one call's bytes.
+    fn record(&mut self, op: Op, traffic: Traffic) {
+        match op {
+            Op::Forward => {
+                self.forward += traffic;
+                self.forward_calls += 1;
+            }
+            Op::Backward => {
+                self.backward += traffic;
+                self.backward_calls += 1;
+            }
+        }
+    }
 }
 
 /// Which collective operation a call is (agreed on per call).
@@ -202,25 +200,142 @@ impl Op {
             Op::Backward => "backward",
         }
     }
+
+    /// The names of the input and output in messages.
+    fn operand_names(self) -> (&'static str, &'static str) {
+        match self {
+            Op::Forward => ("X", "Y"),
+            Op::Backward => ("dY", "dX"),
+        }
+    }
 }
 
 /// Message tags: one per direction, so a fast rank's next call never matches a slow rank's
 /// pending receive of another kind.
-const TAG_FORWARD: crate::Tag = 0x5E1;
-const TAG_BACKWARD: crate::Tag = 0x5E2;
+const TAG_FORWARD: dist_comm::Tag = 0x5E1;
+const TAG_BACKWARD: dist_comm::Tag = 0x5E2;
 
-impl<'a, C: Communicator> DistSpmm<'a, C> {
+/// What one rank runs under a schedule: the two programs and the halo layout they name.
+#[derive(Debug)]
+struct Schedule {
+    kind: ScheduleKind,
+    rank: usize,
+    parts: usize,
+    forward: Program,
+    backward: Program,
+    /// Halo: who sends which rows (the send lists concatenated are what `Rows::SendLists`
+    /// names). Broadcast: empty.
+    layout: HaloLayout,
+}
+
+impl Schedule {
+    fn new(chunk: &ChunkView<'_>, kind: ScheduleKind) -> Result<Self, DistSpmmError> {
+        let (rank, parts) = (chunk.part_id(), chunk.num_parts());
+        let (forward, backward, layout) = match kind {
+            ScheduleKind::Halo => {
+                let layout = HaloLayout::new(chunk)?;
+                (halo::forward(&layout), halo::backward(&layout), layout)
+            }
+            ScheduleKind::Broadcast => {
+                let plan = BroadcastPlan::from_chunk(chunk);
+                let mut has_block = vec![false; parts];
+                for b in chunk.blocks().filter(|b| b.src_part as usize != rank) {
+                    has_block[b.src_part as usize] = true;
+                }
+                let n = chunk.num_local_nodes();
+                (
+                    broadcast::forward(&plan, &has_block),
+                    broadcast::backward(&plan, &has_block, n),
+                    HaloLayout::default(),
+                )
+            }
+        };
+        Ok(Self {
+            kind,
+            rank,
+            parts,
+            forward,
+            backward,
+            layout,
+        })
+    }
+
+    fn program(&self, op: Op) -> &Program {
+        match op {
+            Op::Forward => &self.forward,
+            Op::Backward => &self.backward,
+        }
+    }
+
+    /// Rows of the two buffers a call of `op` needs: the packed buffer holds what either
+    /// direction packs (so it is sized once), the halo buffer what this direction receives.
+    fn buffer_rows(&self, op: Op) -> [usize; 2] {
+        let (fwd, bwd) = (buffer_rows(&self.forward), buffer_rows(&self.backward));
+        let packed = Buf::Packed as usize;
+        let halo = Buf::Halo as usize;
+        let mut rows = [0; 2];
+        rows[packed] = fwd[packed].max(bwd[packed]);
+        rows[halo] = buffer_rows(self.program(op))[halo];
+        rows
+    }
+
+    /// The payload of one call of `op` with `features` columns.
+    fn traffic(&self, op: Op, features: usize) -> Traffic {
+        let (sent, received) = moved_rows(self.program(op), self.rank, self.parts);
+        Traffic::rows(sent, received, features)
+    }
+}
+
+/// The distributed SpMM operator of one rank on the CPU. See the [crate docs](crate).
+///
+/// ```
+/// use chunk_format::ChunkView;
+/// use dist_comm::{AllGather, AllReduce, Broadcast, PointToPoint};
+/// use distspmm_core::schedule::ScheduleKind;
+/// use distspmm_core::sparse::{DenseView, DenseViewMut};
+/// use distspmm_op::{DistSpmm, DistSpmmError};
+///
+/// /// One aggregation `Y_p = (Â·X)_p` on this rank (every rank calls it together).
+/// fn aggregate<C: AllGather + AllReduce + Broadcast + PointToPoint>(
+///     comm: &C,
+///     chunk: ChunkView<'_>, // e.g. *ChunkDir::load(rank)?.view()
+///     x: &[f32],
+///     f: usize,
+/// ) -> Result<Vec<f32>, DistSpmmError> {
+///     let mut op = DistSpmm::new(comm, chunk, ScheduleKind::Halo)?;
+///     let n = op.local_rows();
+///     let mut y = vec![0.0; n * f];
+///     let x = DenseView::from_row_major(x, n, f).expect("x holds n_p × F values");
+///     op.forward(x, DenseViewMut::from_row_major(&mut y[..], n, f).expect("n_p × F"))?;
+///     assert_eq!(op.bytes_last_call(), op.predicted_traffic(f).forward);
+///     Ok(y)
+/// }
+/// ```
+#[derive(Debug)]
+pub struct DistSpmm<'a, C> {
+    comm: &'a C,
+    chunk: ChunkView<'a>,
+    matrices: CpuMatrices<'a>,
+    schedule: Schedule,
+    /// [`Buf::Packed`].
+    packed: Buffer,
+    /// [`Buf::Halo`].
+    halo: Buffer,
+    last: Traffic,
+    totals: TrafficTotals,
+}
+
+impl<'a, C: AllGather + AllReduce + Broadcast + PointToPoint> DistSpmm<'a, C> {
     /// Builds rank `comm.rank()`'s operator for `chunk` under `schedule` (collective: every rank
     /// calls it, or [`abstain`], together).
     ///
     /// Derives what the schedule needs from the chunk first (a local failure is reported to all
-    /// ranks), then agrees with all ranks as described in the [module docs](self).
+    /// ranks), then agrees with all ranks as described in the [crate docs](crate).
     ///
     /// # Errors
     /// [`DistSpmmError::PartsMismatch`] / [`DistSpmmError::Disagreement`] (on every rank) when
     /// the ranks' chunks do not form one partition into `comm.size()` parts with `chunk` being
-    /// part `comm.rank()`, or they chose different schedules; [`DistSpmmError::Block`] on the
-    /// rank whose chunk has an unusable block; communication errors.
+    /// part `comm.rank()`, or they chose different schedules; communication errors.
     pub fn new(
         comm: &'a C,
         chunk: ChunkView<'a>,
@@ -231,33 +346,25 @@ impl<'a, C: Communicator> DistSpmm<'a, C> {
         built
     }
 
-    fn build(
-        comm: &'a C,
-        chunk: ChunkView<'a>,
-        schedule: ScheduleKind,
-    ) -> Result<Self, DistSpmmError> {
-        let part = chunk.part_id();
-        let block = chunk.diagonal_block();
-        let n = chunk.num_local_nodes();
-        let err = |source| DistSpmmError::Block {
-            part,
-            src: part,
-            source,
-        };
-        let diagonal =
-            CsrView::new(n, n, block.csr_rowptr, block.csr_cols, block.csr_vals).map_err(err)?;
-        let diagonal_t =
-            CscView::new(n, n, block.csc_colptr, block.csc_rows, block.csc_vals).map_err(err)?;
-        let state = match schedule {
-            ScheduleKind::Broadcast => State::Broadcast(broadcast::BroadcastState::new(&chunk)?),
-            ScheduleKind::Halo => State::Halo(halo::HaloState::new(&chunk)?),
+    fn build(comm: &'a C, chunk: ChunkView<'a>, kind: ScheduleKind) -> Result<Self, DistSpmmError> {
+        let matrices = CpuMatrices {
+            diagonal: blocks::diagonal(&chunk),
+            remote: match kind {
+                ScheduleKind::Halo => blocks::remote(&chunk),
+                ScheduleKind::Broadcast => Vec::new(),
+            },
+            q_local: match kind {
+                ScheduleKind::Halo => Vec::new(),
+                ScheduleKind::Broadcast => blocks::q_local(&chunk),
+            },
         };
         Ok(Self {
             comm,
             chunk,
-            diagonal,
-            diagonal_t,
-            state,
+            matrices,
+            schedule: Schedule::new(&chunk, kind)?,
+            packed: Buffer::default(),
+            halo: Buffer::default(),
             last: Traffic::default(),
             totals: TrafficTotals::default(),
         })
@@ -297,64 +404,59 @@ impl<'a, C: Communicator> DistSpmm<'a, C> {
         input: DenseView<'_, f32>,
         output: DenseViewMut<'_, f32>,
     ) -> Result<(), DistSpmmError> {
-        let features = input.cols();
+        let f = input.cols();
         // Everything that can fail locally happens before the agreement, which tells every
         // rank whether all are ready.
         let rank = self.rank();
-        let ready = self
-            .check_operands(op, &input, &output)
-            .and_then(|()| match &mut self.state {
-                State::Broadcast(s) => s.reserve(op, features),
-                State::Halo(s) => s.reserve(features),
-            })
-            .map_err(|e| match e {
-                DistSpmmError::Allocation { bytes, reason, .. } => DistSpmmError::Allocation {
-                    rank,
-                    bytes,
-                    reason,
-                },
-                e => e,
-            });
-        agree::agree_on_call(self.comm, op, features, ready)?;
-        let traffic = if features == 0 {
+        let rows = self.schedule.buffer_rows(op);
+        let ready = check_shapes(
+            op,
+            rank,
+            self.local_rows(),
+            (input.rows(), input.cols()),
+            (output.rows(), output.cols()),
+        )
+        .and_then(|()| self.packed.reserve(rows[Buf::Packed as usize] * f))
+        .and_then(|()| self.halo.reserve(rows[Buf::Halo as usize] * f))
+        .map_err(|e| match e {
+            DistSpmmError::Allocation { bytes, reason, .. } => DistSpmmError::Allocation {
+                rank,
+                bytes,
+                reason,
+            },
+            e => e,
+        });
+        agree::agree_on_call(self.comm, op, f, ready)?;
+        let traffic = if f == 0 {
             Traffic::default()
         } else {
-            let (comm, diagonal, diagonal_t) = (self.comm, &self.diagonal, &self.diagonal_t);
-            match (&mut self.state, op) {
-                (State::Broadcast(s), Op::Forward) => s.forward(comm, diagonal, input, output)?,
-                (State::Broadcast(s), Op::Backward) => {
-                    s.backward(comm, diagonal_t, input, output)?
-                }
-                (State::Halo(s), Op::Forward) => s.forward(comm, diagonal, input, output)?,
-                (State::Halo(s), Op::Backward) => s.backward(comm, diagonal_t, input, output)?,
-            }
+            let mut call = CpuCall {
+                comm: self.comm,
+                m: &self.matrices,
+                send_rows: &self.schedule.layout.send_rows,
+                x: input,
+                y: output,
+                packed: self.packed.get(rows[Buf::Packed as usize] * f),
+                halo: self.halo.get(rows[Buf::Halo as usize] * f),
+                f,
+            };
+            run(&mut call, self.schedule.program(op))?;
+            self.schedule.traffic(op, f)
         };
         self.last = traffic;
         self.totals.record(op, traffic);
         Ok(())
     }
 
-    fn check_operands(
-        &self,
-        op: Op,
-        input: &DenseView<'_, f32>,
-        output: &DenseViewMut<'_, f32>,
-    ) -> Result<(), DistSpmmError> {
-        check_shapes(
-            op,
-            self.rank(),
-            self.local_rows(),
-            (input.rows(), input.cols()),
-            (output.rows(), output.cols()),
-        )
-    }
-
     /// The schedule this operator runs.
     pub fn schedule(&self) -> ScheduleKind {
-        match self.state {
-            State::Broadcast(_) => ScheduleKind::Broadcast,
-            State::Halo(_) => ScheduleKind::Halo,
-        }
+        self.schedule.kind
+    }
+
+    /// The program of one direction (`backward` false: forward), for inspection.
+    pub fn program(&self, backward: bool) -> &Program {
+        self.schedule
+            .program(if backward { Op::Backward } else { Op::Forward })
     }
 
     /// This rank (= its part p).
@@ -401,25 +503,16 @@ impl<'a, C: Communicator> DistSpmm<'a, C> {
     /// The memory this operator holds now beside the chunk (buffers sized for the largest F
     /// called so far, and derived index arrays).
     pub fn workspace(&self) -> Workspace {
-        match &self.state {
-            State::Broadcast(s) => s.workspace(),
-            State::Halo(s) => s.workspace(),
-        }
-    }
-}
-
-impl TrafficTotals {
-    /// Adds one call's bytes.
-    fn record(&mut self, op: Op, traffic: Traffic) {
-        match op {
-            Op::Forward => {
-                self.forward += traffic;
-                self.forward_calls += 1;
-            }
-            Op::Backward => {
-                self.backward += traffic;
-                self.backward_calls += 1;
-            }
+        let structure = self
+            .matrices
+            .q_local
+            .iter()
+            .flatten()
+            .map(|b| 4 * b.csr.nnz() as u64 + 8 * b.csc.indptr().len() as u64)
+            .sum();
+        Workspace {
+            buffers: value_bytes(self.packed.len() + self.halo.len()),
+            structure,
         }
     }
 }
@@ -444,10 +537,7 @@ fn check_shapes(
     input: (usize, usize),
     output: (usize, usize),
 ) -> Result<(), DistSpmmError> {
-    let names = match op {
-        Op::Forward => ("X", "Y"),
-        Op::Backward => ("dY", "dX"),
-    };
+    let names = op.operand_names();
     let f = input.1;
     for (name, (rows, cols)) in [(names.0, input), (names.1, output)] {
         if rows != n || cols != f {

@@ -9,12 +9,12 @@ use distspmm_core::chunk::{reassemble, ChunkBuilder};
 use distspmm_core::graph::Graph;
 use distspmm_core::normalize::{self, Normalization};
 use distspmm_core::partition::Partition;
-use distspmm_core::schedule::{LayerTraffic, ScheduleKind, Traffic, Workspace};
+use distspmm_core::schedule::{HaloPlan, LayerTraffic, ScheduleKind, Traffic, Workspace};
 use distspmm_core::sparse::{CsrOwned, DenseView, DenseViewMut};
 use proptest::prelude::*;
 
-use super::{abstain, DistSpmm, DistSpmmError};
-use crate::{Group, LocalComm};
+use super::{abstain, predicted_traffic, DistSpmm, DistSpmmError};
+use dist_comm::{Group, LocalComm};
 
 /// The chunks of a graph (GCN-normalised Â) split by `part_of`.
 pub(crate) fn chunks(
@@ -125,9 +125,7 @@ fn run(
                 distspmm_core::schedule::BroadcastPlan::from_chunk(&views[p])
                     .workspace(features_max)
             }
-            ScheduleKind::Halo => {
-                distspmm_core::schedule::HaloPlan::from_chunk(&views[p]).workspace(features_max)
-            }
+            ScheduleKind::Halo => HaloPlan::from_chunk(&views[p]).workspace(features_max),
         };
         Ok(RankResult {
             y: strip(y),
@@ -388,4 +386,191 @@ fn calls_that_disagree_fail_every_rank() {
     // F = 0 is a valid call that moves nothing.
     let ok = call(|_| 0, 0, None);
     assert_eq!(ok, ["ok", "ok"]);
+}
+
+// The programs on the recording backend: the choreography the GPU backend relies on, and the
+// ranks' programs against each other.
+
+use crate::backend::{Accumulate, Buf, Dense, Instr, Lane, Matrix, Orient, Region, Rows};
+use crate::mock::{record, Event};
+use crate::{Op, Schedule};
+
+/// Every point-to-point message of a rank's recorded program, in program order:
+/// (sends: (to, tag, rows), receives: (from, tag, rows)).
+type Messages = (Vec<(usize, u16, usize)>, Vec<(usize, u16, usize)>);
+
+fn messages_of(events: &[Event]) -> Messages {
+    let (mut sends, mut recvs) = (Vec::new(), Vec::new());
+    for e in events {
+        if let Event::Posted {
+            tag,
+            sends: s,
+            recvs: r,
+        } = e
+        {
+            sends.extend(s.iter().map(|m| (m.peer, *tag, m.region.rows)));
+            recvs.extend(r.iter().map(|m| (m.peer, *tag, m.region.rows)));
+        }
+    }
+    (sends, recvs)
+}
+
+fn broadcasts_of(events: &[Event]) -> Vec<(usize, usize)> {
+    events
+        .iter()
+        .filter_map(|e| match e {
+            Event::Broadcast { region, root } => Some((*root, region.rows)),
+            _ => None,
+        })
+        .collect()
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(48))]
+
+    /// On every rank, both schedules and directions: no lane touches what the other lane
+    /// touched without a join, the local lane is joined before the call ends, exchange
+    /// bodies only read what they receive; every rank's sends to q are q's receives from it,
+    /// in order; every rank runs the same broadcasts; the rows moved are the plan's.
+    #[test]
+    fn programs_keep_the_gpu_choreography(
+        (n, edges, part_of, parts) in graph_strategy(),
+    ) {
+        let bufs = chunks(n, &edges, &part_of, parts);
+        let views = views(&bufs);
+        for kind in ScheduleKind::ALL {
+            for op in [Op::Forward, Op::Backward] {
+                let mut recorded = Vec::new();
+                for v in &views {
+                    let schedule = Schedule::new(v, kind).unwrap();
+                    let r = record(schedule.program(op));
+                    prop_assert!(r.hazards.is_empty(), "{kind} {op:?} rank {}: {:?}", v.part_id(), r.hazards);
+                    let plan = schedule.traffic(op, 1);
+                    let want = predicted_traffic(v, kind, 1);
+                    let want = if op == Op::Forward { want.forward } else { want.backward };
+                    prop_assert_eq!(plan, want);
+                    // Every region fits the buffers the operator reserves.
+                    let rows = schedule.buffer_rows(op);
+                    for e in &r.events {
+                        if let Event::Spmm { x: Dense::Region(g), .. } | Event::Spmm { y: Dense::Region(g), .. } = e {
+                            prop_assert!(g.end() <= rows[g.buf as usize]);
+                        }
+                    }
+                    recorded.push(r);
+                }
+                let all: Vec<Messages> = recorded.iter().map(|r| messages_of(&r.events)).collect();
+                for p in 0..views.len() {
+                    for q in 0..views.len() {
+                        let sent: Vec<_> = all[p].0.iter().filter(|m| m.0 == q).map(|m| (m.1, m.2)).collect();
+                        let got: Vec<_> = all[q].1.iter().filter(|m| m.0 == p).map(|m| (m.1, m.2)).collect();
+                        prop_assert_eq!(sent, got, "{} {:?}: {} -> {}", kind, op, p, q);
+                    }
+                }
+                let first = broadcasts_of(&recorded[0].events);
+                for r in &recorded {
+                    prop_assert_eq!(&broadcasts_of(&r.events), &first);
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn the_halo_forward_overlaps_the_local_block_and_joins_before_adding() {
+    let bufs = ring(30, 3);
+    let views = views(&bufs);
+    let chunk = &views[1];
+    let schedule = Schedule::new(chunk, ScheduleKind::Halo).unwrap();
+    let r = record(schedule.program(Op::Forward));
+    assert!(r.hazards.is_empty(), "{:?}", r.hazards);
+    let plan = HaloPlan::from_chunk(chunk);
+    let sent = plan.sent_rows() as usize;
+    assert_eq!(
+        r.events[0],
+        Event::Pack(Rows::SendLists, Region::new(Buf::Packed, 0, sent))
+    );
+    let Event::Posted { sends, recvs, .. } = &r.events[1] else {
+        panic!("{:?}", r.events);
+    };
+    // What is exchanged: each peer's send list, each source's receive list, packed in order.
+    let peers: Vec<(usize, usize)> = sends.iter().map(|m| (m.peer, m.region.rows)).collect();
+    let lists: Vec<(usize, usize)> = plan
+        .send_peers()
+        .map(|q| (q, plan.send_list(q).len()))
+        .collect();
+    assert_eq!(peers, lists);
+    let sources: Vec<(usize, usize)> = recvs.iter().map(|m| (m.peer, m.region.rows)).collect();
+    let expected: Vec<(usize, usize)> = (0..3)
+        .filter(|&q| q != 1 && !plan.recv_list(q).is_empty())
+        .map(|q| (q, plan.recv_list(q).len()))
+        .collect();
+    assert_eq!(sources, expected);
+    assert!(recvs.iter().all(|m| m.region.buf == Buf::Halo));
+    // The local block on the local lane, then the join, then the remote blocks in order on
+    // the communication lane, reading the received regions.
+    assert_eq!(
+        r.events[2],
+        Event::Spmm {
+            lane: Lane::Local,
+            a: Matrix::Diagonal,
+            orient: Orient::Plain,
+            x: Dense::Input,
+            acc: Accumulate::Overwrite,
+            y: Dense::Output
+        }
+    );
+    assert_eq!(
+        r.events[3],
+        Event::Join {
+            waiter: Lane::Comm,
+            signaller: Lane::Local
+        }
+    );
+    for (k, m) in recvs.iter().enumerate() {
+        assert_eq!(
+            r.events[4 + k],
+            Event::Spmm {
+                lane: Lane::Comm,
+                a: Matrix::Remote(k),
+                orient: Orient::Plain,
+                x: Dense::Region(m.region),
+                acc: Accumulate::Add,
+                y: Dense::Output
+            }
+        );
+    }
+    assert_eq!(r.events[4 + recvs.len()], Event::Completed);
+}
+
+#[test]
+fn the_recorder_catches_a_missing_join_and_a_body_that_writes_a_buffer() {
+    let bufs = ring(30, 3);
+    let views = views(&bufs);
+    let schedule = Schedule::new(&views[1], ScheduleKind::Halo).unwrap();
+    for op in [Op::Forward, Op::Backward] {
+        let mut program = schedule.program(op).clone();
+        let Some(Instr::Exchange(ex)) = program.last_mut() else {
+            panic!("the halo program ends with its exchange");
+        };
+        ex.body.retain(|i| !matches!(i, Instr::Join { .. }));
+        let r = record(&program);
+        assert!(
+            r.hazards.iter().any(|h| h.contains("unordered")),
+            "{op:?}: {:?}",
+            r.hazards
+        );
+    }
+    let mut program = schedule.program(Op::Forward).clone();
+    let Some(Instr::Exchange(ex)) = program.last_mut() else {
+        panic!("the halo program ends with its exchange");
+    };
+    ex.body.push(Instr::Zero {
+        into: Region::new(Buf::Packed, 0, 1),
+    });
+    let r = record(&program);
+    assert!(
+        r.hazards.iter().any(|h| h.contains("being exchanged")),
+        "{:?}",
+        r.hazards
+    );
 }

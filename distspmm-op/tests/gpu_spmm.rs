@@ -16,7 +16,6 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use chunk_format::{encode, AlignedBuf, ChunkView};
-use dist_comm::spmm::{DistSpmm, GpuDistSpmm};
 use dist_comm::{
     AllGather, AllReduce, DeviceSelect, Group, LocalComm, NcclComm, NcclHost, NcclUniqueId,
 };
@@ -27,6 +26,7 @@ use distspmm_core::partition::Partition;
 use distspmm_core::schedule::{ScheduleKind, Traffic};
 use distspmm_core::sparse::{DenseView, DenseViewMut};
 use distspmm_cuda::{DeviceDense, GpuDevice, RawDense};
+use distspmm_op::{DistSpmm, GpuDistSpmm};
 
 /// Environment of a spawned rank: `RANK,SIZE,HEX-ID`.
 const CHILD: &str = "DIST_COMM_GPU_SPMM_CHILD";

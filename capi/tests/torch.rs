@@ -1,0 +1,150 @@
+//! The PyTorch / PyG integration (`python/distspmm/torch.py`, `examples/torch`), run under
+//! `mpirun`: `python/tests/check_torch.py` (the autograd Function against `torch.sparse.mm`,
+//! gradcheck, the model gradient against finite differences, `DistGCNConv` against PyG's
+//! `GCNConv`, the loader, the device operator's refusal) at P = 1 and 2, 20 training epochs at
+//! P = 2 against single-process PyG on Cora, and PyG's GCN example at P = 2 on Cora (200
+//! epochs, at least 80% test accuracy).
+//!
+//! Needs the repository's `.venv` with torch, torch_geometric, numpy and mpi4py
+//! (scripts/ensure-deps.sh with `DISTSPMM_PY_EXTRAS=1`); skips with a message without it,
+//! except under `CI=true`, where a torch that does not import fails the tests.
+
+mod common;
+
+use std::ffi::{OsStr, OsString};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+/// `import torch, torch_geometric` (seconds; more on a cold page cache).
+const IMPORT_TIMEOUT: Duration = Duration::from_secs(300);
+/// One launch.
+const RUN_TIMEOUT: Duration = Duration::from_secs(600);
+
+/// The library just built; one torch thread per rank (two ranks share two cores).
+fn torch_env() -> Vec<(&'static str, OsString)> {
+    vec![
+        (
+            "DISTSPMM_LIB",
+            common::prefix().join("lib/libdistspmm.so").into(),
+        ),
+        ("OMP_NUM_THREADS", "1".into()),
+    ]
+}
+
+fn torch_python() -> Option<PathBuf> {
+    let env = torch_env(); // builds the library first, outside the timing
+    common::venv_python(
+        "torch, torch_geometric, numpy, mpi4py",
+        &env,
+        IMPORT_TIMEOUT,
+    )
+}
+
+fn mpirun(ranks: usize, python: &Path, args: &[OsString]) -> Option<std::process::Output> {
+    let env = torch_env();
+    let env: Vec<(&str, &OsStr)> = env.iter().map(|(k, v)| (*k, v.as_os_str())).collect();
+    let args: Vec<&OsStr> = args.iter().map(OsString::as_os_str).collect();
+    common::mpirun(ranks, python, &args, &env, RUN_TIMEOUT)
+}
+
+fn check_args(mode: &str, chunks: &Path, graph: &Path) -> Vec<OsString> {
+    vec![
+        common::repo_root()
+            .join("python/tests/check_torch.py")
+            .into_os_string(),
+        mode.into(),
+        "--chunks".into(),
+        chunks.into(),
+        "--graph".into(),
+        graph.into(),
+    ]
+}
+
+#[test]
+fn torch_function_and_dist_gcn_conv_match_torch_sparse_and_pyg() {
+    let Some(python) = torch_python() else {
+        return;
+    };
+    let dir = common::scratch().join("torch-directed");
+    std::fs::create_dir_all(&dir).unwrap();
+    let npz = dir.join("graph.npz");
+    let _ = std::fs::remove_file(&npz);
+    distspmm_core::graph::npz::write_npz(&npz, &common::directed_graph()).expect("write .npz");
+    let graph = distspmm_core::graph::load(&npz).expect("read .npz");
+    for parts in [1usize, 2] {
+        let chunks = dir.join(format!("chunks-{parts}"));
+        common::write_chunks(&graph, parts as u32, &chunks);
+        let args = check_args("ops", &chunks, &npz);
+        if parts == 1 {
+            // Without mpirun: the library's communicator (through mpi4py) starts MPI itself.
+            let out = common::run(
+                Command::new(&python).args(&args).envs(torch_env()),
+                RUN_TIMEOUT,
+            );
+            common::assert_every_rank_ok("python check_torch.py ops (no mpirun)", &out, 1);
+        }
+        let Some(out) = mpirun(parts, &python, &args) else {
+            return;
+        };
+        common::assert_every_rank_ok(
+            &format!("mpirun -n {parts} check_torch.py ops"),
+            &out,
+            parts,
+        );
+    }
+}
+
+#[test]
+fn torch_two_ranks_follow_single_process_pyg_for_20_epochs_on_cora() {
+    let Some(cora) = common::cora() else { return };
+    let Some(python) = torch_python() else {
+        return;
+    };
+    let graph = distspmm_core::graph::load(&cora).expect("read cora.npz");
+    let chunks = common::scratch().join("torch-cora-2");
+    common::write_chunks(&graph, 2, &chunks);
+    let mut args = check_args("train", &chunks, &cora);
+    args.extend(["--epochs".into(), "20".into()]);
+    let Some(out) = mpirun(2, &python, &args) else {
+        return;
+    };
+    common::assert_every_rank_ok("mpirun -n 2 check_torch.py train", &out, 2);
+}
+
+#[test]
+fn torch_pyg_gcn_example_reaches_80_percent_on_cora_at_two_ranks() {
+    let Some(cora) = common::cora() else { return };
+    let Some(python) = torch_python() else {
+        return;
+    };
+    let graph = distspmm_core::graph::load(&cora).expect("read cora.npz");
+    let chunks = common::scratch().join("torch-cora-example-2");
+    common::write_chunks(&graph, 2, &chunks);
+    // PyG's defaults: 200 epochs, hidden 16, dropout 0.5, Adam lr 0.01, weight decay 5e-4.
+    let args = vec![
+        common::repo_root()
+            .join("examples/torch/gcn.py")
+            .into_os_string(),
+        "--chunks".into(),
+        chunks.into_os_string(),
+    ];
+    let Some(out) = mpirun(2, &python, &args) else {
+        return;
+    };
+    common::assert_success("mpirun -n 2 examples/torch/gcn.py", &out);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    eprintln!("{stdout}");
+    assert!(
+        stdout
+            .lines()
+            .last()
+            .is_some_and(|l| l.starts_with("test_acc=")),
+        "the last line must be test_acc=<value>:\n{stdout}"
+    );
+    let accuracy = common::test_accuracy(&stdout);
+    assert!(
+        accuracy >= 0.80,
+        "test accuracy {accuracy} < 0.80 after 200 epochs:\n{stdout}"
+    );
+}

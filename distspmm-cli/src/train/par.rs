@@ -1,0 +1,340 @@
+//! Multi-threaded building blocks of an epoch, on the current rayon pool (the SpMM's): dense
+//! products split into row blocks, each block's epilogue (bias, ReLU, dropout) run while the
+//! block is still in cache, and reductions over rows (weight and bias gradients, metric counts)
+//! that are deterministic: rows are cut into blocks of [`BLOCK_ROWS`] whatever the thread
+//! count, each block's partial result is computed on its own, and the partials are added in
+//! block order. Results are therefore bit-identical for any number of threads.
+//!
+//! The products go through `matrixmultiply`'s packed, SIMD-dispatched sgemm, one
+//! single-threaded call per row block: the blocks spread over the rayon pool the SpMM uses (so
+//! the two never compete for cores), and a block's output is still in cache for its epilogue.
+
+use super::dense::{gemm, Op, Shape};
+use rayon::prelude::*;
+
+/// Rows per block: the unit of parallel work and of the fixed reduction order.
+pub const BLOCK_ROWS: usize = 1024;
+
+/// Number of blocks of `n` rows.
+pub fn blocks(n: usize) -> usize {
+    n.div_ceil(BLOCK_ROWS)
+}
+
+/// `C = A · op(W)` for a tall `n × k` row-major `A` and a small weight `W` (`k × m` for
+/// `Op::N`, stored `m × k` for `Op::T`), then `epilogue(first_row, c_block, extra_block)` on
+/// each finished row block of `C` (`rows × m`) and of `extra` (`rows × extra_width`, e.g. the
+/// next layer's input). Row blocks run in parallel.
+///
+/// # Panics
+/// If a slice is shorter than its shape (the trainer wires fixed shapes).
+#[allow(clippy::too_many_arguments)]
+pub fn gemm_rows<F>(
+    a: &[f32],
+    n: usize,
+    k: usize,
+    w: &[f32],
+    op_w: Op,
+    m: usize,
+    c: &mut [f32],
+    extra: &mut [f32],
+    extra_width: usize,
+    epilogue: F,
+) where
+    F: Fn(usize, &mut [f32], &mut [f32]) + Sync,
+{
+    if n == 0 || m == 0 {
+        return;
+    }
+    let w_shape = match op_w {
+        Op::N => Shape::new(k, m),
+        Op::T => Shape::new(m, k),
+    };
+    let (a, c) = (&a[..n * k], &mut c[..n * m]);
+    let extra = &mut extra[..n * extra_width];
+    let body = |(i, (cb, eb)): (usize, (&mut [f32], &mut [f32]))| {
+        let r0 = i * BLOCK_ROWS;
+        let rows = cb.len() / m;
+        gemm(
+            1.0,
+            &a[r0 * k..(r0 + rows) * k],
+            Shape::new(rows, k),
+            Op::N,
+            w,
+            w_shape,
+            op_w,
+            0.0,
+            cb,
+            Shape::new(rows, m),
+        );
+        epilogue(r0, cb, eb);
+    };
+    if extra_width == 0 {
+        c.par_chunks_mut(BLOCK_ROWS * m)
+            .enumerate()
+            .for_each(|(i, cb)| body((i, (cb, &mut []))));
+    } else {
+        c.par_chunks_mut(BLOCK_ROWS * m)
+            .zip(extra.par_chunks_mut(BLOCK_ROWS * extra_width))
+            .enumerate()
+            .for_each(body);
+    }
+}
+
+/// `out = Aᵀ · B` (`k × m`) for tall `n × k` `A` and `n × m` `B`, both row-major: the weight
+/// gradient. Each row block's partial product goes to its own slot of `partials` (grown to
+/// `blocks(n) · k · m` once, then reused), and the slots are added in block order.
+pub fn gemm_tn_sum(
+    a: &[f32],
+    k: usize,
+    b: &[f32],
+    m: usize,
+    n: usize,
+    out: &mut [f32],
+    partials: &mut Vec<f32>,
+) {
+    let out = &mut out[..k * m];
+    if k == 0 || m == 0 {
+        return;
+    }
+    let nb = blocks(n);
+    if partials.len() < nb * k * m {
+        partials.resize(nb * k * m, 0.0);
+    }
+    let (a, b) = (&a[..n * k], &b[..n * m]);
+    partials[..nb * k * m]
+        .par_chunks_mut(k * m)
+        .enumerate()
+        .for_each(|(i, p)| {
+            let r0 = i * BLOCK_ROWS;
+            let rows = BLOCK_ROWS.min(n - r0);
+            gemm(
+                1.0,
+                &a[r0 * k..(r0 + rows) * k],
+                Shape::new(rows, k),
+                Op::T,
+                &b[r0 * m..(r0 + rows) * m],
+                Shape::new(rows, m),
+                Op::N,
+                0.0,
+                p,
+                Shape::new(k, m),
+            );
+        });
+    sum_slots(&partials[..nb * k * m], out);
+}
+
+/// `out[j] = Σ_rows b[row][j]` (`b` is `n × m`): the bias gradient, in fixed block order.
+pub fn col_sums(b: &[f32], m: usize, n: usize, out: &mut [f32], partials: &mut Vec<f32>) {
+    let out = &mut out[..m];
+    if m == 0 {
+        return;
+    }
+    let nb = blocks(n);
+    if partials.len() < nb * m {
+        partials.resize(nb * m, 0.0);
+    }
+    let b = &b[..n * m];
+    partials[..nb * m]
+        .par_chunks_mut(m)
+        .zip(b.par_chunks(BLOCK_ROWS * m))
+        .for_each(|(p, rows)| {
+            p.fill(0.0);
+            for row in rows.chunks_exact(m) {
+                p.iter_mut().zip(row).for_each(|(s, &v)| *s += v);
+            }
+        });
+    sum_slots(&partials[..nb * m], out);
+}
+
+/// `out = Σ_i slots[i]` over the `out.len()`-wide slots of `slots`, in slot order, the
+/// columns of `out` split across threads.
+fn sum_slots(slots: &[f32], out: &mut [f32]) {
+    let width = out.len();
+    const COLS: usize = 512;
+    out.par_chunks_mut(COLS).enumerate().for_each(|(c, o)| {
+        let cols = c * COLS..c * COLS + o.len();
+        o.fill(0.0);
+        for slot in slots.chunks_exact(width) {
+            o.iter_mut()
+                .zip(&slot[cols.clone()])
+                .for_each(|(s, &v)| *s += v);
+        }
+    });
+}
+
+/// Runs `f(first_row, block)` on the row blocks of the `n × width` row-major `buf` in parallel.
+pub fn for_row_blocks<F>(buf: &mut [f32], width: usize, n: usize, f: F)
+where
+    F: Fn(usize, &mut [f32]) + Sync,
+{
+    if width == 0 || n == 0 {
+        return;
+    }
+    buf[..n * width]
+        .par_chunks_mut(BLOCK_ROWS * width)
+        .enumerate()
+        .for_each(|(i, b)| f(i * BLOCK_ROWS, b));
+}
+
+/// `Σ_blocks f(rows of the block)` over `n` rows, the `K` sums added in block order.
+pub fn block_sums<const K: usize, F>(n: usize, f: F) -> [f64; K]
+where
+    F: Fn(std::ops::Range<usize>) -> [f64; K] + Sync,
+{
+    let parts: Vec<[f64; K]> = (0..blocks(n))
+        .into_par_iter()
+        .map(|i| f(i * BLOCK_ROWS..((i + 1) * BLOCK_ROWS).min(n)))
+        .collect();
+    let mut total = [0.0; K];
+    for p in &parts {
+        total.iter_mut().zip(p).for_each(|(t, &v)| *t += v);
+    }
+    total
+}
+
+/// Elements per task of [`zip_chunks`]: small vectors (the parameters of a small GCN) run on
+/// the calling thread, where splitting would cost more than it saves.
+pub const ELEMENTS_PER_TASK: usize = 1 << 14;
+
+/// Runs `f` on matching chunks of four equal-length slices in parallel (Adam's update over
+/// parameters, gradients and both moments).
+pub fn zip_chunks<F>(a: &mut [f32], b: &[f32], c: &mut [f32], d: &mut [f32], f: F)
+where
+    F: Fn(&mut [f32], &[f32], &mut [f32], &mut [f32]) + Sync,
+{
+    let n = a.len();
+    assert!(
+        b.len() == n && c.len() == n && d.len() == n,
+        "zip_chunks: lengths differ"
+    );
+    if n <= ELEMENTS_PER_TASK {
+        f(a, b, c, d);
+        return;
+    }
+    a.par_chunks_mut(ELEMENTS_PER_TASK)
+        .zip(b.par_chunks(ELEMENTS_PER_TASK))
+        .zip(c.par_chunks_mut(ELEMENTS_PER_TASK))
+        .zip(d.par_chunks_mut(ELEMENTS_PER_TASK))
+        .for_each(|(((a, b), c), d)| f(a, b, c, d));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn pool<T: Send>(threads: usize, f: impl FnOnce() -> T + Send) -> T {
+        rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .build()
+            .unwrap()
+            .install(f)
+    }
+
+    fn values(len: usize, seed: u32) -> Vec<f32> {
+        (0..len)
+            .map(|i| (((i as u32).wrapping_mul(2_654_435_761) ^ seed) % 1000) as f32 / 250.0 - 2.0)
+            .collect()
+    }
+
+    fn naive_mm(a: &[f32], n: usize, k: usize, w: &[f32], m: usize) -> Vec<f64> {
+        let mut c = vec![0.0f64; n * m];
+        for i in 0..n {
+            for l in 0..k {
+                for j in 0..m {
+                    c[i * m + j] += f64::from(a[i * k + l]) * f64::from(w[l * m + j]);
+                }
+            }
+        }
+        c
+    }
+
+    fn close(got: &[f32], want: &[f64]) -> bool {
+        got.iter()
+            .zip(want)
+            .all(|(&g, &w)| (f64::from(g) - w).abs() <= 1e-3 * (1.0 + w.abs()))
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(24))]
+        #[test]
+        fn products_and_sums_match_plain_loops_for_any_thread_count(
+            n in 0usize..3000, k in 1usize..20, m in 1usize..12, seed in any::<u32>(),
+        ) {
+            let a = values(n * k, seed);
+            let w = values(k * m, seed ^ 7);
+            let b = values(n * m, seed ^ 11);
+            let want_c = naive_mm(&a, n, k, &w, m);
+            // Aᵀ·B and the column sums of B, in f64.
+            let mut want_g = vec![0.0f64; k * m];
+            let mut want_s = vec![0.0f64; m];
+            for i in 0..n {
+                for j in 0..m {
+                    want_s[j] += f64::from(b[i * m + j]);
+                    for l in 0..k {
+                        want_g[l * m + j] += f64::from(a[i * k + l]) * f64::from(b[i * m + j]);
+                    }
+                }
+            }
+            let wt: Vec<f32> = (0..m * k).map(|i| w[(i % k) * m + i / k]).collect();
+            let run = |threads| pool(threads, || {
+                let mut c = vec![f32::NAN; n * m];
+                let mut relu = vec![f32::NAN; n * m];
+                gemm_rows(&a, n, k, &w, Op::N, m, &mut c, &mut relu, m, |r0, cb, eb| {
+                    assert_eq!(r0 % BLOCK_ROWS, 0);
+                    eb.iter_mut().zip(cb.iter()).for_each(|(e, &v)| *e = v.max(0.0));
+                });
+                let mut ct = vec![f32::NAN; n * m];
+                gemm_rows(&a, n, k, &wt, Op::T, m, &mut ct, &mut [], 0, |_, _, _| {});
+                let (mut g, mut s) = (vec![f32::NAN; k * m], vec![f32::NAN; m]);
+                let mut partials = Vec::new();
+                gemm_tn_sum(&a, k, &b, m, n, &mut g, &mut partials);
+                col_sums(&b, m, n, &mut s, &mut partials);
+                (c, relu, ct, g, s)
+            });
+            let one = run(1);
+            prop_assert!(close(&one.0, &want_c));
+            prop_assert!(one.1.iter().zip(&one.0).all(|(&r, &c)| r == c.max(0.0)));
+            prop_assert!(close(&one.2, &want_c));
+            prop_assert!(close(&one.3, &want_g));
+            prop_assert!(close(&one.4, &want_s));
+            prop_assert_eq!(run(3), one, "bit-identical for any thread count");
+        }
+    }
+
+    #[test]
+    fn block_sums_and_zip_chunks_cover_every_row_once() {
+        let n = 5 * BLOCK_ROWS + 17;
+        let sums = pool(3, || {
+            block_sums::<2, _>(n, |rows| [rows.len() as f64, rows.map(|r| r as f64).sum()])
+        });
+        assert_eq!(sums, [n as f64, (n * (n - 1) / 2) as f64]);
+        for len in [10, 3 * ELEMENTS_PER_TASK + 5] {
+            let mut a = vec![1.0f32; len];
+            let b: Vec<f32> = (0..len).map(|i| i as f32).collect();
+            let (mut c, mut d) = (vec![0.0f32; len], vec![0.0f32; len]);
+            pool(2, || {
+                zip_chunks(&mut a, &b, &mut c, &mut d, |a, b, c, d| {
+                    for (((a, &b), c), d) in a.iter_mut().zip(b).zip(c).zip(d) {
+                        *a += b;
+                        *c = 2.0 * b;
+                        *d = 3.0;
+                    }
+                })
+            });
+            assert!(
+                (0..len).all(|i| a[i] == 1.0 + i as f32 && c[i] == 2.0 * i as f32 && d[i] == 3.0)
+            );
+        }
+        let mut buf = vec![0.0f32; n * 3];
+        for_row_blocks(&mut buf, 3, n, |r0, b| {
+            for (i, row) in b.chunks_exact_mut(3).enumerate() {
+                row.fill((r0 + i) as f32);
+            }
+        });
+        assert!(buf
+            .chunks_exact(3)
+            .enumerate()
+            .all(|(i, r)| r == [i as f32; 3]));
+    }
+}

@@ -1,0 +1,1075 @@
+//! [`GpuDistSpmm`] (feature `cuda`): the distributed product `Y = Â·X` / `dX = Âᵀ·dY` of
+//! [`DistSpmm`](super::DistSpmm) on device buffers, with distspmm-cuda's kernels and an
+//! [`NcclComm`] moving the rows.
+//!
+//! # Setup
+//! [`GpuDistSpmm::new`] is collective over a host communicator `H` (an `MpiComm`, a
+//! [`LocalComm`](crate::LocalComm), or [`NcclHost`](crate::NcclHost) when there is only the
+//! NCCL communicator) whose ranks are the NCCL communicator's. It uploads the rank's chunk —
+//! the local block `Â[p][p]` and the off-diagonal blocks, each as CSR (forward) and CSC
+//! (backward) — plus the halo send lists and the backward's scatter plan, then runs the CPU
+//! operator's agreement (P, part, fingerprint, version, N, schedule) over `H`, so a bad chunk
+//! on one rank is an error on every rank. Every call agrees on the operation and F over `H`
+//! first, exactly as [`DistSpmm`](super::DistSpmm) does.
+//!
+//! # Execution
+//! The operator runs the same [`Program`](crate::Program)s as the CPU one; this module is the
+//! GPU [`Backend`]. Three streams take part: the caller's stream `S` (the operator's device
+//! stream for the safe calls, any stream of the device for the raw ones), the NCCL
+//! communicator's stream `M` ([`Lane::Comm`]) and the device's own stream `D`
+//! ([`Lane::Local`]). `M` and `D` first wait for the work queued on `S`; a program's
+//! [`Instr::Join`](crate::backend::Instr::Join) is an event between `M` and `D`; `S` waits for
+//! `M` at the end. Nothing blocks the host after the agreement. The primitives:
+//! - products: distspmm-cuda's SpMM (row groups or row splitting, with one split workspace per
+//!   stream) over the uploaded CSR (`A·X`) or CSC (`Aᵀ·X`);
+//! - packing: the gather kernel over the concatenated send lists (halo) or all rows
+//!   (broadcast panel);
+//! - the grouped exchange: one grouped `ncclSend`/`ncclRecv` ([`NcclComm::halo_exchange_raw`]),
+//!   its body queued after it on `M`; broadcast: [`NcclComm::broadcast_raw`];
+//! - the ordered scatter-add: one warp per row, contributions in increasing source rank, no
+//!   atomics; adding blocks: the block-sum kernel; a zero contribution: a product with a
+//!   matrix without non-zeros.
+//!
+//! Every addition happens in a fixed order whatever the order of arrival, so results are
+//! bit-identical run to run. They agree with the CPU operator to rounding (the kernels sum a
+//! row's non-zeros in another order than the CPU kernels).
+//!
+//! # Buffers and bytes
+//! The exchange buffers and row-splitting workspaces grow at the first call with a given F
+//! (after waiting for the operator's streams) and are reused; later calls allocate nothing.
+//! Dropping the operator does not wait on the host: its device memory is released in stream
+//! order after the last call's work.
+//! [`GpuDistSpmm::bytes_last_call`] counts the payload handed to NCCL with the conventions of
+//! the CPU operator, so it equals `HaloPlan::traffic` / `BroadcastPlan::traffic`.
+
+use chunk_format::ChunkView;
+use dist_comm::{AllGather, AllReduce, CommError, NcclComm, RawDeviceBuffer};
+use distspmm_core::schedule::{LayerTraffic, ScheduleKind, Traffic, Workspace};
+use distspmm_cuda::{
+    CudaError, DeviceCsc, DeviceCsr, DeviceDense, DeviceRowSplit, DeviceRows, DeviceScatter,
+    GpuDevice, RawCsr, RawDense, RawSplit, RawSpmm, RawStream, RawWorkspace, ScatterPlan,
+    SparseParts, Strategy,
+};
+
+use crate::backend::{
+    run, Accumulate, Backend, Buf, Dense, Exchange, Instr, Lane, Matrix, Message, Orient, Region,
+    Rows,
+};
+use crate::layout::HaloLayout;
+use crate::operands::{check_pair, Operand};
+use crate::{
+    agree, blocks, check_shapes, predicted_traffic, value_bytes, DistSpmmError, Op, Schedule,
+    TrafficTotals,
+};
+
+/// A device failure of this rank (not collective).
+fn cuda(e: CudaError) -> DistSpmmError {
+    DistSpmmError::Comm(CommError::from(e))
+}
+
+fn internal(what: &str) -> DistSpmmError {
+    DistSpmmError::Internal(what.to_owned())
+}
+
+/// A block on the device: CSR for the forward product, CSC for the transposed one.
+#[derive(Debug)]
+struct DeviceBlock {
+    csr: DeviceCsr,
+    csc: DeviceCsc,
+}
+
+impl DeviceBlock {
+    /// Uploads a block given by its host arrays: shape, CSR (row pointers, columns, values)
+    /// and CSC (column pointers, rows, values).
+    fn upload(
+        dev: &GpuDevice,
+        (nrows, ncols): (usize, usize),
+        (rp, ci, cv): (&[u64], &[u32], &[f32]),
+        (cp, ri, rv): (&[u64], &[u32], &[f32]),
+    ) -> Result<Self, CudaError> {
+        let parts = |indptr, indices, values| SparseParts {
+            nrows,
+            ncols,
+            indptr,
+            indices,
+            values,
+        };
+        Ok(Self {
+            csr: DeviceCsr::new(dev, parts(rp, ci, cv))?,
+            csc: DeviceCsc::new(dev, parts(cp, ri, rv))?,
+        })
+    }
+
+    /// Uploads a block of the chunk over its own (compacted) columns.
+    fn of(dev: &GpuDevice, b: &blocks::BlockViews<'_>) -> Result<Self, CudaError> {
+        let (csr, csc) = (&b.csr, &b.csc);
+        Self::upload(
+            dev,
+            (csr.nrows(), csr.ncols()),
+            (csr.indptr(), csr.indices(), csr.data()),
+            (csc.indptr(), csc.indices(), csc.data()),
+        )
+    }
+
+    /// The raw matrix and its row-splitting plan of one orientation.
+    fn oriented(&self, orient: Orient) -> (RawCsr, Option<&DeviceRowSplit>) {
+        match orient {
+            Orient::Plain => (self.csr.raw(), self.csr.row_split()),
+            Orient::Transposed => (self.csc.raw(), self.csc.row_split()),
+        }
+    }
+
+    /// Device bytes of both structures.
+    fn bytes(&self) -> u64 {
+        let nnz = self.csr.nnz() as u64;
+        8 * (self.csr.nrows() as u64 + 1 + self.csc.ncols() as u64 + 1) + 16 * nnz
+    }
+}
+
+/// A flat f32 device buffer that grows to the largest size asked for.
+#[derive(Debug, Default)]
+struct Flat(Option<DeviceDense>);
+
+impl Flat {
+    fn len(&self) -> usize {
+        self.0.as_ref().map_or(0, DeviceDense::cols)
+    }
+
+    fn needs(&self, len: usize) -> bool {
+        len > self.len()
+    }
+
+    /// Reallocates to `len` values (the caller has waited for every stream that used it).
+    fn grow(&mut self, dev: &GpuDevice, len: usize) -> Result<(), CudaError> {
+        if self.needs(len) {
+            self.0 = None;
+            self.0 = Some(DeviceDense::zeros(dev, 1, len)?);
+        }
+        Ok(())
+    }
+
+    fn ptr(&self) -> u64 {
+        self.0.as_ref().map_or(0, |d| d.raw().ptr)
+    }
+
+    /// Rows `first..first + rows` of this buffer read as a packed `rows × f` matrix.
+    fn rows(&self, first: usize, rows: usize, f: usize) -> RawDense {
+        RawDense {
+            rows,
+            cols: f,
+            ld: f,
+            ptr: self.ptr() + (first * f * size_of::<f32>()) as u64,
+        }
+    }
+
+    fn workspace(&self) -> RawWorkspace {
+        RawWorkspace {
+            ptr: self.ptr(),
+            len: self.len(),
+        }
+    }
+}
+
+/// The blocks a schedule names, on the device.
+#[derive(Debug)]
+struct DeviceMatrices {
+    diagonal: DeviceBlock,
+    /// Halo: the off-diagonal blocks in increasing source part.
+    remote: Vec<DeviceBlock>,
+    /// Broadcast: the q-local blocks by source part.
+    q_local: Vec<Option<DeviceBlock>>,
+    /// Broadcast: a matrix without non-zeros over the largest part's rows, `Âᵀ` of an empty
+    /// block, whose product writes the zero contribution a root still expects.
+    empty: Option<DeviceCsr>,
+    /// Halo: the concatenated send lists (gather) and the backward's scatter plan.
+    halo: Option<(DeviceRows, DeviceScatter)>,
+}
+
+impl DeviceMatrices {
+    fn block(&self, a: Matrix) -> Result<&DeviceBlock, DistSpmmError> {
+        let missing = || internal("the program names a block the chunk does not have");
+        match a {
+            Matrix::Diagonal => Ok(&self.diagonal),
+            Matrix::Remote(k) => self.remote.get(k).ok_or_else(missing),
+            Matrix::QLocal(q) => self
+                .q_local
+                .get(q)
+                .and_then(Option::as_ref)
+                .ok_or_else(missing),
+        }
+    }
+
+    /// Device bytes of the uploaded structure.
+    fn bytes(&self, layout: &HaloLayout, scatter: Option<&ScatterPlan>) -> u64 {
+        let blocks = self.remote.iter().chain(self.q_local.iter().flatten());
+        self.diagonal.bytes()
+            + blocks.map(DeviceBlock::bytes).sum::<u64>()
+            + self
+                .empty
+                .as_ref()
+                .map_or(0, |e| 8 * (e.nrows() as u64 + 1))
+            + scatter.map_or(0, |sc| {
+                4 * layout.send_rows.len() as u64
+                    + 4 * sc.rows().len() as u64
+                    + 8 * (sc.ptr().len() + sc.src().len()) as u64
+            })
+    }
+}
+
+/// The backward's scatter-add of a halo layout: partial sums received in the send layout,
+/// added into the rows they belong to in increasing peer.
+fn scatter_plan(layout: &HaloLayout, n: usize) -> Result<ScatterPlan, DistSpmmError> {
+    let lists: Vec<&[u32]> = layout
+        .sends
+        .iter()
+        .map(|s| &layout.send_rows[s.first..s.first + s.rows])
+        .collect();
+    ScatterPlan::new(n, &lists)
+        .map_err(|e| DistSpmmError::Shape(format!("the halo send lists: {e}")))
+}
+
+/// The streams of one call.
+#[derive(Debug, Clone, Copy)]
+struct Streams {
+    caller: RawStream,
+    main: RawStream,
+    side: RawStream,
+}
+
+/// The distributed SpMM operator of one rank on device buffers. See the [module docs](self).
+///
+/// ```no_run
+/// use chunk_format::ChunkView;
+/// use dist_comm::{AllGather, AllReduce, Broadcast, DeviceSelect, NcclComm};
+/// use distspmm_core::schedule::ScheduleKind;
+/// use distspmm_cuda::{CudaError, DeviceDense};
+/// use distspmm_op::{DistSpmmError, GpuDistSpmm};
+///
+/// /// One aggregation `Y_p = (Â·X)_p` on this rank's GPU (every rank calls it together).
+/// fn aggregate<H: AllGather + AllReduce + Broadcast>(
+///     host: &H,
+///     chunk: ChunkView<'_>,
+///     x: &[f32],
+///     f: usize,
+/// ) -> Result<Vec<f32>, DistSpmmError> {
+///     let nccl = NcclComm::new(host, DeviceSelect::LocalRank)?;
+///     let mut op = GpuDistSpmm::new(host, &nccl, chunk, ScheduleKind::Halo)?;
+///     let n = op.local_rows();
+///     let dev = op.device().clone();
+///     let cuda = |e: CudaError| DistSpmmError::Comm(e.into());
+///     let x = DeviceDense::from_host(&dev, n, f, x).map_err(cuda)?;
+///     let mut y = DeviceDense::zeros(&dev, n, f).map_err(cuda)?;
+///     op.forward(&x, &mut y)?;
+///     y.to_host().map_err(cuda)
+/// }
+/// ```
+#[derive(Debug)]
+pub struct GpuDistSpmm<'a, H: AllGather + AllReduce> {
+    host: &'a H,
+    nccl: &'a NcclComm,
+    dev: GpuDevice,
+    chunk: ChunkView<'a>,
+    schedule: Schedule,
+    m: DeviceMatrices,
+    /// The scatter plan's host arrays (for [`GpuDistSpmm::workspace`]).
+    scatter: Option<ScatterPlan>,
+    /// [`Buf::Packed`].
+    packed: Flat,
+    /// [`Buf::Halo`].
+    halo: Flat,
+    /// Row-splitting workspaces of the products, per lane ([`Lane::Comm`], [`Lane::Local`]).
+    ws: [Flat; 2],
+    last: Traffic,
+    totals: TrafficTotals,
+}
+
+fn lane_index(lane: Lane) -> usize {
+    match lane {
+        Lane::Comm => 0,
+        Lane::Local => 1,
+    }
+}
+
+impl<'a, H: AllGather + AllReduce> GpuDistSpmm<'a, H> {
+    /// Builds rank `host.rank()`'s operator for `chunk` under `schedule` on the GPU of `nccl`
+    /// (collective over `host`, whose ranks must be `nccl`'s).
+    ///
+    /// # Errors
+    /// As [`DistSpmm::new`](crate::DistSpmm::new); a rank that cannot upload its chunk (no
+    /// device, out of memory) gets [`DistSpmmError::Comm`] and the others a
+    /// [`DistSpmmError::Disagreement`] naming it.
+    pub fn new(
+        host: &'a H,
+        nccl: &'a NcclComm,
+        chunk: ChunkView<'a>,
+        schedule: ScheduleKind,
+    ) -> Result<Self, DistSpmmError> {
+        let built = Self::build(host, nccl, chunk, schedule);
+        if let Err(e) = &built {
+            tracing::warn!(rank = host.rank(), error = %e, "cannot build the GPU operator");
+        }
+        agree::agree_on_chunk(host, &chunk, schedule, built.is_ok())?;
+        built
+    }
+
+    fn build(
+        host: &'a H,
+        nccl: &'a NcclComm,
+        chunk: ChunkView<'a>,
+        kind: ScheduleKind,
+    ) -> Result<Self, DistSpmmError> {
+        if (nccl.rank(), nccl.size()) != (host.rank(), host.size()) {
+            return Err(DistSpmmError::Shape(format!(
+                "the NCCL communicator's rank {} of {} is not the host communicator's rank {} \
+                 of {}: build both over the same ranks",
+                nccl.rank(),
+                nccl.size(),
+                host.rank(),
+                host.size()
+            )));
+        }
+        let schedule = Schedule::new(&chunk, kind)?;
+        let n = chunk.num_local_nodes();
+        let scatter = match kind {
+            ScheduleKind::Halo => Some(scatter_plan(&schedule.layout, n)?),
+            ScheduleKind::Broadcast => None,
+        };
+        let dev = GpuDevice::open(nccl.ordinal()).map_err(cuda)?;
+        let m = Self::upload(&dev, &chunk, &schedule, scatter.as_ref()).map_err(cuda)?;
+        // The uploads ran on the device stream; the NCCL stream uses them next.
+        dev.synchronize().map_err(cuda)?;
+        tracing::debug!(
+            rank = chunk.part_id(),
+            ordinal = dev.ordinal(),
+            schedule = ?kind,
+            "uploaded the chunk for the GPU operator"
+        );
+        Ok(Self {
+            host,
+            nccl,
+            dev,
+            chunk,
+            schedule,
+            m,
+            scatter,
+            packed: Flat::default(),
+            halo: Flat::default(),
+            ws: [Flat::default(), Flat::default()],
+            last: Traffic::default(),
+            totals: TrafficTotals::default(),
+        })
+    }
+
+    /// Uploads the blocks the schedule names (the same host views the CPU operator uses).
+    fn upload(
+        dev: &GpuDevice,
+        chunk: &ChunkView<'_>,
+        schedule: &Schedule,
+        scatter: Option<&ScatterPlan>,
+    ) -> Result<DeviceMatrices, CudaError> {
+        let diagonal = DeviceBlock::of(dev, &blocks::diagonal(chunk))?;
+        let (mut remote, mut q_local, mut empty, mut halo) = (Vec::new(), Vec::new(), None, None);
+        match schedule.kind {
+            ScheduleKind::Halo => {
+                remote = blocks::remote(chunk)
+                    .iter()
+                    .map(|(_, b)| DeviceBlock::of(dev, b))
+                    .collect::<Result<_, _>>()?;
+                if let Some(plan) = scatter {
+                    halo = Some((
+                        DeviceRows::new(dev, &schedule.layout.send_rows)?,
+                        DeviceScatter::new(dev, plan)?,
+                    ));
+                }
+            }
+            ScheduleKind::Broadcast => {
+                q_local = blocks::q_local(chunk)
+                    .iter()
+                    .map(|b| {
+                        b.as_ref()
+                            .map(|b| {
+                                let (csr, csc) = (&b.csr, &b.csc);
+                                DeviceBlock::upload(
+                                    dev,
+                                    (csr.nrows(), csr.ncols()),
+                                    (csr.indptr(), csr.indices(), csr.data()),
+                                    (csc.indptr(), csc.indices(), csc.data()),
+                                )
+                            })
+                            .transpose()
+                    })
+                    .collect::<Result<_, _>>()?;
+                let widest = crate::backend::buffer_rows(&schedule.backward)[Buf::Packed as usize];
+                let zeros = vec![0u64; widest + 1];
+                empty = Some(DeviceCsr::new(
+                    dev,
+                    SparseParts {
+                        nrows: widest,
+                        ncols: chunk.num_local_nodes(),
+                        indptr: &zeros,
+                        indices: &[],
+                        values: &[],
+                    },
+                )?);
+            }
+        }
+        Ok(DeviceMatrices {
+            diagonal,
+            remote,
+            q_local,
+            empty,
+            halo,
+        })
+    }
+
+    /// `Y_p = (Â·X)_p` from this rank's `X_p` into `Y_p` (`n_p × F` each, any leading
+    /// dimension, overwritten), both on [`device`](Self::device); queued on the device's stream
+    /// (what [`DeviceDense::to_host`] waits for). Collective.
+    ///
+    /// # Errors
+    /// As [`DistSpmm::forward`](crate::DistSpmm::forward); a matrix of another `GpuDevice`
+    /// handle is a [`DistSpmmError::Shape`] (use [`device`](Self::device) to allocate).
+    pub fn forward(&mut self, x: &DeviceDense, y: &mut DeviceDense) -> Result<(), DistSpmmError> {
+        let local = self.same_device(&[x, y]);
+        // SAFETY: both are live allocations of this operator's device with the extents
+        // their raw() describes; `y` is borrowed mutably, so it is not `x`; the device stream
+        // is live as long as `self.dev`.
+        unsafe {
+            self.call(
+                Op::Forward,
+                x.raw(),
+                y.raw(),
+                Some(self.dev.stream()),
+                local,
+            )
+        }
+    }
+
+    /// `dX_p = (Âᵀ·dY)_p` from `dY_p` into `dX_p` on the device's stream. Collective.
+    ///
+    /// # Errors
+    /// As [`forward`](Self::forward).
+    pub fn backward(
+        &mut self,
+        dy: &DeviceDense,
+        dx: &mut DeviceDense,
+    ) -> Result<(), DistSpmmError> {
+        let local = self.same_device(&[dy, dx]);
+        // SAFETY: as in forward.
+        unsafe {
+            self.call(
+                Op::Backward,
+                dy.raw(),
+                dx.raw(),
+                Some(self.dev.stream()),
+                local,
+            )
+        }
+    }
+
+    /// [`forward`](Self::forward) on device memory given by address, ordered after the work
+    /// queued on `stream` before the call (the NCCL stream when `None`); work queued on
+    /// `stream` after the call runs after the product. Returns once the work is queued.
+    ///
+    /// # Safety
+    /// `x` and `y` must address `(rows − 1)·ld + cols` f32 each in memory of this operator's
+    /// device; `y` must not overlap `x` (checked where the ranges are known); `stream` must be
+    /// a live stream of the device's primary context; all must stay alive and untouched by
+    /// other streams until the work queued on `stream` by this call has finished.
+    ///
+    /// # Errors
+    /// As [`forward`](Self::forward).
+    pub unsafe fn forward_raw(
+        &mut self,
+        x: RawDense,
+        y: RawDense,
+        stream: Option<RawStream>,
+    ) -> Result<(), DistSpmmError> {
+        // SAFETY: forwarded contract.
+        unsafe { self.call(Op::Forward, x, y, stream, Ok(())) }
+    }
+
+    /// [`backward`](Self::backward) on device memory given by address (see
+    /// [`forward_raw`](Self::forward_raw)).
+    ///
+    /// # Safety
+    /// As [`forward_raw`](Self::forward_raw), with `dy` and `dx`.
+    ///
+    /// # Errors
+    /// As [`forward`](Self::forward).
+    pub unsafe fn backward_raw(
+        &mut self,
+        dy: RawDense,
+        dx: RawDense,
+        stream: Option<RawStream>,
+    ) -> Result<(), DistSpmmError> {
+        // SAFETY: forwarded contract.
+        unsafe { self.call(Op::Backward, dy, dx, stream, Ok(())) }
+    }
+
+    fn same_device(&self, operands: &[&DeviceDense]) -> Result<(), DistSpmmError> {
+        let ordinal = self.dev.ordinal();
+        if operands
+            .iter()
+            .all(|m| m.device().stream() == self.dev.stream())
+        {
+            Ok(())
+        } else {
+            Err(DistSpmmError::Shape(format!(
+                "rank {}: an operand belongs to another GpuDevice handle than the operator's \
+                 (device {ordinal}); allocate it on GpuDistSpmm::device()",
+                self.rank()
+            )))
+        }
+    }
+
+    /// Checks locally, agrees, then queues the schedule.
+    ///
+    /// # Safety
+    /// As [`forward_raw`](Self::forward_raw).
+    unsafe fn call(
+        &mut self,
+        op: Op,
+        input: RawDense,
+        output: RawDense,
+        stream: Option<RawStream>,
+        local: Result<(), DistSpmmError>,
+    ) -> Result<(), DistSpmmError> {
+        let f = input.cols;
+        let ready = local
+            .and_then(|()| {
+                check_device_operands(op, self.rank(), self.local_rows(), &input, &output)
+            })
+            .and_then(|()| self.reserve(op, f));
+        agree::agree_on_call(self.host, op, f, ready)?;
+        let traffic = if f == 0 || input.rows == 0 && self.parts() == 1 {
+            Traffic::default()
+        } else {
+            let main = RawStream(self.nccl.raw_stream());
+            let streams = Streams {
+                caller: stream.unwrap_or(main),
+                main,
+                side: self.dev.stream(),
+            };
+            let mut call = GpuCall {
+                dev: &self.dev,
+                nccl: self.nccl,
+                m: &self.m,
+                packed: &self.packed,
+                halo: &self.halo,
+                ws: [&self.ws[0], &self.ws[1]],
+                x: input,
+                y: output,
+                streams,
+                f,
+            };
+            // SAFETY: the caller's contract covers the operands and its stream; the NCCL and
+            // device streams are live as long as `self`.
+            unsafe {
+                call.join_raw(streams.main, streams.caller)?;
+                call.join_raw(streams.side, streams.caller)?;
+            }
+            run(&mut call, self.schedule.program(op))?;
+            // SAFETY: as above.
+            unsafe { call.join_raw(streams.caller, streams.main)? };
+            self.schedule.traffic(op, f)
+        };
+        self.last = traffic;
+        self.totals.record(op, traffic);
+        Ok(())
+    }
+
+    /// Grows the buffers for a call of `op` with `f` columns, after waiting for the streams
+    /// that may still use the old ones.
+    fn reserve(&mut self, op: Op, f: usize) -> Result<(), DistSpmmError> {
+        let rank = self.rank();
+        let rows = self.schedule.buffer_rows(op);
+        let mut ws = [0usize; 2];
+        split_workspace(&self.m, self.schedule.program(op), f, &mut ws)?;
+        let wanted = [
+            rows[Buf::Packed as usize] * f,
+            rows[Buf::Halo as usize] * f,
+            ws[0],
+            ws[1],
+        ];
+        let bufs = [&self.packed, &self.halo, &self.ws[0], &self.ws[1]];
+        if !bufs.iter().zip(wanted).any(|(b, len)| b.needs(len)) {
+            return Ok(());
+        }
+        let bytes = value_bytes(wanted.iter().sum());
+        let alloc = |e: CudaError| DistSpmmError::Allocation {
+            rank,
+            bytes,
+            reason: e.to_string(),
+        };
+        // The old buffers may still be in use by the previous call's work.
+        self.nccl.synchronize()?;
+        self.dev.synchronize().map_err(cuda)?;
+        let dev = &self.dev;
+        let [ws_comm, ws_local] = &mut self.ws;
+        for (buf, len) in [&mut self.packed, &mut self.halo, ws_comm, ws_local]
+            .into_iter()
+            .zip(wanted)
+        {
+            buf.grow(dev, len).map_err(alloc)?;
+        }
+        // Allocated (and zeroed) on the device stream; the NCCL stream uses them too.
+        dev.synchronize().map_err(cuda)
+    }
+
+    /// The schedule this operator runs.
+    pub fn schedule(&self) -> ScheduleKind {
+        self.schedule.kind
+    }
+
+    /// This rank (= its part p).
+    pub fn rank(&self) -> usize {
+        self.chunk.part_id()
+    }
+
+    /// Number of ranks P.
+    pub fn parts(&self) -> usize {
+        self.chunk.num_parts()
+    }
+
+    /// Rows this rank owns, `n_p`.
+    pub fn local_rows(&self) -> usize {
+        self.chunk.num_local_nodes()
+    }
+
+    /// The device the operator runs on; allocate the operands of
+    /// [`forward`](Self::forward) and [`backward`](Self::backward) on it.
+    pub fn device(&self) -> &GpuDevice {
+        &self.dev
+    }
+
+    /// The NCCL communicator.
+    pub fn nccl(&self) -> &'a NcclComm {
+        self.nccl
+    }
+
+    /// The host communicator the ranks agree over.
+    pub fn host(&self) -> &'a H {
+        self.host
+    }
+
+    /// The chunk.
+    pub fn chunk(&self) -> &ChunkView<'a> {
+        &self.chunk
+    }
+
+    /// Payload bytes this rank handed to NCCL in its last call (the CPU operator's
+    /// conventions).
+    pub fn bytes_last_call(&self) -> Traffic {
+        self.last
+    }
+
+    /// Payload bytes and calls so far, per direction.
+    pub fn bytes_total(&self) -> TrafficTotals {
+        self.totals
+    }
+
+    /// The bytes the plan predicts for one forward and one backward call with `features`
+    /// columns.
+    pub fn predicted_traffic(&self, features: usize) -> LayerTraffic {
+        predicted_traffic(&self.chunk, self.schedule(), features)
+    }
+
+    /// Device memory this operator holds: `buffers` the exchange buffers and row-splitting
+    /// workspaces (sized for the largest F so far), `structure` the uploaded blocks (CSR and
+    /// CSC), send lists and scatter plan.
+    pub fn workspace(&self) -> Workspace {
+        let buffers = [&self.packed, &self.halo, &self.ws[0], &self.ws[1]]
+            .iter()
+            .map(|b| b.len())
+            .sum::<usize>();
+        Workspace {
+            buffers: value_bytes(buffers),
+            structure: self.m.bytes(&self.schedule.layout, self.scatter.as_ref()),
+        }
+    }
+}
+
+/// The largest row-splitting workspace the products of `program` need on each lane.
+fn split_workspace(
+    m: &DeviceMatrices,
+    program: &[Instr],
+    f: usize,
+    ws: &mut [usize; 2],
+) -> Result<(), DistSpmmError> {
+    for instr in program {
+        match instr {
+            Instr::Spmm {
+                lane, a, orient, ..
+            } => {
+                let (_, split) = m.block(*a)?.oriented(*orient);
+                let len = split.map_or(0, |s| s.workspace_len(f));
+                let slot = &mut ws[lane_index(*lane)];
+                *slot = (*slot).max(len);
+            }
+            Instr::Exchange(ex) => split_workspace(m, &ex.body, f, ws)?,
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
+impl<H: AllGather + AllReduce> Drop for GpuDistSpmm<'_, H> {
+    /// The device memory is freed in the order of the device stream, but the last call may
+    /// still be using it on the NCCL stream: make the device stream wait for that first (no
+    /// host wait).
+    fn drop(&mut self) {
+        let main = RawStream(self.nccl.raw_stream());
+        // SAFETY: both streams are live: the NCCL communicator outlives `self` ('a) and the
+        // device stream lives as long as `self.dev`.
+        if let Err(e) = unsafe { self.dev.join_streams(None, Some(main)) } {
+            tracing::warn!(error = %e, "ordering the GPU operator's release after its last call failed; waiting instead");
+            let _ = self.nccl.synchronize();
+        }
+    }
+}
+
+/// One call of a program on the device: the operator's uploads and buffers (reserved for F
+/// columns), the caller's operands and the three streams.
+///
+/// Every primitive queues work without waiting. The memory it names is the caller's operands
+/// (covered by the raw calls' safety contract) and this operator's own buffers, which are only
+/// replaced by `reserve` after both streams have been waited for.
+struct GpuCall<'g> {
+    dev: &'g GpuDevice,
+    nccl: &'g NcclComm,
+    m: &'g DeviceMatrices,
+    packed: &'g Flat,
+    halo: &'g Flat,
+    ws: [&'g Flat; 2],
+    x: RawDense,
+    y: RawDense,
+    streams: Streams,
+    f: usize,
+}
+
+impl GpuCall<'_> {
+    fn stream(&self, lane: Lane) -> RawStream {
+        match lane {
+            Lane::Comm => self.streams.main,
+            Lane::Local => self.streams.side,
+        }
+    }
+
+    fn buf(&self, b: Buf) -> &Flat {
+        match b {
+            Buf::Packed => self.packed,
+            Buf::Halo => self.halo,
+        }
+    }
+
+    /// The region as a packed `rows × F` matrix, after checking it lies inside its buffer.
+    fn region(&self, r: &Region) -> Result<RawDense, DistSpmmError> {
+        let buf = self.buf(r.buf);
+        if r.end() * self.f > buf.len() {
+            return Err(internal("a region lies beyond its buffer"));
+        }
+        Ok(buf.rows(r.first, r.rows, self.f))
+    }
+
+    fn dense(&self, d: Dense) -> Result<RawDense, DistSpmmError> {
+        match d {
+            Dense::Input => Ok(self.x),
+            Dense::Output => Ok(self.y),
+            Dense::Region(r) => self.region(&r),
+        }
+    }
+
+    /// # Safety
+    /// Both are live streams of the device's context.
+    unsafe fn join_raw(
+        &self,
+        waiter: RawStream,
+        signaller: RawStream,
+    ) -> Result<(), DistSpmmError> {
+        // SAFETY: forwarded contract.
+        unsafe { self.dev.join_streams(Some(waiter), Some(signaller)) }.map_err(cuda)
+    }
+
+    /// `Y = A·X + β·Y` on `lane`'s stream with `a`'s row-splitting plan and that lane's
+    /// workspace.
+    fn product(
+        &self,
+        lane: Lane,
+        (a, split): (RawCsr, Option<&DeviceRowSplit>),
+        x: RawDense,
+        beta: f32,
+        y: RawDense,
+    ) -> Result<(), DistSpmmError> {
+        let split = split.map(|plan| RawSplit {
+            plan,
+            workspace: self.ws[lane_index(lane)].workspace(),
+        });
+        let op = RawSpmm {
+            alpha: 1.0,
+            a,
+            x,
+            beta,
+            y,
+        };
+        // SAFETY: the matrix and plan are this operator's uploads; `x` and `y` are the
+        // caller's operands (its contract) or regions checked to lie in this operator's
+        // buffers, which a program never reads and writes in one product; each lane has its
+        // own split workspace; both streams are live (see `GpuCall`).
+        unsafe {
+            self.dev
+                .spmm_raw(&op, Strategy::Auto, split, Some(self.stream(lane)))
+        }
+        .map(|_| ())
+        .map_err(cuda)
+    }
+
+    fn messages(&self, list: &[Message]) -> Result<Vec<(usize, RawDeviceBuffer)>, DistSpmmError> {
+        list.iter()
+            .map(|m| {
+                let d = self.region(&m.region)?;
+                Ok((
+                    m.peer,
+                    RawDeviceBuffer {
+                        ptr: d.ptr,
+                        len: m.region.rows * self.f,
+                    },
+                ))
+            })
+            .collect()
+    }
+
+    /// The regions of `list` as one stacked matrix (they must follow each other).
+    fn stacked(&self, list: &[Region]) -> Result<RawDense, DistSpmmError> {
+        let Some(first) = list.first() else {
+            return Err(internal("nothing to add"));
+        };
+        let mut end = first.first;
+        for r in list {
+            if r.buf != first.buf || r.first != end {
+                return Err(internal("the blocks to add do not follow each other"));
+            }
+            end = r.end();
+        }
+        self.region(&Region::new(first.buf, first.first, end - first.first))
+    }
+}
+
+impl Backend for GpuCall<'_> {
+    fn spmm(
+        &mut self,
+        lane: Lane,
+        a: Matrix,
+        orient: Orient,
+        x: Dense,
+        acc: Accumulate,
+        y: Dense,
+    ) -> Result<(), DistSpmmError> {
+        let block = self.m.block(a)?.oriented(orient);
+        let (x, y) = (self.dense(x)?, self.dense(y)?);
+        self.product(lane, block, x, acc.beta(), y)
+    }
+
+    fn zero(&mut self, into: Region) -> Result<(), DistSpmmError> {
+        let empty = self
+            .m
+            .empty
+            .as_ref()
+            .ok_or_else(|| internal("no empty matrix for a zero contribution"))?;
+        if into.rows > empty.nrows() {
+            return Err(internal("a zero contribution wider than the empty matrix"));
+        }
+        let a = RawCsr {
+            nrows: into.rows,
+            ..empty.raw()
+        };
+        let y = self.region(&into)?;
+        self.product(Lane::Comm, (a, None), self.x, 0.0, y)
+    }
+
+    fn pack(&mut self, which: Rows, into: Region) -> Result<(), DistSpmmError> {
+        let rows = match which {
+            Rows::All => None,
+            Rows::SendLists => Some(
+                &self
+                    .m
+                    .halo
+                    .as_ref()
+                    .ok_or_else(|| internal("no send lists to pack"))?
+                    .0,
+            ),
+        };
+        let out = self.region(&into)?;
+        // SAFETY: `x` is the caller's operand, `out` a region checked to lie in this
+        // operator's packed buffer; the send lists are this operator's upload; the NCCL stream
+        // is live.
+        unsafe {
+            self.dev
+                .gather_rows_raw(self.x, rows, out, Some(self.streams.main))
+        }
+        .map_err(cuda)
+    }
+
+    fn broadcast(&mut self, region: Region, root: usize) -> Result<(), DistSpmmError> {
+        let d = self.region(&region)?;
+        let buf = RawDeviceBuffer {
+            ptr: d.ptr,
+            len: region.rows * self.f,
+        };
+        // SAFETY: the region lies in this operator's buffer on the NCCL communicator's
+        // device, reserved for F columns and alive until the queued work has finished.
+        unsafe { self.nccl.broadcast_raw::<f32>(buf, root) }?;
+        Ok(())
+    }
+
+    fn exchange(&mut self, ex: &Exchange) -> Result<(), DistSpmmError> {
+        if !(ex.sends.is_empty() && ex.recvs.is_empty()) {
+            let (out, inc) = (self.messages(&ex.sends)?, self.messages(&ex.recvs)?);
+            // SAFETY: the segments lie inside this operator's buffers on the NCCL
+            // communicator's device (checked), receive segments are disjoint regions of the
+            // other buffer than the sends (a program's rule); the buffers are only replaced
+            // after both streams have been waited for.
+            unsafe { self.nccl.halo_exchange_raw::<f32>(&out, &inc) }?;
+        }
+        // The body is queued after the exchange on the NCCL stream (or ordered after it by a
+        // join), so it sees the received rows.
+        run(self, &ex.body)
+    }
+
+    fn join(&mut self, waiter: Lane, signaller: Lane) -> Result<(), DistSpmmError> {
+        // SAFETY: the operator's two streams are live (see `GpuCall`).
+        unsafe { self.join_raw(self.stream(waiter), self.stream(signaller)) }
+    }
+
+    fn scatter_add(&mut self, from: &[Message]) -> Result<(), DistSpmmError> {
+        let scatter = &self
+            .m
+            .halo
+            .as_ref()
+            .ok_or_else(|| internal("no scatter plan"))?
+            .1;
+        let regions: Vec<Region> = from.iter().map(|m| m.region).collect();
+        if regions.is_empty() {
+            return Ok(());
+        }
+        let incoming = self.stacked(&regions)?;
+        if regions[0].first != 0 || incoming.rows != scatter.packed_rows() {
+            return Err(internal("a scatter-add that is not the whole send layout"));
+        }
+        // SAFETY: `incoming` lies in this operator's packed buffer (checked), `y` is the
+        // caller's operand; the plan is this operator's upload; the NCCL stream is live.
+        unsafe {
+            self.dev
+                .scatter_add_raw(scatter, incoming, self.y, Some(self.streams.main))
+        }
+        .map_err(cuda)
+    }
+
+    fn add_blocks(&mut self, from: &[Region]) -> Result<(), DistSpmmError> {
+        let stacked = self.stacked(from)?;
+        // SAFETY: `stacked` lies in this operator's buffer (checked), `y` is the caller's
+        // operand; the NCCL stream is live.
+        unsafe {
+            self.dev
+                .add_blocks_raw(stacked, self.y, Some(self.streams.main))
+        }
+        .map_err(cuda)
+    }
+}
+
+/// The device operands of one call: `n × F` each (as on the CPU) and the rules of
+/// [`operands`](crate::operands) (leading dimension, extent, NULL, alignment, no overlap).
+fn check_device_operands(
+    op: Op,
+    rank: usize,
+    n: usize,
+    input: &RawDense,
+    output: &RawDense,
+) -> Result<(), DistSpmmError> {
+    check_shapes(
+        op,
+        rank,
+        n,
+        (input.rows, input.cols),
+        (output.rows, output.cols),
+    )?;
+    let (name_in, name_out) = op.operand_names();
+    let operand = |name, d: &RawDense| Operand {
+        name,
+        addr: d.ptr,
+        rows: d.rows,
+        cols: d.cols,
+        ld: d.ld,
+    };
+    check_pair(&operand(name_in, input), &operand(name_out, output))
+        .map(|_| ())
+        .map_err(|e| DistSpmmError::Shape(format!("{} on rank {rank}: {e}", op.name())))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::tests::{chunks, views};
+
+    fn dense(rows: usize, cols: usize, ld: usize, ptr: u64) -> RawDense {
+        RawDense {
+            rows,
+            cols,
+            ld,
+            ptr,
+        }
+    }
+
+    #[test]
+    fn device_operands_are_checked_on_the_host() {
+        let check = |x, y| check_device_operands(Op::Forward, 1, 10, &x, &y);
+        let shape = |r: Result<(), DistSpmmError>, text: &str| match r {
+            Err(DistSpmmError::Shape(m)) => assert!(m.contains(text), "{m}"),
+            other => panic!("expected a shape error with {text:?}, got {other:?}"),
+        };
+        let (x, y) = (dense(10, 4, 4, 0x10_000), dense(10, 4, 6, 0x20_000));
+        assert_eq!(check(x, y), Ok(()));
+        shape(check(dense(9, 4, 4, 0x10_000), y), "X is 9 × 4");
+        shape(check(x, dense(10, 3, 6, 0x20_000)), "Y is 10 × 3");
+        shape(
+            check(x, dense(10, 4, 3, 0x20_000)),
+            "leading dimension of Y is 3",
+        );
+        shape(check(dense(10, 4, 4, 0), y), "X is NULL");
+        shape(check(x, dense(10, 4, 4, 0x10_000 + 4 * 37)), "overlap");
+        assert_eq!(check(x, dense(10, 4, 4, 0x10_000 + 4 * 40)), Ok(()));
+        shape(check(dense(10, 4, usize::MAX, 0x10_000), y), "overflow");
+        let empty = |ptr| dense(0, 4, 4, ptr);
+        assert_eq!(
+            check_device_operands(Op::Backward, 0, 0, &empty(0), &empty(0)),
+            Ok(())
+        );
+    }
+
+    #[test]
+    fn the_scatter_plan_adds_in_increasing_peer() {
+        // A ring of 12 nodes with chords, split into 3 interleaved parts.
+        let n = 12;
+        let mut edges: Vec<(u32, u32)> = (0..n as u32).map(|i| (i, (i + 1) % n as u32)).collect();
+        edges.extend([(0, 6), (3, 9), (2, 7)]);
+        let part_of: Vec<u32> = (0..n as u32).map(|i| i % 3).collect();
+        let bufs = chunks(n, &edges, &part_of, 3);
+        for chunk in &views(&bufs) {
+            let layout = HaloLayout::new(chunk).unwrap();
+            let sc = scatter_plan(&layout, chunk.num_local_nodes()).unwrap();
+            assert_eq!(sc.packed_rows(), layout.sent_rows());
+            assert_eq!(sc.output_rows(), chunk.num_local_nodes());
+            let mut seen = vec![Vec::new(); chunk.num_local_nodes()];
+            for (k, &r) in layout.send_rows.iter().enumerate() {
+                seen[r as usize].push(k as u64);
+            }
+            for (k, &r) in sc.rows().iter().enumerate() {
+                let srcs = &sc.src()[sc.ptr()[k] as usize..sc.ptr()[k + 1] as usize];
+                assert_eq!(srcs, seen[r as usize].as_slice());
+                assert!(srcs.windows(2).all(|w| w[0] < w[1]));
+            }
+            let targets = seen.iter().filter(|s| !s.is_empty()).count();
+            assert_eq!(sc.rows().len(), targets);
+        }
+    }
+}
