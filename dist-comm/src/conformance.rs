@@ -570,9 +570,11 @@ pub fn thousand_element_messages<C: Communicator>(comm: &C) -> Outcome {
                     let id = ex.irecv(0, 15, &mut long)?;
                     ex.wait(id).map(drop)
                 });
-                expect_err(CHECK, r, |e| {
-                    matches!(e, CommError::MessageLength { expected: THOUSANDS, actual, .. } if *actual == THOUSANDS - 100)
-                })?;
+                expect_err(
+                    CHECK,
+                    r,
+                    |e| matches!(e, CommError::MessageLength { expected: THOUSANDS, actual, .. } if *actual == THOUSANDS - 100),
+                )?;
             }
             _ => {}
         }

@@ -608,7 +608,10 @@ impl MpiComm {
         }
         let mut dup = comm_null();
         // SAFETY: `self.comm` is valid; valid out-pointer.
-        check(unsafe { ffi::MPI_Comm_dup(self.comm, &mut dup) }, "MPI_Comm_dup")?;
+        check(
+            unsafe { ffi::MPI_Comm_dup(self.comm, &mut dup) },
+            "MPI_Comm_dup",
+        )?;
         self.split_comm.set(dup);
         // SAFETY: `dup` is the valid duplicate; the error handler constant is predefined.
         let rc = unsafe { ffi::MPI_Comm_set_errhandler(dup, ffi::RSMPI_ERRORS_RETURN) };
@@ -992,15 +995,7 @@ impl<'a, T: Element> Exchange<'a, T> for MpiExchange<'a, T> {
         let len = buf.len();
         // SAFETY: `buf` stays borrowed (shared) for `'a`, which outlives this exchange, whose
         // Drop completes the request; MPI only reads a send buffer.
-        unsafe {
-            self.post(
-                Direction::Send,
-                dest,
-                tag,
-                NonNull::from(buf).cast(),
-                len,
-            )
-        }
+        unsafe { self.post(Direction::Send, dest, tag, NonNull::from(buf).cast(), len) }
     }
 
     fn irecv(&mut self, source: usize, tag: Tag, buf: &'a mut [T]) -> Result<RequestId, CommError> {
@@ -1062,7 +1057,10 @@ impl<'a, T: Element> Exchange<'a, T> for MpiExchange<'a, T> {
         let j = usize::try_from(index).map_err(|_| CommError::InvalidRequest { id: usize::MAX })?;
         // The posted request that MPI request j is a piece of; its other pieces are waited
         // for now (the peer has posted them all), so no request is ever half finished.
-        let i = self.posted.partition_point(|p| p.first <= j).saturating_sub(1);
+        let i = self
+            .posted
+            .partition_point(|p| p.first <= j)
+            .saturating_sub(1);
         if self.posted[i].pieces == 1 {
             return self.finish(i, std::slice::from_ref(&status)).map(Some);
         }

@@ -205,6 +205,7 @@ fn inspect_rejects_corrupted_and_foreign_chunks() {
     ok(&["inspect", s(&a)]);
 }
 
+#[cfg(feature = "kaminpar")]
 #[test]
 fn kaminpar_partitions_cora_and_the_run_reports_its_phases() {
     let Some(cora) = cora() else { return };
@@ -214,7 +215,15 @@ fn kaminpar_partitions_cora_and_the_run_reports_its_phases() {
         &cora,
         "4",
         &out,
-        &["--json", "--method", "kaminpar", "--threads", "1", "--seed", "3"],
+        &[
+            "--json",
+            "--method",
+            "kaminpar",
+            "--threads",
+            "1",
+            "--seed",
+            "3",
+        ],
     )));
     assert!(
         v["method"]
@@ -254,4 +263,42 @@ fn kaminpar_partitions_cora_and_the_run_reports_its_phases() {
         &["--method", "kaminpar", "--imbalance", "1.01"],
     ));
     assert!(err.contains("--method metis"), "{err}");
+}
+
+#[test]
+fn the_run_reports_its_phases_and_releases_nothing_it_reports() {
+    let Some(cora) = cora() else { return };
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("cora-phases");
+    let v = one_json(&ok(&partition(
+        &cora,
+        "2",
+        &out,
+        &["--json", "--method", "metis"],
+    )));
+    let phases = v["phase_seconds"].as_object().unwrap();
+    for phase in ["load", "partition", "normalise", "halo", "build", "write"] {
+        assert!(phases[phase].as_f64().unwrap() >= 0.0, "{phase} in {v}");
+        assert!(v["phase_peak_rss_bytes"][phase].as_u64().is_some(), "{v}");
+    }
+    let peak = v["peak_rss_bytes"].as_u64().unwrap();
+    // Cora's features alone are 2708 × 1433 f32 (15.5 MB).
+    assert!(peak > 15_000_000, "peak RSS {peak}");
+    // The edge arrays are released before the chunks are built; the manifest still counts them.
+    assert_eq!(v["edges"], 10556);
+    let report = one_json(&ok(&["inspect", s(&out), "--json"]));
+    assert_eq!(report["valid"], true);
+    let text = ok(&partition(&cora, "2", &out, &["--method", "metis"]));
+    assert!(text.contains("phases: load "), "{text}");
+}
+
+#[cfg(not(feature = "kaminpar"))]
+#[test]
+fn kaminpar_without_the_feature_says_how_to_get_it() {
+    let tmp = tempfile::tempdir().unwrap();
+    let g = small_graph(tmp.path());
+    let out = tmp.path().join("out");
+    let err = fails(&partition(&g, "2", &out, &["--method", "kaminpar"]));
+    assert!(err.contains("--features kaminpar"), "{err}");
+    assert!(!out.join("manifest.json").exists());
 }

@@ -130,7 +130,12 @@ impl HaloLists {
 
 /// A chunk stores local rows and compacted columns (its rows plus its halo) as `u32`: checks
 /// that part `p`'s `rows + halo` fit `max`.
-pub(super) fn check_part_fits(p: u32, rows: u64, halo: u64, max: u64) -> Result<(), ChunkBuildError> {
+pub(super) fn check_part_fits(
+    p: u32,
+    rows: u64,
+    halo: u64,
+    max: u64,
+) -> Result<(), ChunkBuildError> {
     if rows.saturating_add(halo) > max {
         return Err(ChunkBuildError::Mismatch(std::format!(
             "part {p} has {rows} rows and {halo} halo rows, more local ids than the chunk \

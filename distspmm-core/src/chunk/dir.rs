@@ -190,9 +190,7 @@ pub fn write_chunk_dir(
         distspmm_version: env!("CARGO_PKG_VERSION").into(),
         parts,
         nodes: partition.num_nodes() as u64,
-        edges: options
-            .edges
-            .unwrap_or(builder.graph().num_edges() as u64),
+        edges: options.edges.unwrap_or(builder.graph().num_edges() as u64),
         nnz: builder.nnz(),
         feature_dim: builder.feature_dim(),
         classes: builder.num_classes(),

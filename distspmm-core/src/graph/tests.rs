@@ -235,11 +235,11 @@ mod properties {
             let mut zip = zip::ZipArchive::new(std::io::Cursor::new(&bytes)).unwrap();
             for i in 0..zip.len() {
                 let mut member = zip.by_index(i).unwrap();
-                let mut out = std::fs::File::create(dir.path().join(member.name())).unwrap();
+                let mut out = File::create(dir.path().join(member.name())).unwrap();
                 std::io::copy(&mut member, &mut out).unwrap();
             }
             let from_archive = read_npz_bytes(&bytes).unwrap();
-            prop_assert_eq!(&super::super::npz::read_npy_dir(dir.path()).unwrap(), &from_archive);
+            prop_assert_eq!(&npz::read_npy_dir(dir.path()).unwrap(), &from_archive);
             prop_assert_eq!(load(dir.path()).unwrap(), from_archive);
         }
 

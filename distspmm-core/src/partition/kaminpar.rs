@@ -164,7 +164,8 @@ fn run(
             })
             .join()
     });
-    let code = code.map_err(|_| PartitionError::Kaminpar("the partitioning thread panicked".into()))?;
+    let code =
+        code.map_err(|_| PartitionError::Kaminpar("the partitioning thread panicked".into()))?;
     if code != 0 {
         let bytes: Vec<u8> = message
             .iter()
@@ -197,7 +198,8 @@ fn run(
     _weights: Option<Vec<i32>>,
 ) -> Result<Vec<u32>, PartitionError> {
     Err(PartitionError::Kaminpar(
-        "this build has no KaMinPar (distspmm-core's `kaminpar` feature); use --method metis"
+        "this build has no KaMinPar: rebuild with `cargo build --release -p distspmm-cli \
+         --features kaminpar`, or use --method metis"
             .into(),
     ))
 }

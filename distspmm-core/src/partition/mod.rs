@@ -16,8 +16,8 @@ use std::path::PathBuf;
 use std::string::String;
 use std::vec::Vec;
 
-pub use adjacency::Adjacency;
 pub use self::kaminpar::{KaminparOptions, KAMINPAR_IMBALANCE};
+pub use adjacency::Adjacency;
 pub(crate) use map_file::{sync_parent_dir, write_atomically};
 pub use map_file::{MAP_MAGIC, MAP_VERSION};
 pub use renumber::Renumbering;
@@ -407,7 +407,7 @@ pub fn partition(
         Method::Random { seed } => random(n, parts, *seed),
         Method::Metis(options) => metis_kway(adjacency, parts, options)?,
         Method::Kaminpar(options) => {
-            let mut part_of = self::kaminpar::kaminpar_kway(adjacency, parts, options)?;
+            let mut part_of = kaminpar::kaminpar_kway(adjacency, parts, options)?;
             fill_empty_parts(adjacency, parts, &mut part_of);
             part_of
         }
@@ -469,7 +469,10 @@ pub(crate) fn nonzero_weights(
 pub(crate) fn check_metis_size(nodes: u64, entries: u64, max: u64) -> Result<(), PartitionError> {
     for (what, value) in [
         ("node count", nodes),
-        ("adjacency entry count (twice the undirected edges)", entries),
+        (
+            "adjacency entry count (twice the undirected edges)",
+            entries,
+        ),
     ] {
         if value > max {
             return Err(PartitionError::TooLargeForMetis { what, value, max });
@@ -796,9 +799,9 @@ mod tests {
             matches!(err, PartitionError::TooLargeForMetis { value, .. } if value == max + 1),
             "{err:?}"
         );
-        assert!(err.to_string().contains("--method kaminpar"), "{err}");
+        assert!(std::format!("{err}").contains("--method kaminpar"), "{err}");
         let err = check_metis_size(max + 1, 0, max).unwrap_err();
-        assert!(err.to_string().contains("node count"), "{err}");
+        assert!(std::format!("{err}").contains("node count"), "{err}");
     }
 
     #[test]
