@@ -1,4 +1,4 @@
-//! `dsp_spmm_device`: the distributed SpMM on device memory (dist-comm's `GpuDistSpmm` over an
+//! `dsp_spmm_device`: the distributed SpMM on device memory (distspmm-op's `GpuDistSpmm` over an
 //! NCCL communicator built from the `dsp_comm`). The functions exist in every build, so the
 //! header is the same; without the `cuda` feature they return `DSP_STATUS_UNSUPPORTED`.
 

@@ -1,5 +1,5 @@
 //! `dsp_spmm`: the distributed product `Y = Ahat X` (forward) and `dX = Ahat^T dY` (backward)
-//! of one rank, over a `dsp_comm` and a `dsp_chunk` (dist-comm's `DistSpmm`).
+//! of one rank, over a `dsp_comm` and a `dsp_chunk` (distspmm-op's `DistSpmm`).
 
 use std::rc::Rc;
 use std::sync::Arc;

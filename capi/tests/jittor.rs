@@ -12,7 +12,6 @@ mod common;
 
 use std::ffi::{OsStr, OsString};
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::time::Duration;
 
 /// The first import compiles Jittor's core (about 15 minutes on two busy cores).
@@ -53,40 +52,14 @@ fn jittor_operator_matches_scipy_and_finite_differences() {
     let Some(python) = jittor_python() else {
         return;
     };
-    let dir = common::scratch().join("jittor-directed");
-    std::fs::create_dir_all(&dir).unwrap();
-    let npz = dir.join("graph.npz");
-    let _ = std::fs::remove_file(&npz);
-    distspmm_core::graph::npz::write_npz(&npz, &common::directed_graph()).expect("write .npz");
-    let graph = distspmm_core::graph::load(&npz).expect("read .npz");
-    for parts in [1usize, 2] {
-        let chunks = dir.join(format!("chunks-{parts}"));
-        common::write_chunks(&graph, parts as u32, &chunks);
-        let args = [
-            check_script().into_os_string(),
-            "--chunks".into(),
-            chunks.into_os_string(),
-            "--graph".into(),
-            npz.clone().into_os_string(),
-        ];
-        let args: Vec<&OsStr> = args.iter().map(OsString::as_os_str).collect();
-        if parts == 1 {
-            // Without mpirun: Jittor leaves MPI alone and the library's communicator starts it.
-            let out = common::run(
-                Command::new(&python).args(&args).envs(jittor_env()),
-                RUN_TIMEOUT,
-            );
-            common::assert_every_rank_ok("python check_jittor_op.py (no mpirun)", &out, 1);
-        }
-        let Some(out) = mpirun(parts, &python, &args) else {
-            return;
-        };
-        common::assert_every_rank_ok(
-            &format!("mpirun -n {parts} check_jittor_op.py"),
-            &out,
-            parts,
-        );
-    }
+    // Without mpirun Jittor leaves MPI alone and the library's communicator starts it.
+    common::check_on_directed_graph(
+        "jittor-directed",
+        &python,
+        &[check_script().into_os_string()],
+        &jittor_env(),
+        RUN_TIMEOUT,
+    );
 }
 
 /// The `loss=` of every `epoch=` line rank 0 printed.

@@ -13,7 +13,6 @@ mod common;
 
 use std::ffi::{OsStr, OsString};
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::time::Duration;
 
 /// `import torch, torch_geometric` (seconds; more on a cold page cache).
@@ -48,51 +47,19 @@ fn mpirun(ranks: usize, python: &Path, args: &[OsString]) -> Option<std::process
     common::mpirun(ranks, python, &args, &env, RUN_TIMEOUT)
 }
 
-fn check_args(mode: &str, chunks: &Path, graph: &Path) -> Vec<OsString> {
-    vec![
-        common::repo_root()
-            .join("python/tests/check_torch.py")
-            .into_os_string(),
-        mode.into(),
-        "--chunks".into(),
-        chunks.into(),
-        "--graph".into(),
-        graph.into(),
-    ]
-}
-
 #[test]
 fn torch_function_and_dist_gcn_conv_match_torch_sparse_and_pyg() {
     let Some(python) = torch_python() else {
         return;
     };
-    let dir = common::scratch().join("torch-directed");
-    std::fs::create_dir_all(&dir).unwrap();
-    let npz = dir.join("graph.npz");
-    let _ = std::fs::remove_file(&npz);
-    distspmm_core::graph::npz::write_npz(&npz, &common::directed_graph()).expect("write .npz");
-    let graph = distspmm_core::graph::load(&npz).expect("read .npz");
-    for parts in [1usize, 2] {
-        let chunks = dir.join(format!("chunks-{parts}"));
-        common::write_chunks(&graph, parts as u32, &chunks);
-        let args = check_args("ops", &chunks, &npz);
-        if parts == 1 {
-            // Without mpirun: the library's communicator (through mpi4py) starts MPI itself.
-            let out = common::run(
-                Command::new(&python).args(&args).envs(torch_env()),
-                RUN_TIMEOUT,
-            );
-            common::assert_every_rank_ok("python check_torch.py ops (no mpirun)", &out, 1);
-        }
-        let Some(out) = mpirun(parts, &python, &args) else {
-            return;
-        };
-        common::assert_every_rank_ok(
-            &format!("mpirun -n {parts} check_torch.py ops"),
-            &out,
-            parts,
-        );
-    }
+    let script = common::repo_root().join("python/tests/check_torch.py");
+    common::check_on_directed_graph(
+        "torch-directed",
+        &python,
+        &[script.into_os_string(), "ops".into()],
+        &torch_env(),
+        RUN_TIMEOUT,
+    );
 }
 
 #[test]
@@ -104,8 +71,18 @@ fn torch_two_ranks_follow_single_process_pyg_for_20_epochs_on_cora() {
     let graph = distspmm_core::graph::load(&cora).expect("read cora.npz");
     let chunks = common::scratch().join("torch-cora-2");
     common::write_chunks(&graph, 2, &chunks);
-    let mut args = check_args("train", &chunks, &cora);
-    args.extend(["--epochs".into(), "20".into()]);
+    let args = vec![
+        common::repo_root()
+            .join("python/tests/check_torch.py")
+            .into_os_string(),
+        "train".into(),
+        "--chunks".into(),
+        chunks.into_os_string(),
+        "--graph".into(),
+        cora.into_os_string(),
+        "--epochs".into(),
+        "20".into(),
+    ];
     let Some(out) = mpirun(2, &python, &args) else {
         return;
     };

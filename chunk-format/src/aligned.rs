@@ -65,7 +65,7 @@ impl AlignedBuf {
                 source,
             }
         };
-        let mut file = std::fs::File::open(path).map_err(io_err("open"))?;
+        let mut file = crate::open_regular(path).map_err(io_err("open"))?;
         let len = file.metadata().map_err(io_err("stat"))?.len();
         let len = usize::try_from(len).map_err(|_| crate::ChunkFileError::Io {
             action: "read",

@@ -49,6 +49,61 @@ fn io_error<'p>(
     }
 }
 
+/// Opens `path` for reading if it is a regular file. Anything else — a FIFO, a socket, a
+/// device, a directory — is refused with [`io::ErrorKind::InvalidInput`] and a message naming
+/// what it is, before a byte is read: the file is opened with `O_NONBLOCK` (so a FIFO without a
+/// writer cannot block the open) and its type is taken from the open descriptor (`fstat`), so it
+/// cannot change between the check and the use. Every reader of chunks, chunk directories and
+/// graph files opens its input through this.
+pub fn open_regular(path: impl AsRef<Path>) -> io::Result<File> {
+    let mut options = OpenOptions::new();
+    options.read(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        options.custom_flags(libc::O_NONBLOCK);
+    }
+    let file = options.open(path)?;
+    let kind = file.metadata()?.file_type();
+    if kind.is_file() {
+        return Ok(file);
+    }
+    Err(io::Error::new(
+        io::ErrorKind::InvalidInput,
+        format!("it is {}, not a regular file", describe_file_type(kind)),
+    ))
+}
+
+/// Reads the whole of a regular file (see [`open_regular`]).
+pub fn read_regular(path: impl AsRef<Path>) -> io::Result<Vec<u8>> {
+    use std::io::Read;
+    let mut file = open_regular(path)?;
+    let mut bytes = Vec::new();
+    file.read_to_end(&mut bytes)?;
+    Ok(bytes)
+}
+
+fn describe_file_type(kind: fs::FileType) -> &'static str {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::FileTypeExt;
+        if kind.is_fifo() {
+            return "a FIFO (named pipe)";
+        }
+        if kind.is_socket() {
+            return "a socket";
+        }
+        if kind.is_char_device() || kind.is_block_device() {
+            return "a device";
+        }
+    }
+    if kind.is_dir() {
+        "a directory"
+    } else {
+        "not a plain file"
+    }
+}
+
 /// What [`write_chunk`] wrote.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct WriteSummary {
@@ -211,7 +266,7 @@ impl MappedChunk {
         options: &ParseOptions,
     ) -> Result<Self, ChunkFileError> {
         let path = path.as_ref();
-        let file = File::open(path).map_err(io_error("open", path))?;
+        let file = open_regular(path).map_err(io_error("open", path))?;
         // SAFETY: chunk files are written once (temp + rename) and never modified in place, so
         // the mapped bytes do not change under the view; a process truncating the file anyway
         // is outside this crate's contract, as for any memory map.
@@ -371,6 +426,23 @@ mod tests {
                 ..
             })
         ));
+
+        // Not regular files: refused at once, naming what they are (a FIFO must not block).
+        let fifo = dir.path().join("fifo.chunk");
+        let made = std::process::Command::new("mkfifo").arg(&fifo).status();
+        if made.is_ok_and(|s| s.success()) {
+            let err = MappedChunk::open(&fifo).unwrap_err();
+            assert!(err.to_string().contains("fifo.chunk"), "{err}");
+            let cause = std::error::Error::source(&err).unwrap().to_string();
+            assert!(
+                cause.contains("a FIFO (named pipe), not a regular file"),
+                "{cause}"
+            );
+            assert!(crate::AlignedBuf::read_file(&fifo).is_err());
+        }
+        let err = MappedChunk::open(dir.path()).unwrap_err();
+        let cause = std::error::Error::source(&err).unwrap().to_string();
+        assert!(cause.contains("a directory, not a regular file"), "{cause}");
 
         let no_dir = dir.path().join("no/such/dir/c.chunk");
         let err = write_chunk(&no_dir, &small_full_chunk().contents()).unwrap_err();

@@ -77,7 +77,9 @@ pub use aligned::AlignedBuf;
 pub use contents::{encode, encode_to_vec, ChunkContents};
 pub use error::ChunkError;
 #[cfg(feature = "std")]
-pub use file::{write_chunk, ChunkFileError, MappedChunk, WriteSummary};
+pub use file::{
+    open_regular, read_regular, write_chunk, ChunkFileError, MappedChunk, WriteSummary,
+};
 pub use layout::{
     ChunkHeader, ElemType, SectionEntry, SectionKind, ValueDtype, Version, BUFFER_ALIGN,
     FORMAT_VERSION, HEADER_LEN, INDEX_WIDTH, MAGIC, SECTION_ALIGN, SECTION_ENTRY_LEN,

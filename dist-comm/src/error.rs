@@ -128,6 +128,21 @@ pub enum CommError {
         /// `ncclGetErrorString` of the code and, where NCCL has one, its last error message.
         message: String,
     },
+    /// The OS refused to start the thread of a local rank (a process or thread limit, or no
+    /// memory for its stack). The ranks already started were told and have stopped.
+    #[error(
+        "cannot start local rank {rank} of {size} as a thread: {reason}; run fewer ranks \
+         (--local-ranks) or raise the limits on \
+         processes and memory (ulimit -u, ulimit -v)"
+    )]
+    Spawn {
+        /// The rank whose thread could not start.
+        rank: usize,
+        /// The group size asked for.
+        size: usize,
+        /// The OS error.
+        reason: String,
+    },
     /// A device buffer lives on another GPU than the communicator's.
     #[error("{what} is on CUDA device {actual}, the communicator on device {expected}")]
     WrongDevice {

@@ -98,6 +98,7 @@
 //! altogether. The `dist-comm-selftest` binary runs every call of this crate on
 //! `MPI_COMM_WORLD` and exits non-zero on any wrong result: use it to check an MPI installation.
 
+pub mod agree;
 mod capability;
 pub mod conformance;
 mod counting;

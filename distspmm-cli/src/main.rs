@@ -2,7 +2,6 @@
 //! plan and benchmark the distributed SpMM, verify it, and train a GCN.
 
 mod cmd;
-mod train;
 
 use clap::{Parser, Subcommand};
 
@@ -20,7 +19,7 @@ struct Cli {
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Train a GCN: data-parallel over chunks (the distributed SpMM) or tensor-parallel.
-    Train(train::Args),
+    Train(cmd::train::Args),
     /// Generate a synthetic graph (RMAT or CSBM) as .npz.
     Generate(cmd::generate::Args),
     /// Partition a graph and write one chunk file per rank plus a manifest.
@@ -69,7 +68,7 @@ fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
     init_tracing(cli.verbose);
     let result: anyhow::Result<()> = match cli.command {
-        Command::Train(args) => train::run(args),
+        Command::Train(args) => cmd::train::run(&args),
         Command::Generate(args) => cmd::generate::run(&args),
         Command::Partition(args) => cmd::partition::run(&args),
         Command::Inspect(args) => cmd::inspect::run(&args),
@@ -80,9 +79,8 @@ fn main() -> std::process::ExitCode {
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,
-        Err(err) if err.is::<train::Reported>() => std::process::ExitCode::FAILURE,
         Err(err) => {
-            eprintln!("error: {err:#}");
+            eprintln!("error: {}", cmd::message(&err));
             std::process::ExitCode::FAILURE
         }
     }

@@ -218,7 +218,7 @@ fn chunks_for_three_parts_under_two_ranks_fail_every_rank_quickly() {
         let stderr = String::from_utf8_lossy(&out.stderr);
         let message = format!(
             "error: chunk directory {} was made for 3 parts but 2 ranks were started: re-run \
-             `distspmm partition --parts 2` or use `mpirun -n 3`",
+             `distspmm partition --parts 2`, or run 3 ranks (`mpirun -n 3` or --local-ranks 3)",
             chunks.display()
         );
         assert_eq!(

@@ -15,6 +15,8 @@ pub mod chunk;
 pub mod graph;
 pub mod kernel;
 #[cfg(feature = "std")]
+pub mod memory;
+#[cfg(feature = "std")]
 pub mod normalize;
 #[cfg(feature = "std")]
 pub mod partition;

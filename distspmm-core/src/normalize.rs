@@ -121,6 +121,17 @@ pub enum NormalizeError {
         /// The offending weight.
         weight: f32,
     },
+    /// Summing the weights of duplicate edges (or of a node's self loops) leaves f32's range.
+    #[error(
+        "the weights of the edges {src} → {dst} add up to more than f32 can hold (|sum| > \
+         3.4e38): scale the edge weights down, or merge the duplicate edges yourself"
+    )]
+    WeightOverflow {
+        /// Source node of the merged entry.
+        src: u32,
+        /// Target node (the row of Â).
+        dst: u32,
+    },
     /// A node's weighted degree is negative, so `D^-1/2` does not exist.
     #[error("node {node} has negative weighted degree {degree}")]
     NegativeDegree {
@@ -205,6 +216,14 @@ pub fn adjacency(
     };
     let (indptr, indices, mut data) = assemble(num_nodes, &entries);
     drop(diagonal);
+    // Every weight is finite, so a non-finite entry is a sum of duplicates that overflowed.
+    if let Some(k) = data.iter().position(|w| !w.is_finite()) {
+        let dst = indptr.partition_point(|&start| start as usize <= k) - 1;
+        return Err(NormalizeError::WeightOverflow {
+            src: indices[k],
+            dst: dst as u32,
+        });
+    }
 
     if norm != Normalization::None {
         let degree: Vec<f64> = (0..num_nodes)
@@ -370,6 +389,30 @@ mod tests {
         assert_eq!(d[0], 1.0);
         assert_eq!(d[1], 0.0);
         assert!((d[2] - s).abs() < 1e-7 && (d[3] - 0.5).abs() < 1e-7);
+    }
+
+    #[test]
+    fn duplicate_weights_that_overflow_f32_are_an_error() {
+        let big = 3e38f32;
+        for norm in [Normalization::Gcn, Normalization::Row, Normalization::None] {
+            let err =
+                adjacency(3, &[0, 0, 1], &[2, 2, 1], Some(&[big, big, 1.0]), norm).unwrap_err();
+            assert!(
+                matches!(err, NormalizeError::WeightOverflow { src: 0, dst: 2 }),
+                "{norm}: {err}"
+            );
+            assert!(std::format!("{err}").contains("0 → 2"), "{err}");
+        }
+        // Self loops: summed into the diagonal.
+        let err =
+            adjacency(2, &[1, 1], &[1, 1], Some(&[big, big]), Normalization::Gcn).unwrap_err();
+        assert!(
+            matches!(err, NormalizeError::WeightOverflow { src: 1, dst: 1 }),
+            "{err}"
+        );
+        // Large but in range: fine, and the degrees (f64) are exact enough.
+        let a = adjacency(2, &[0], &[1], Some(&[big]), Normalization::Row).unwrap();
+        assert!(a.data().iter().all(|w| w.is_finite()));
     }
 
     #[test]

@@ -65,9 +65,6 @@
 //! distspmm-cuda's kernels and an `NcclComm`, agreeing over a host communicator exactly as
 //! here (see its module docs).
 
-// The agreement protocol stays in dist-comm's tree until issue 14 gives it its own module
-// there (dist-comm/src/agree.rs); it only needs the operator's error type.
-#[path = "../../dist-comm/src/spmm/agree.rs"]
 mod agree;
 pub mod backend;
 mod blocks;

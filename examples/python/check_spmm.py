@@ -57,6 +57,31 @@ def normalized_adjacency(npz, num_nodes, normalization):
     return sp.diags(inv) @ a
 
 
+def check_device_refused(comm, chunk, problems):
+    """In a build without CUDA the device operator is refused with UNSUPPORTED on every rank (a
+    collective outcome, so no rank is left waiting) and the host operator stays usable. Returns
+    whether it checked (False in a CUDA build)."""
+    if built_with_cuda():
+        return False
+    try:
+        SpmmDevice(comm, chunk, "halo").close()
+        problems.append("SpmmDevice was created by a library built without CUDA")
+    except DistSpmmError as e:
+        if e.status != "UNSUPPORTED":
+            problems.append(f"SpmmDevice without CUDA: {e}")
+    return True
+
+
+def report_and_exit(comm, chunk, lines, problems):
+    """The check scripts' ending: one `rank R: ... : ok` (or `FAILED: ...`) line per rank, then
+    exit status 1 on every rank if any rank found a problem."""
+    failed = comm.allreduce_sum(np.array([float(bool(problems))]))[0]
+    verdict = "ok" if not problems else "FAILED: " + "; ".join(problems)
+    say(f"rank {comm.rank}: {' | '.join(lines)}: {verdict}")
+    chunk.close()
+    sys.exit(1 if failed else 0)
+
+
 def say(line, stream=sys.stdout):
     """One write per line, so the lines of concurrent ranks do not interleave."""
     stream.write(line + "\n")
@@ -131,15 +156,9 @@ def main():
             problems.append(f"{schedule}: relative error above 1e-5")
         op.close()
 
-    # The device operator: in a build without CUDA every rank is refused with UNSUPPORTED (a
-    # collective outcome, so no rank is left waiting) and can go on using the host operator.
-    if not built_with_cuda():
-        try:
-            SpmmDevice(comm, chunk, "halo").close()
-            problems.append("SpmmDevice was created by a library built without CUDA")
-        except DistSpmmError as e:
-            if e.status != "UNSUPPORTED":
-                problems.append(f"SpmmDevice without CUDA: {e}")
+    # The device operator: in a build without CUDA every rank is refused with UNSUPPORTED and
+    # can go on using the host operator.
+    if check_device_refused(comm, chunk, problems):
         say(f"check_spmm: rank {comm.rank}: device operator refused without CUDA, as documented")
 
     failed = np.array([float(len(problems))])

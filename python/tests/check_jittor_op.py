@@ -24,7 +24,7 @@ from jittor import nn
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, ".."))
 sys.path.insert(0, os.path.join(HERE, "..", "..", "examples", "python"))
-from check_spmm import normalized_adjacency  # noqa: E402 - the SciPy reference of Ahat
+from check_spmm import normalized_adjacency, report_and_exit  # noqa: E402 - SciPy's Ahat
 from distspmm import MASK_TRAIN, Chunk, Spmm, load  # noqa: E402
 from distspmm.jittor import DistSpmm, communicator  # noqa: E402
 
@@ -133,12 +133,7 @@ def main():
     problems = []
     lines = check_products(comm, chunk, a_hat, ids, args.cols, rng, problems)
     lines.append(check_two_layers(comm, chunk, rng, problems))
-    failed = comm.allreduce_sum(np.array([float(bool(problems))]))[0]
-    verdict = "ok" if not problems else "FAILED: " + "; ".join(problems)
-    sys.stdout.write(f"rank {comm.rank}: {' | '.join(lines)}: {verdict}\n")
-    sys.stdout.flush()
-    chunk.close()
-    sys.exit(1 if failed else 0)
+    report_and_exit(comm, chunk, lines, problems)
 
 
 if __name__ == "__main__":

@@ -9,8 +9,8 @@ Ahat by PyG's `gcn_norm` (self loops, symmetric normalisation) as a `torch.spars
 
 `ops`: the chunk as a PyG Data (values against the .npz, the mapped tensors sharing the chunk's
 memory); `DistSpmm` and its transpose, forward and autograd backward, against `torch.sparse.mm`
-in float64 for both schedules, on contiguous and row-strided inputs; `gradcheck` of a nonlinear
-composition (central differences at float32) at P = 1; at every P, the gradient of a two-layer
+in float64 for both schedules, on contiguous and row-strided inputs; `gradcheck` and `gradgradcheck`
+of a nonlinear composition (central differences at float32) at P = 1; at every P, the gradient of a two-layer
 DistGCNConv model's global mean loss, summed by `sync_gradients`, against central differences of
 that loss; `DistGCNConv` against PyG's `GCNConv` with the same state_dict (outputs and gradients,
 both directions of load_state_dict); the errors for bad inputs; the device operator's refusal
@@ -39,14 +39,9 @@ from torch_geometric.nn.conv.gcn_conv import gcn_norm
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, ".."))
-from distspmm import (  # noqa: E402
-    Chunk,
-    DistSpmmError,
-    Spmm,
-    SpmmDevice,
-    built_with_cuda,
-    load,
-)
+sys.path.insert(0, os.path.join(HERE, "..", "..", "examples", "python"))
+from check_spmm import check_device_refused, report_and_exit  # noqa: E402 - shared endings
+from distspmm import Chunk, Spmm, SpmmDevice, load  # noqa: E402
 from distspmm.torch import (  # noqa: E402
     DistGCNConv,
     DistSpmm,
@@ -135,6 +130,7 @@ def check_products(comm, chunk, graph, ids, cols, generator, problems):
     lines = []
     for schedule in ("halo", "broadcast"):
         op = Spmm(comm, chunk, schedule)
+        calls = spy_on(op)
         for transpose in (False, True):
             m = graph.a_hat_t if transpose else graph.a_hat
             reference = x_global.double().requires_grad_()
@@ -152,6 +148,8 @@ def check_products(comm, chunk, graph, ids, cols, generator, problems):
                     x = wide
                     x_in = wide[:, 2 : 2 + cols]
                 y = DistSpmm(op, x_in, transpose)
+                if calls[-1] != (x_in.data_ptr(), y.data_ptr()):
+                    problems.append(f"{schedule} {layout}: the library got copies, not the tensors")
                 (y * g_global[ids]).sum().backward()
                 dx = x.grad if layout == "contiguous" else x.grad[:, 2 : 2 + cols]
                 forward = relative_error(y, y_ref)
@@ -166,9 +164,25 @@ def check_products(comm, chunk, graph, ids, cols, generator, problems):
     return lines
 
 
+def spy_on(op):
+    """Records the addresses of the arrays `op.forward`/`op.backward` receive (input, output)."""
+    calls = []
+
+    def spy(method):
+        def call(x, out=None):
+            calls.append((x.ctypes.data, out.ctypes.data))
+            return method(x, out=out)
+
+        return call
+
+    op.forward, op.backward = spy(op.forward), spy(op.backward)
+    return calls
+
+
 def check_gradcheck(comm, chunk, generator, problems):
-    """torch.autograd.gradcheck in float32 (the library's precision) with a step suited to it,
-    at P = 1: per rank, gradcheck would differentiate only the rank's own rows."""
+    """torch.autograd.gradcheck and gradgradcheck in float32 (the library's precision) with a
+    step suited to it, at P = 1: per rank, they would differentiate only the rank's own rows (and
+    loop over different numbers of them, breaking the collective order)."""
     if comm.size != 1:
         return "gradcheck: P=1 only"
     op = Spmm(comm, chunk, "halo")
@@ -181,15 +195,19 @@ def check_gradcheck(comm, chunk, generator, problems):
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # "not a double precision" input: on purpose
-        try:
-            ok = torch.autograd.gradcheck(
-                composed, (x,), eps=1e-2, atol=1e-3, rtol=1e-2, raise_exception=True
-            )
-        except RuntimeError as e:
-            ok = False
-            problems.append(f"gradcheck: {str(e).splitlines()[0]}")
+        results = []
+        for name, check in (
+            ("gradcheck", torch.autograd.gradcheck),
+            ("gradgradcheck", torch.autograd.gradgradcheck),  # backward is a DistSpmm too
+        ):
+            try:
+                check(composed, (x,), eps=1e-2, atol=1e-3, rtol=1e-2, raise_exception=True)
+                results.append(f"{name} passed")
+            except RuntimeError as e:
+                results.append(f"{name} FAILED")
+                problems.append(f"{name}: {str(e).splitlines()[0]}")
     op.close()
-    return f"gradcheck f32: {'passed' if ok else 'FAILED'}"
+    return "f32 " + ", ".join(results)
 
 
 def check_model_gradient(comm, chunk, generator, problems, hidden=5, probes=6, eps=1e-2):
@@ -310,19 +328,12 @@ def check_errors(comm, chunk, problems):
     expect_error(problems, "not an operator", TypeError, lambda: DistSpmm(object(), torch.zeros((n, 2))))
     expect_error(problems, "not a tensor", TypeError, lambda: DistSpmm(op, np.zeros((n, 2), np.float32)))
     line = "errors ok"
-    if not built_with_cuda():
-        # Collective refusal: every rank gets UNSUPPORTED, no rank waits.
-        try:
-            SpmmDevice(comm, chunk, "halo").close()
-            problems.append("SpmmDevice was created by a library built without CUDA")
-        except DistSpmmError as e:
-            if e.status != "UNSUPPORTED":
-                problems.append(f"SpmmDevice without CUDA: {e}")
+    if check_device_refused(comm, chunk, problems):
         line += ", device operator refused (UNSUPPORTED) without CUDA"
-    elif torch.cuda.is_available():
+    elif global_sum(comm, torch.cuda.is_available())[0] == comm.size:  # on every rank
         line += ", " + check_cuda(comm, chunk, op, problems)
     else:
-        line += ", CUDA build but torch sees no GPU"
+        line += ", CUDA build but torch sees no GPU on some rank"
     op.close()
     return line
 
@@ -456,12 +467,7 @@ def main():
     except Exception as e:  # noqa: BLE001 - reported, and the other ranks told
         lines = []
         problems.append(f"{type(e).__name__}: {e}")
-    failed = global_sum(comm, bool(problems))[0]
-    verdict = "ok" if not problems else "FAILED: " + "; ".join(problems)
-    sys.stdout.write(f"rank {comm.rank}: {' | '.join(lines)}: {verdict}\n")
-    sys.stdout.flush()
-    chunk.close()
-    sys.exit(1 if failed else 0)
+    report_and_exit(comm, chunk, lines, problems)
 
 
 if __name__ == "__main__":

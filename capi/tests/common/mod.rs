@@ -394,3 +394,55 @@ pub fn test_accuracy(stdout: &str) -> f64 {
         .and_then(|v| v.parse().ok())
         .unwrap_or_else(|| panic!("unparsable test_acc in:\n{stdout}"))
 }
+
+/// Runs a Python check script on [`directed_graph`] partitioned for P = 1 (without `mpirun`,
+/// then with it) and P = 2: `python script_args… --chunks DIR --graph NPZ` with `env`, under
+/// `scratch()/name`; every rank must report ok ([`assert_every_rank_ok`]).
+pub fn check_on_directed_graph(
+    name: &str,
+    python: &Path,
+    script_args: &[std::ffi::OsString],
+    env: &[(&str, std::ffi::OsString)],
+    timeout: Duration,
+) {
+    use std::ffi::{OsStr, OsString};
+    let dir = scratch().join(name);
+    std::fs::create_dir_all(&dir).expect("create the scratch directory");
+    let npz = dir.join("graph.npz");
+    let _ = std::fs::remove_file(&npz);
+    distspmm_core::graph::npz::write_npz(&npz, &directed_graph()).expect("write .npz");
+    let graph = distspmm_core::graph::load(&npz).expect("read .npz");
+    let script = script_args
+        .first()
+        .map(|s| Path::new(s).file_name().unwrap_or(s.as_os_str()))
+        .unwrap_or(OsStr::new("python"))
+        .to_string_lossy()
+        .into_owned();
+    let env_refs: Vec<(&str, &OsStr)> = env.iter().map(|(k, v)| (*k, v.as_os_str())).collect();
+    for parts in [1usize, 2] {
+        let chunks = dir.join(format!("chunks-{parts}"));
+        write_chunks(&graph, parts as u32, &chunks);
+        let mut args: Vec<OsString> = script_args.to_vec();
+        args.extend([
+            "--chunks".into(),
+            chunks.into_os_string(),
+            "--graph".into(),
+            npz.clone().into_os_string(),
+        ]);
+        if parts == 1 {
+            // Without mpirun: the library's communicator starts a one-rank MPI itself.
+            let out = run(
+                Command::new(python)
+                    .args(&args)
+                    .envs(env.iter().map(|(k, v)| (k, v))),
+                timeout,
+            );
+            assert_every_rank_ok(&format!("python {script} (no mpirun)"), &out, 1);
+        }
+        let args: Vec<&OsStr> = args.iter().map(OsString::as_os_str).collect();
+        let Some(out) = mpirun(parts, python, &args, &env_refs, timeout) else {
+            return;
+        };
+        assert_every_rank_ok(&format!("mpirun -n {parts} {script}"), &out, parts);
+    }
+}

@@ -215,8 +215,31 @@ impl LocalComm {
     /// # Panics
     /// If a rank panics, the others get [`CommError::PeerFailed`] from their next blocking call;
     /// once all threads have finished, the panic of the first rank that panicked is resumed here.
-    /// Also panics if the OS cannot spawn a thread.
+    /// Also panics if the OS cannot spawn a thread; [`LocalComm::try_run`] returns that as an
+    /// error instead.
     pub fn run<R, F>(size: usize, f: F) -> Vec<R>
+    where
+        R: Send,
+        F: Fn(LocalComm) -> R + Sync,
+    {
+        Self::try_run(size, f).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// [`LocalComm::run`], with a thread the OS refuses to start reported as
+    /// [`CommError::Spawn`]: the ranks that did start see the missing ranks as released (a
+    /// collective with them fails with [`CommError::PeerFailed`]) and are joined before this
+    /// returns. A rank's panic is still resumed here.
+    pub fn try_run<R, F>(size: usize, f: F) -> Result<Vec<R>, CommError>
+    where
+        R: Send,
+        F: Fn(LocalComm) -> R + Sync,
+    {
+        Self::try_run_refusing(size, f, None)
+    }
+
+    /// [`LocalComm::try_run`], where the thread of rank `refuse` (if any) is refused as the OS
+    /// would refuse it, so that tests can reach that path without exhausting a process limit.
+    fn try_run_refusing<R, F>(size: usize, f: F, refuse: Option<usize>) -> Result<Vec<R>, CommError>
     where
         R: Send,
         F: Fn(LocalComm) -> R + Sync,
@@ -224,17 +247,33 @@ impl LocalComm {
         let comms = LocalComm::group(size);
         let shared = comms.first().map(|c| Arc::clone(&c.shared));
         let f = &f;
-        let outcomes: Vec<std::thread::Result<R>> = std::thread::scope(|s| {
-            let handles: Vec<_> = comms
-                .into_iter()
-                .map(|comm| {
-                    std::thread::Builder::new()
-                        .name(format!("local-rank-{}", comm.rank))
-                        .spawn_scoped(s, move || f(comm))
-                        .expect("the OS refused to spawn a thread for a local rank")
-                })
-                .collect();
-            handles.into_iter().map(|h| h.join()).collect()
+        let (outcomes, refused) = std::thread::scope(|s| {
+            let mut handles = Vec::with_capacity(size);
+            let mut refused = None;
+            let mut comms = comms.into_iter();
+            for comm in comms.by_ref() {
+                let rank = comm.rank;
+                let builder = std::thread::Builder::new().name(format!("local-rank-{rank}"));
+                // On a refusal the closure, and with it this rank's handle, is dropped: the
+                // started ranks see it as released.
+                let started = if refuse == Some(rank) {
+                    drop(comm);
+                    Err(std::io::Error::from(std::io::ErrorKind::WouldBlock))
+                } else {
+                    builder.spawn_scoped(s, move || f(comm))
+                };
+                match started {
+                    Ok(handle) => handles.push(handle),
+                    Err(e) => {
+                        refused = Some((rank, e.to_string()));
+                        break;
+                    }
+                }
+            }
+            drop(comms.collect::<Vec<_>>());
+            let outcomes: Vec<std::thread::Result<R>> =
+                handles.into_iter().map(|h| h.join()).collect();
+            (outcomes, refused)
         });
         let first_panic = shared.and_then(|s| s.lock().first_panic);
         let mut results = Vec::with_capacity(size);
@@ -252,7 +291,10 @@ impl LocalComm {
                 .unwrap_or(0);
             std::panic::resume_unwind(panics.swap_remove(pick).1);
         }
-        results
+        if let Some((rank, reason)) = refused {
+            return Err(CommError::Spawn { rank, size, reason });
+        }
+        Ok(results)
     }
 
     /// Runs one collective round: deposits this rank's contribution, waits for every rank,

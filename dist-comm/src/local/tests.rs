@@ -389,3 +389,25 @@ fn pending_receives_complete_when_the_scope_ends() {
     });
     assert_eq!(results, vec![Ok([1; 3]), Ok([0; 3])]);
 }
+
+#[test]
+fn a_refused_thread_is_an_error_and_the_started_ranks_are_released() {
+    // Rank 2 of 4 cannot start: ranks 0 and 1 are already in a barrier and must leave it.
+    let err = LocalComm::try_run_refusing(4, |comm| comm.barrier(), Some(2)).unwrap_err();
+    match &err {
+        CommError::Spawn { rank, size, .. } => assert_eq!((*rank, *size), (2, 4)),
+        other => panic!("expected Spawn, got {other:?}"),
+    }
+    let text = err.to_string();
+    assert!(
+        text.contains("local rank 2 of 4") && text.contains("--local-ranks"),
+        "{text}"
+    );
+    // Refusing rank 0 starts nothing.
+    assert!(matches!(
+        LocalComm::try_run_refusing(3, |comm| comm.barrier(), Some(0)),
+        Err(CommError::Spawn { rank: 0, .. })
+    ));
+    let all = LocalComm::try_run(3, |comm| comm.barrier()).unwrap();
+    assert!(all.iter().all(Result::is_ok));
+}

@@ -8,11 +8,13 @@
 use cudarc::driver::DevicePtrMut;
 
 use super::{driver, NcclComm, RawDeviceBuffer};
-use crate::{AllGather, AllReduce, CommError, Element, Group, ReduceOp, Reducible};
+use crate::capability::check_rank;
+use crate::{AllGather, AllReduce, Broadcast, CommError, Element, Group, ReduceOp, Reducible};
 
-/// Host collectives ([`Group`], [`AllReduce`], [`AllGather`]) over an [`NcclComm`]: an
-/// all-reduce is `ncclAllReduce` on a staged copy, an all-gather is one `ncclBroadcast` per
-/// rank (exact for every element type), a barrier is a one-word all-reduce. Each call
+/// Host collectives ([`Group`], [`AllReduce`], [`AllGather`], [`Broadcast`]) over an
+/// [`NcclComm`]: an all-reduce is `ncclAllReduce` on a staged copy, an all-gather is one
+/// `ncclBroadcast` per rank (exact for every element type), a broadcast one `ncclBroadcast`, a
+/// barrier is a one-word all-reduce. Each call
 /// synchronises the communicator's stream.
 #[derive(Debug, Clone, Copy)]
 pub struct NcclHost<'a> {
@@ -116,5 +118,53 @@ impl AllGather for NcclHost<'_> {
             }
             Ok(())
         })
+    }
+}
+
+impl Broadcast for NcclHost<'_> {
+    fn broadcast<T: Element>(&self, buf: &mut [T], root: usize) -> Result<(), CommError> {
+        check_rank("broadcast root", root, self.size())?;
+        self.staged(buf, |dev| {
+            // SAFETY: `dev` addresses the staged copy of `buf` on this communicator's device,
+            // alive until `staged` has synchronised.
+            unsafe { self.nccl.broadcast_raw::<T>(dev, root) }
+        })
+    }
+}
+
+// The same narrow capabilities on the communicator itself, so code generic over them (an
+// agreement, a trainer's reductions) runs on an `NcclComm` as on `LocalComm` or `MpiComm`.
+// Host buffers are staged through the device as in `NcclHost`; the device-buffer calls of the
+// same names are `NcclComm`'s inherent methods.
+
+impl Group for NcclComm {
+    fn rank(&self) -> usize {
+        self.rank
+    }
+
+    fn size(&self) -> usize {
+        self.size
+    }
+
+    fn barrier(&self) -> Result<(), CommError> {
+        NcclHost::new(self).barrier()
+    }
+}
+
+impl AllReduce for NcclComm {
+    fn all_reduce<T: Reducible>(&self, buf: &mut [T], op: ReduceOp) -> Result<(), CommError> {
+        NcclHost::new(self).all_reduce(buf, op)
+    }
+}
+
+impl AllGather for NcclComm {
+    fn all_gather<T: Element>(&self, send: &[T], recv: &mut [T]) -> Result<(), CommError> {
+        NcclHost::new(self).all_gather(send, recv)
+    }
+}
+
+impl Broadcast for NcclComm {
+    fn broadcast<T: Element>(&self, buf: &mut [T], root: usize) -> Result<(), CommError> {
+        NcclHost::new(self).broadcast(buf, root)
     }
 }

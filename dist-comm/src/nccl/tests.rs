@@ -260,3 +260,13 @@ proptest! {
         prop_assert_eq!(first_failed(flags.iter().copied()), expected);
     }
 }
+
+/// The capabilities generic code asks for hold for the NCCL communicator as for the host
+/// backends (a compile-time check: constructing one needs a GPU).
+#[test]
+fn the_nccl_communicator_has_the_host_capabilities() {
+    fn agree<C: crate::Group + AllGather + crate::AllReduce + Broadcast>() {}
+    agree::<NcclComm>();
+    agree::<NcclHost<'_>>();
+    agree::<LocalComm>();
+}

@@ -88,6 +88,15 @@ fn run_spmm(args: &SpmmArgs) -> anyhow::Result<()> {
 
     let started = Instant::now();
     let g = graph::load(&args.input).context("cannot load the graph")?;
+    let values = (g.num_nodes as u64).saturating_mul(args.features as u64);
+    distspmm_core::memory::check(
+        format!(
+            "X and Y ({} nodes × --features {})",
+            g.num_nodes, args.features
+        ),
+        values.saturating_mul(8),
+        "lower --features",
+    )?;
     tracing::info!(
         nodes = g.num_nodes,
         edges = g.num_edges(),

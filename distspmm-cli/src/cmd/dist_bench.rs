@@ -46,7 +46,12 @@ pub fn run(args: &DistArgs) -> anyhow::Result<()> {
     if args.reps == 0 {
         anyhow::bail!("--reps must be at least 1");
     }
-    ranks::launch(&args.launch, &Bench(args))
+    // X, Y, dY, dX and the halo buffers of every rank, about N × F together when the ranks
+    // share this process (under MPI each rank's share is on its own host).
+    if !ranks::under_mpi_launcher() {
+        ranks::check_matrix_memory(&args.chunks, args.features, 24, "bench dist")?;
+    }
+    ranks::launch(&args.launch, &args.chunks, &Bench(args))
 }
 
 struct Bench<'a>(&'a DistArgs);

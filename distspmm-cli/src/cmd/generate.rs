@@ -110,6 +110,7 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
             output.out.with_extension("npz").display()
         );
     }
+    check_memory(&args.what)?;
     let spinner = spinner(!output.json);
     spinner.set_message(format!("generating {name} graph"));
     let graph = match &args.what {
@@ -183,6 +184,35 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
             bytes as f64 / (1024.0 * 1024.0),
         );
     }
+    Ok(())
+}
+
+/// Refuses a graph that cannot fit in memory before generating any of it.
+fn check_memory(what: &GenerateWhat) -> anyhow::Result<()> {
+    let (nodes, edges, features, hint) = match what {
+        // The generator itself refuses scales above 31 (ids are u32), with its own message.
+        GenerateWhat::Rmat(a) if a.scale > 31 => return Ok(()),
+        GenerateWhat::Rmat(a) => {
+            let nodes = 1u64 << a.scale;
+            (
+                nodes,
+                nodes.saturating_mul(2 * u64::from(a.edge_factor)),
+                a.features as u64,
+                "lower --scale, --edge-factor or --features",
+            )
+        }
+        GenerateWhat::Csbm(a) => (
+            a.nodes as u64,
+            (a.nodes as f64 * a.avg_degree.max(0.0)).min(u64::MAX as f64) as u64,
+            a.features as u64,
+            "lower --nodes, --avg-degree or --features",
+        ),
+    };
+    distspmm_core::memory::check(
+        format!("a graph of {nodes} nodes, about {edges} edges and {features} features"),
+        distspmm_core::graph::working_set_bytes(nodes, edges, features),
+        hint,
+    )?;
     Ok(())
 }
 

@@ -38,7 +38,7 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
                 let line = json!({
                     "path": args.path.display().to_string(),
                     "valid": false,
-                    "error": format!("{err:#}"),
+                    "error": super::message(&err),
                 });
                 println!("{line}");
             }

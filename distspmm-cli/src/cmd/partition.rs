@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
-use distspmm_core::chunk::{write_chunk_dir, ChunkBuilder, WriteOptions};
+use distspmm_core::chunk::{write_chunk_dir, ChunkBuilder, DirLock, WriteOptions};
 use distspmm_core::normalize::{self, Normalization};
 use distspmm_core::partition::{
     self, Adjacency, Balance, KaminparOptions, Method, MetisOptions, Objective, Partition,
@@ -253,6 +253,11 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
     if args.parts == 0 {
         bail!("--parts must be at least 1");
     }
+    // Held for the whole run, so a second run into the same directory refuses at once.
+    let lock = std::sync::Arc::new(
+        DirLock::acquire(&args.out)
+            .with_context(|| format!("cannot write the chunks into {}", args.out.display()))?,
+    );
     let method = args.partitioning.method();
     let mut phases = PhaseLog::default();
     memory::reset_peak_rss();
@@ -317,6 +322,7 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
         edge_cut: Some(edge_cut),
         progress: progress.clone(),
         edges: Some(edges),
+        lock: Some(lock),
         ..WriteOptions::default()
     };
     let manifest = write_chunk_dir(&args.out, &builder, &options)

@@ -11,6 +11,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{bail, Context};
 use chunk_format::{MappedChunk, HEADER_LEN, SECTION_ALIGN, SECTION_ENTRY_LEN};
 use distspmm_core::chunk::{ChunkDir, HaloLists};
+use distspmm_core::memory::human_bytes as human;
 use distspmm_core::normalize;
 use distspmm_core::partition::{self, Adjacency};
 
@@ -350,22 +351,6 @@ fn json(planned: &Planned, features: usize, plans: &[(ScheduleKind, Vec<RankPlan
     .to_string()
 }
 
-/// Bytes in binary units.
-fn human(bytes: u64) -> String {
-    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
-    let mut v = bytes as f64;
-    let mut unit = 0;
-    while v >= 1024.0 && unit + 1 < UNITS.len() {
-        v /= 1024.0;
-        unit += 1;
-    }
-    if unit == 0 {
-        format!("{bytes} B")
-    } else {
-        format!("{v:.2} {}", UNITS[unit])
-    }
-}
-
 fn print_tables(planned: &Planned, features: usize, plans: &[(ScheduleKind, Vec<RankPlan>)]) {
     let shape = &planned.shape;
     let parts = shape.parts();
@@ -639,13 +624,6 @@ mod tests {
         assert_eq!(colour(0.0), "#440154");
         assert_eq!(colour(1.0), "#fde725");
         assert_eq!(colour(2.0), "#fde725");
-    }
-
-    #[test]
-    fn human_units() {
-        assert_eq!(human(1023), "1023 B");
-        assert_eq!(human(1536), "1.50 KiB");
-        assert_eq!(human(3 << 30), "3.00 GiB");
     }
 
     #[test]

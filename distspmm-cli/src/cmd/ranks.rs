@@ -58,7 +58,7 @@ pub struct OnAllRanks(pub anyhow::Error);
 
 impl fmt::Display for OnAllRanks {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{:#}", self.0)
+        write!(f, "{}", super::message(&self.0))
     }
 }
 
@@ -74,7 +74,7 @@ fn is_collective(err: &anyhow::Error) -> bool {
 }
 
 /// Whether `mpirun` (or another MPI launcher) started this process.
-fn under_mpi_launcher() -> bool {
+pub fn under_mpi_launcher() -> bool {
     [
         "OMPI_COMM_WORLD_SIZE",
         "PMI_SIZE",
@@ -85,8 +85,10 @@ fn under_mpi_launcher() -> bool {
     .any(|v| std::env::var_os(v).is_some())
 }
 
-/// Runs `main` on every rank this process holds; see [`Launch`].
-pub fn launch(launch: &Launch, main: &impl RankMain) -> anyhow::Result<()> {
+/// Runs `main` on every rank this process holds; see [`Launch`]. `chunks` is the chunk
+/// directory the ranks will load: with `--local-ranks P` its part count is checked against P
+/// before any thread starts.
+pub fn launch(launch: &Launch, chunks: &Path, main: &impl RankMain) -> anyhow::Result<()> {
     if let Some(ranks) = launch.local_ranks {
         if under_mpi_launcher() {
             bail!("--local-ranks runs the ranks as threads of one process: drop it under mpirun");
@@ -94,7 +96,19 @@ pub fn launch(launch: &Launch, main: &impl RankMain) -> anyhow::Result<()> {
         if ranks == 0 {
             bail!("--local-ranks must be at least 1");
         }
-        let results = LocalComm::run(ranks, |comm| main.run(&comm));
+        let dir = ChunkDir::open(chunks)
+            .with_context(|| format!("cannot open the chunk directory {}", chunks.display()))?;
+        let parts = dir.parts() as usize;
+        if parts != ranks {
+            return Err(explain(
+                DistSpmmError::PartsMismatch {
+                    chunk_parts: parts,
+                    ranks,
+                },
+                chunks,
+            ));
+        }
+        let results = LocalComm::try_run(ranks, |comm| main.run(&comm))?;
         return results.into_iter().find(Result::is_err).unwrap_or(Ok(()));
     }
     if !under_mpi_launcher() {
@@ -106,22 +120,53 @@ pub fn launch(launch: &Launch, main: &impl RankMain) -> anyhow::Result<()> {
     let comm = MpiComm::init().context("cannot initialise MPI")?;
     match main.run(&comm) {
         Ok(()) => Ok(()),
-        Err(err) if comm.size() > 1 && !is_collective(&err) => {
-            eprintln!("error on rank {}: {err:#}", comm.rank());
-            eprintln!("aborting the MPI job so that the other ranks do not wait for this one");
-            comm.abort(1)
-        }
         Err(err) => {
-            // Every rank has this error: each prints it before any exits, since mpirun kills
-            // the rest of the job when the first process ends with a failure. One write per
-            // line, so that the ranks' lines do not interleave.
-            let line = format!("error: {err:#}\n");
-            let _ = std::io::stderr().write_all(line.as_bytes());
-            let _ = comm.barrier();
-            drop(comm); // MPI_Finalize
-            std::process::exit(1)
+            let collective = is_collective(&err);
+            fail_under_mpi(comm, &err, collective)
         }
     }
+}
+
+/// Ends this MPI process after `err`, the one rule for every command under `mpirun`: an error
+/// every rank holds (`collective`) is printed by each rank, which then meet in a barrier and
+/// exit together; an error only this rank knows of aborts the job (`MPI_Abort`), so that no
+/// rank is left waiting for this one.
+pub fn fail_under_mpi(comm: MpiComm, err: &anyhow::Error, collective: bool) -> ! {
+    if comm.size() > 1 && !collective {
+        eprintln!("error on rank {}: {}", comm.rank(), super::message(err));
+        eprintln!("aborting the MPI job so that the other ranks do not wait for this one");
+        comm.abort(1)
+    }
+    // Every rank has this error: each prints it before any exits, since mpirun kills the rest
+    // of the job when the first process ends with a failure. One write per line, so that the
+    // ranks' lines do not interleave.
+    let line = format!("error: {}\n", super::message(err));
+    let _ = std::io::stderr().write_all(line.as_bytes());
+    // The barrier cannot hang: every rank got the same error from the same step. If it fails
+    // (a rank died meanwhile) the message is out already.
+    let _ = comm.barrier();
+    drop(comm); // MPI_Finalize
+    std::process::exit(1)
+}
+
+/// Refuses a run whose dense N × `features` matrices (`bytes_per_value` bytes per entry over
+/// all ranks together) cannot fit in memory, before any rank starts.
+pub fn check_matrix_memory(
+    chunks: &Path,
+    features: usize,
+    bytes_per_value: u64,
+    command: &str,
+) -> anyhow::Result<()> {
+    let dir = ChunkDir::open(chunks)
+        .with_context(|| format!("cannot open the chunk directory {}", chunks.display()))?;
+    let nodes = dir.manifest().nodes;
+    let values = nodes.saturating_mul(features as u64);
+    distspmm_core::memory::check(
+        format!("`distspmm {command}` with --features {features} on {nodes} nodes"),
+        values.saturating_mul(bytes_per_value),
+        "lower --features",
+    )?;
+    Ok(())
 }
 
 /// Opens the chunk directory and loads this rank's chunk. Collective: a rank that cannot (the
@@ -130,14 +175,13 @@ pub fn launch(launch: &Launch, main: &impl RankMain) -> anyhow::Result<()> {
 pub fn load_chunk<C: AllGather>(comm: &C, dir: &Path) -> anyhow::Result<(ChunkDir, MappedChunk)> {
     let rank = comm.rank();
     // A rank that fails here reports its own error; the others learn of it in the agreement.
-    let own = |e: String| -> anyhow::Error { OnAllRanks(anyhow!(e)).into() };
+    let own = |e: anyhow::Error| -> anyhow::Error { OnAllRanks(e).into() };
     let opened = match ChunkDir::open(dir) {
         Ok(d) => d,
         Err(e) => {
             abstain(comm, None);
-            return Err(own(format!(
-                "rank {rank} cannot open the chunk directory: {e}"
-            )));
+            return Err(own(anyhow::Error::new(e)
+                .context(format!("rank {rank} cannot open the chunk directory"))));
         }
     };
     let parts = opened.parts() as usize;
@@ -148,7 +192,9 @@ pub fn load_chunk<C: AllGather>(comm: &C, dir: &Path) -> anyhow::Result<(ChunkDi
         Ok(chunk) => Ok((opened, chunk)),
         Err(e) => {
             abstain(comm, Some(parts));
-            Err(own(format!("rank {rank} cannot load its chunk: {e}")))
+            Err(own(
+                anyhow::Error::new(e).context(format!("rank {rank} cannot load its chunk"))
+            ))
         }
     }
 }
@@ -158,7 +204,8 @@ pub fn explain(err: DistSpmmError, dir: &Path) -> anyhow::Error {
     match err {
         DistSpmmError::PartsMismatch { chunk_parts, ranks } => OnAllRanks(anyhow!(
             "chunk directory {} was made for {chunk_parts} parts but {ranks} {} started: \
-             re-run `distspmm partition --parts {ranks}` or use `mpirun -n {chunk_parts}`",
+             re-run `distspmm partition --parts {ranks}`, or run {chunk_parts} ranks \
+             (`mpirun -n {chunk_parts}` or --local-ranks {chunk_parts})",
             dir.display(),
             if ranks == 1 { "rank was" } else { "ranks were" }
         ))

@@ -38,7 +38,20 @@ pub struct Args {
 
 /// Runs `distspmm verify`.
 pub fn run(args: &Args) -> anyhow::Result<()> {
-    ranks::launch(&args.launch, &Verify(args))
+    if !(args.tolerance.is_finite() && args.tolerance >= 0.0) {
+        anyhow::bail!(
+            "--tolerance {} is not a valid tolerance: give a finite number of at least 0 (e.g. \
+             1e-5)",
+            distspmm_core::graph::show_float(args.tolerance)
+        );
+    }
+    if args.features == 0 {
+        anyhow::bail!("--features must be at least 1");
+    }
+    // Rank 0 holds X, dY, the gathered products and the f64 references, all N × F: refused
+    // before any rank starts.
+    ranks::check_matrix_memory(&args.chunks, args.features, 36, "verify")?;
+    ranks::launch(&args.launch, &args.chunks, &Verify(args))
 }
 
 struct Verify<'a>(&'a Args);

@@ -42,6 +42,9 @@ pub struct WriteOptions {
     /// The graph's directed edge count for the manifest when the caller has released the
     /// graph's edge arrays (chunks need only Â and the node data); the graph's own otherwise.
     pub edges: Option<u64>,
+    /// The directory's lock, if the caller took it already (to hold it over a longer run, as
+    /// `distspmm partition` does from the start); otherwise [`write_chunk_dir`] takes it.
+    pub lock: Option<std::sync::Arc<DirLock>>,
 }
 
 /// Seconds [`write_chunk_dir`] spent building chunks in memory and writing them, each summed
@@ -80,6 +83,7 @@ impl Default for WriteOptions {
             progress: indicatif::ProgressBar::hidden(),
             timings: std::sync::Arc::default(),
             edges: None,
+            lock: None,
         }
     }
 }
@@ -91,52 +95,176 @@ fn io_error(path: &Path) -> impl FnOnce(std::io::Error) -> ChunkDirError + '_ {
     }
 }
 
-/// Builds every part's chunk and writes the directory: the partition map, the chunks (in
-/// parallel, each atomically), then `manifest.json` (atomically, last). A crash leaves either no
-/// manifest or one whose every file is complete.
+/// The exclusive lock of a chunk directory's writer: an `flock` on `.<name>.lock` beside the
+/// directory (not inside it, since the directory itself is replaced), held until dropped. A
+/// second writer of the same directory, in this process or another, is refused with
+/// [`ChunkDirError::Busy`] instead of mixing its files with the first one's. The lock file stays
+/// (removing it would race with a writer that just opened it); the lock goes with the process.
+#[derive(Debug)]
+pub struct DirLock {
+    file: std::fs::File,
+    path: PathBuf,
+}
+
+impl DirLock {
+    /// Takes the lock of output directory `dir` (creating its parent if needed), or fails at
+    /// once if another writer holds it.
+    pub fn acquire(dir: &Path) -> Result<Self, ChunkDirError> {
+        let (parent, name) = split_dir(dir)?;
+        std::fs::create_dir_all(&parent).map_err(io_error(&parent))?;
+        let mut lock_name = std::ffi::OsString::from(".");
+        lock_name.push(&name);
+        lock_name.push(".lock");
+        let path = parent.join(lock_name);
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(&path)
+            .map_err(io_error(&path))?;
+        // SAFETY: `flock` only reads the descriptor, which `file` keeps open for the call.
+        let rc = unsafe {
+            libc::flock(
+                std::os::fd::AsRawFd::as_raw_fd(&file),
+                libc::LOCK_EX | libc::LOCK_NB,
+            )
+        };
+        if rc != 0 {
+            let source = std::io::Error::last_os_error();
+            return Err(if source.kind() == std::io::ErrorKind::WouldBlock {
+                ChunkDirError::Busy {
+                    dir: dir.to_path_buf(),
+                    lock: path,
+                }
+            } else {
+                ChunkDirError::Io { path, source }
+            });
+        }
+        Ok(Self { file, path })
+    }
+
+    /// The lock file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
+impl Drop for DirLock {
+    fn drop(&mut self) {
+        // Closing the descriptor releases the lock anyway; unlocking first makes it prompt even
+        // if a forked child inherited the descriptor.
+        // SAFETY: as in `acquire`; the descriptor is still open.
+        unsafe {
+            libc::flock(std::os::fd::AsRawFd::as_raw_fd(&self.file), libc::LOCK_UN);
+        }
+    }
+}
+
+/// `dir`'s parent (`.` for a bare name) and its last component.
+fn split_dir(dir: &Path) -> Result<(PathBuf, std::ffi::OsString), ChunkDirError> {
+    let name = dir
+        .file_name()
+        .filter(|n| *n != "." && *n != "..")
+        .ok_or_else(|| ChunkDirError::Io {
+            path: dir.to_path_buf(),
+            source: std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                "an output directory needs a name of its own (not `.`, `..` or `/`): give e.g. \
+                 --out chunks",
+            ),
+        })?;
+    let parent = match dir.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+        _ => PathBuf::from("."),
+    };
+    Ok((parent, name.to_os_string()))
+}
+
+/// Builds every part's chunk and writes the directory under the directory's [`DirLock`]: the
+/// partition map, the chunks (in parallel) and `manifest.json` last go into a fresh staging
+/// directory `.<name>.staging-<pid>` beside `dir`, which then replaces `dir` in one atomic
+/// exchange (`renameat2(RENAME_EXCHANGE)`). A reader sees the old directory or the new one,
+/// never a mix; a crash leaves the old directory intact (and a staging directory the next write
+/// removes). Files in `dir` that are not part of a chunk directory are moved over to the new
+/// one; the old run's chunks, map, manifest and the temporaries of killed writers are not.
 ///
 /// If `dir` already holds a manifest of a different partition (another fingerprint), this
-/// refuses unless `options.force`; the same fingerprint rewrites in place. The old manifest is
-/// removed before any chunk is replaced, and chunk files of an earlier run with more parts are
-/// removed after the new manifest is in place.
+/// refuses unless `options.force`; the same fingerprint is always fine.
 pub fn write_chunk_dir(
     dir: &Path,
     builder: &ChunkBuilder<'_>,
     options: &WriteOptions,
 ) -> Result<Manifest, ChunkDirError> {
+    let _own_lock;
+    if options.lock.is_none() {
+        _own_lock = DirLock::acquire(dir)?;
+    }
     let partition = builder.partition();
-    let parts = partition.parts();
     let fingerprint = encode_hex(&builder.fingerprint());
-    std::fs::create_dir_all(dir).map_err(io_error(dir))?;
     let manifest_path = dir.join(MANIFEST_FILE);
-    if manifest_path.exists() {
-        if !options.force {
-            match read_manifest(&manifest_path) {
-                Ok(old) if old.fingerprint == fingerprint => {}
-                Ok(old) => {
-                    return Err(ChunkDirError::DifferentPartition {
-                        dir: dir.to_path_buf(),
-                        existing: std::format!(
-                            "{} parts, {}, fingerprint {}",
-                            old.parts,
-                            old.partition_method,
-                            old.fingerprint
-                        ),
-                    })
-                }
-                Err(err) => {
-                    return Err(ChunkDirError::DifferentPartition {
-                        dir: dir.to_path_buf(),
-                        existing: std::format!("an unreadable manifest ({err})"),
-                    })
-                }
+    if manifest_path.exists() && !options.force {
+        match read_manifest(&manifest_path) {
+            Ok(old) if old.fingerprint == fingerprint => {}
+            Ok(old) => {
+                return Err(ChunkDirError::DifferentPartition {
+                    dir: dir.to_path_buf(),
+                    existing: std::format!(
+                        "{} parts, {}, fingerprint {}",
+                        old.parts,
+                        old.partition_method,
+                        old.fingerprint
+                    ),
+                })
+            }
+            Err(err) => {
+                return Err(ChunkDirError::DifferentPartition {
+                    dir: dir.to_path_buf(),
+                    existing: std::format!("an unreadable manifest ({err})"),
+                })
             }
         }
-        // No manifest may vouch for chunks while they are being replaced.
-        std::fs::remove_file(&manifest_path).map_err(io_error(&manifest_path))?;
-        sync_parent_dir(&manifest_path)?;
     }
+    if dir.exists() && !dir.is_dir() {
+        return Err(ChunkDirError::Io {
+            path: dir.to_path_buf(),
+            source: std::io::Error::new(
+                std::io::ErrorKind::AlreadyExists,
+                "exists and is not a directory: choose another --out",
+            ),
+        });
+    }
+    let (parent, name) = split_dir(dir)?;
+    remove_stale_staging(&parent, &name)?;
+    let mut staging_name = std::ffi::OsString::from(".");
+    staging_name.push(&name);
+    staging_name.push(std::format!(".staging-{}", std::process::id()));
+    let staging = parent.join(staging_name);
+    std::fs::create_dir(&staging).map_err(io_error(&staging))?;
+    let written = write_files(&staging, builder, partition, fingerprint, options);
+    let manifest = match written {
+        Ok(m) => m,
+        Err(e) => {
+            // Best effort: the error matters more than the leftover, which the next write
+            // removes anyway.
+            let _ = std::fs::remove_dir_all(&staging);
+            return Err(e);
+        }
+    };
+    replace_dir(dir, &staging)?;
+    Ok(manifest)
+}
 
+/// Writes the partition map, the chunks and the manifest into the (empty) directory `dir`.
+fn write_files(
+    dir: &Path,
+    builder: &ChunkBuilder<'_>,
+    partition: &Partition,
+    fingerprint: String,
+    options: &WriteOptions,
+) -> Result<Manifest, ChunkDirError> {
+    let parts = partition.parts();
+    let manifest_path = dir.join(MANIFEST_FILE);
     let map_bytes = partition.to_map_bytes();
     write_atomically(&dir.join(PARTITION_MAP_FILE), &map_bytes)?;
     let partition_map = ManifestFile {
@@ -213,9 +341,107 @@ pub fn write_chunk_dir(
         reason,
     })?;
     write_atomically(&manifest_path, &json)?;
-    remove_stale_chunks(dir, parts)?;
-    remove_stale_temporaries(dir)?;
     Ok(manifest)
+}
+
+/// Removes staging directories `.<name>.staging-<pid>` that killed writers of `parent/name`
+/// left (the caller holds the directory's lock, so no live writer owns one).
+fn remove_stale_staging(parent: &Path, name: &std::ffi::OsStr) -> Result<(), ChunkDirError> {
+    let Some(name) = name.to_str() else {
+        return Ok(());
+    };
+    let prefix = std::format!(".{name}.staging-");
+    for entry in std::fs::read_dir(parent).map_err(io_error(parent))? {
+        let entry = entry.map_err(io_error(parent))?;
+        let file_name = entry.file_name();
+        let stale = file_name
+            .to_str()
+            .and_then(|n| n.strip_prefix(&prefix))
+            .is_some_and(|pid| !pid.is_empty() && pid.bytes().all(|b| b.is_ascii_digit()));
+        if stale {
+            let path = entry.path();
+            tracing::info!(path = %path.display(), "removing a staging directory left by an interrupted writer");
+            std::fs::remove_dir_all(&path).map_err(io_error(&path))?;
+        }
+    }
+    Ok(())
+}
+
+/// Whether `name` is one of a chunk directory's own files (or a temporary of one), which a new
+/// run replaces rather than carries over.
+fn is_chunk_dir_file(name: &str) -> bool {
+    name == MANIFEST_FILE
+        || name == PARTITION_MAP_FILE
+        || (name.starts_with("part-") && name.ends_with(".chunk"))
+        || is_stale_temporary(name)
+}
+
+/// Puts the complete directory `staging` in place of `dir`: a plain rename if `dir` does not
+/// exist; otherwise the files of `dir` that are not a chunk directory's own move into
+/// `staging`, the two directories are exchanged atomically, and the old one is removed.
+fn replace_dir(dir: &Path, staging: &Path) -> Result<(), ChunkDirError> {
+    if !dir.exists() {
+        std::fs::rename(staging, dir).map_err(io_error(dir))?;
+        return sync_parent_dir(dir).map_err(ChunkDirError::from);
+    }
+    for entry in std::fs::read_dir(dir).map_err(io_error(dir))? {
+        let entry = entry.map_err(io_error(dir))?;
+        let name = entry.file_name();
+        if name.to_str().is_some_and(is_chunk_dir_file) {
+            continue;
+        }
+        let to = staging.join(&name);
+        std::fs::rename(entry.path(), &to).map_err(io_error(&to))?;
+    }
+    match exchange(staging, dir) {
+        Ok(()) => {}
+        // A file system without RENAME_EXCHANGE: step aside, then rename. A reader in between
+        // finds no directory (and says so), never a mix.
+        Err(e) if matches!(e.raw_os_error(), Some(libc::EINVAL | libc::ENOSYS)) => {
+            let mut aside = staging.as_os_str().to_os_string();
+            aside.push(".old");
+            let aside = PathBuf::from(aside);
+            std::fs::rename(dir, &aside).map_err(io_error(dir))?;
+            std::fs::rename(staging, dir).map_err(io_error(dir))?;
+            std::fs::rename(&aside, staging).map_err(io_error(staging))?;
+        }
+        Err(source) => {
+            return Err(ChunkDirError::Io {
+                path: dir.to_path_buf(),
+                source,
+            })
+        }
+    }
+    sync_parent_dir(dir)?;
+    // `staging` now holds the old run.
+    std::fs::remove_dir_all(staging).map_err(io_error(staging))
+}
+
+/// Exchanges two paths atomically (`renameat2` with `RENAME_EXCHANGE`, Linux 3.15+).
+fn exchange(a: &Path, b: &Path) -> std::io::Result<()> {
+    use std::os::unix::ffi::OsStrExt;
+    let c = |p: &Path| {
+        std::ffi::CString::new(p.as_os_str().as_bytes())
+            .map_err(|_| std::io::Error::from(std::io::ErrorKind::InvalidInput))
+    };
+    let (a, b) = (c(a)?, c(b)?);
+    // SAFETY: both paths are valid NUL-terminated strings that live across the call; the
+    // syscall only reads them.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_renameat2,
+            libc::AT_FDCWD,
+            a.as_ptr(),
+            libc::AT_FDCWD,
+            b.as_ptr(),
+            libc::RENAME_EXCHANGE,
+        )
+    };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
 }
 
 /// The file a temporary named `<file>.tmp-<pid>` or `<file>.tmp-<pid>-<seq>` stands for, if
@@ -240,42 +466,8 @@ fn is_stale_temporary(name: &str) -> bool {
     })
 }
 
-/// Removes the temporaries killed writers left in `dir` (see [`is_stale_temporary`]). Runs
-/// once the new manifest is in place: writing one directory from two processes at once is not
-/// supported anyway (each would remove the other's manifest).
-fn remove_stale_temporaries(dir: &Path) -> Result<(), ChunkDirError> {
-    for entry in std::fs::read_dir(dir).map_err(io_error(dir))? {
-        let entry = entry.map_err(io_error(dir))?;
-        if entry.file_name().to_str().is_some_and(is_stale_temporary) {
-            let path = entry.path();
-            tracing::info!(path = %path.display(), "removing a temporary left by an interrupted writer");
-            std::fs::remove_file(&path).map_err(io_error(&path))?;
-        }
-    }
-    Ok(())
-}
-
-/// Removes `part-NNNNN.chunk` files with `NNNNN ≥ parts` (left by an earlier run with more parts).
-fn remove_stale_chunks(dir: &Path, parts: u32) -> Result<(), ChunkDirError> {
-    for entry in std::fs::read_dir(dir).map_err(io_error(dir))? {
-        let entry = entry.map_err(io_error(dir))?;
-        let name = entry.file_name();
-        let Some(name) = name.to_str() else { continue };
-        let index = name
-            .strip_prefix("part-")
-            .and_then(|rest| rest.strip_suffix(".chunk"))
-            .filter(|digits| digits.len() >= 5 && digits.bytes().all(|b| b.is_ascii_digit()))
-            .and_then(|digits| digits.parse::<u64>().ok());
-        if index.is_some_and(|i| i >= u64::from(parts)) {
-            let path = entry.path();
-            std::fs::remove_file(&path).map_err(io_error(&path))?;
-        }
-    }
-    Ok(())
-}
-
 fn read_manifest(path: &Path) -> Result<Manifest, ChunkDirError> {
-    let bytes = std::fs::read(path).map_err(io_error(path))?;
+    let bytes = chunk_format::read_regular(path).map_err(io_error(path))?;
     Manifest::from_json(&bytes).map_err(|reason| ChunkDirError::Manifest {
         path: path.to_path_buf(),
         reason,
@@ -291,12 +483,28 @@ pub struct ChunkDir {
 }
 
 impl ChunkDir {
-    /// Reads and validates `dir/manifest.json`. A directory without one was never completely
-    /// written (or is not a chunk directory).
+    /// Reads and validates `dir/manifest.json`, and checks the saved partition map against it
+    /// (see [`ChunkDir::load_partition`]): the one rule every command that opens a chunk
+    /// directory follows, so a deleted, replaced or corrupted `partition.map` is found by all
+    /// of them. A directory without a manifest was never completely written (or is not a chunk
+    /// directory).
     pub fn open(dir: impl AsRef<Path>) -> Result<Self, ChunkDirError> {
         let dir = dir.as_ref();
         let path = dir.join(MANIFEST_FILE);
-        if !path.is_file() {
+        if !dir.is_dir() {
+            return Err(ChunkDirError::Io {
+                path: dir.to_path_buf(),
+                source: std::io::Error::new(
+                    std::io::ErrorKind::NotFound,
+                    if dir.exists() {
+                        "not a directory: give the directory `distspmm partition --out` wrote"
+                    } else {
+                        "no such directory: give the directory `distspmm partition --out` wrote"
+                    },
+                ),
+            });
+        }
+        if std::fs::symlink_metadata(&path).is_err() {
             return Err(ChunkDirError::Manifest {
                 path,
                 reason: "missing: the directory was never completely written; \
@@ -312,11 +520,13 @@ impl ChunkDir {
                     path: path.clone(),
                     reason,
                 })?;
-        Ok(Self {
+        let opened = Self {
             dir: dir.to_path_buf(),
             manifest,
             fingerprint,
-        })
+        };
+        opened.load_partition()?;
+        Ok(opened)
     }
 
     /// The directory.
@@ -451,14 +661,31 @@ impl ChunkDir {
     pub fn load_partition(&self) -> Result<Partition, ChunkDirError> {
         let entry = &self.manifest.partition_map;
         let path = self.dir.join(&entry.file);
-        let bytes = std::fs::read(&path).map_err(io_error(&path))?;
+        let bytes = chunk_format::read_regular(&path).map_err(|source| {
+            if source.kind() == std::io::ErrorKind::NotFound {
+                ChunkDirError::Inconsistent {
+                    file: path.clone(),
+                    section: "partition map",
+                    detail: "missing, but the manifest lists it: the directory is incomplete; \
+                             re-run `distspmm partition`"
+                        .into(),
+                }
+            } else {
+                ChunkDirError::Io {
+                    path: path.clone(),
+                    source,
+                }
+            }
+        })?;
         let sum = xxhash_rust::xxh3::xxh3_64(&bytes);
         if bytes.len() as u64 != entry.bytes || Some(sum) != parse_checksum(&entry.checksum) {
             return Err(ChunkDirError::Inconsistent {
                 file: path,
                 section: "partition map",
                 detail: std::format!(
-                    "length {} and checksum {} do not match the manifest's {} and {}",
+                    "length {} and checksum {} do not match the manifest's {} and {}: the file \
+                     was replaced or corrupted after the manifest was written; re-run \
+                     `distspmm partition`",
                     bytes.len(),
                     format_checksum(sum),
                     entry.bytes,
@@ -478,8 +705,10 @@ impl ChunkDir {
     }
 
     /// Loads and validates every chunk, then checks them together: the cross-chunk rules of
-    /// [`check_consistency`], and that chunk p's original ids are exactly part p's nodes of the
-    /// saved partition map, in order. Returns the mapped chunks.
+    /// [`check_consistency`], that chunk p's original ids are exactly part p's nodes of the
+    /// saved partition map, in order, and that every manifest field the chunks and the map can
+    /// vouch for agrees with them ([`ChunkDir::check_manifest_fields`]). Returns the mapped
+    /// chunks.
     pub fn validate_all(&self) -> Result<Vec<MappedChunk>, ChunkDirError> {
         let chunks: Vec<MappedChunk> = (0..self.parts())
             .map(|p| self.load(p))
@@ -513,7 +742,119 @@ impl ChunkDir {
                 });
             }
         }
+        self.check_manifest_fields(&views, &partition)?;
         Ok(chunks)
+    }
+
+    /// The manifest fields that [`ChunkDir::load`] does not check against one chunk, checked
+    /// against all of them and the partition map: `chunk_format_version` (every header's
+    /// version), `partition_method` and `max_imbalance` (the map's), `nnz` (the chunks' sum),
+    /// `edge_cut` (recounted from Â's cross-part entries), `edges` (at least Â's off-diagonal
+    /// entries — every one comes from an edge — or all of them without normalisation), and
+    /// `normalization` (one of `gcn`, `row`, `none`; with `gcn` and `row` every row has its
+    /// self loop; with `row` every row sums to 1 or is all zeros). `distspmm_version` and
+    /// `command_line` only describe the run.
+    fn check_manifest_fields(
+        &self,
+        views: &[(&Path, &ChunkView<'_>)],
+        partition: &Partition,
+    ) -> Result<(), ChunkDirError> {
+        let m = &self.manifest;
+        let manifest_path = self.dir.join(MANIFEST_FILE);
+        let bad = |field: &str, detail: String| ChunkDirError::Manifest {
+            path: manifest_path.clone(),
+            reason: std::format!(
+                "{field}: {detail}; the manifest does not describe these chunks (was it edited?): \
+                 re-run `distspmm partition`"
+            ),
+        };
+        for (path, view) in views {
+            let version = view.header().version.to_string();
+            if version != m.chunk_format_version {
+                return Err(bad(
+                    "chunk_format_version",
+                    std::format!(
+                        "it says {}, but {} has version {version}",
+                        m.chunk_format_version,
+                        path.display()
+                    ),
+                ));
+            }
+        }
+        if partition.method() != m.partition_method {
+            return Err(bad(
+                "partition_method",
+                std::format!(
+                    "it says {:?}, the partition map {:?}",
+                    m.partition_method,
+                    partition.method()
+                ),
+            ));
+        }
+        let imbalance = partition.imbalance();
+        if (imbalance - m.max_imbalance).abs() > 1e-9 * imbalance.abs().max(1.0) {
+            return Err(bad(
+                "max_imbalance",
+                std::format!(
+                    "it says {}, the partition map's parts give {imbalance}",
+                    m.max_imbalance
+                ),
+            ));
+        }
+        let nnz: u64 = views.iter().map(|(_, v)| v.header().nnz).sum();
+        if nnz != m.nnz {
+            return Err(bad(
+                "nnz",
+                std::format!("it says {}, the chunks hold {nnz}", m.nnz),
+            ));
+        }
+        let shape = AHatShape::of(views);
+        if shape.edge_cut != m.edge_cut {
+            return Err(bad(
+                "edge_cut",
+                std::format!("it says {}, the chunks give {}", m.edge_cut, shape.edge_cut),
+            ));
+        }
+        let from_edges = match m.normalization.as_str() {
+            "gcn" | "row" => shape.off_diagonal,
+            "none" => nnz,
+            other => {
+                return Err(bad(
+                    "normalization",
+                    std::format!("{other:?} is not one of gcn, row, none"),
+                ))
+            }
+        };
+        if m.edges < from_edges {
+            return Err(bad(
+                "edges",
+                std::format!(
+                    "it says {}, but the chunks hold {from_edges} entries that each come from an \
+                     edge",
+                    m.edges
+                ),
+            ));
+        }
+        if m.normalization != "none" && shape.rows_without_loop > 0 {
+            return Err(bad(
+                "normalization",
+                std::format!(
+                    "it says {}, which adds a self loop to every row, but {} rows have none",
+                    m.normalization,
+                    shape.rows_without_loop
+                ),
+            ));
+        }
+        if m.normalization == "row" && shape.rows_not_stochastic > 0 {
+            return Err(bad(
+                "normalization",
+                std::format!(
+                    "it says row, but {} rows of Â do not sum to 1",
+                    shape.rows_not_stochastic
+                ),
+            ));
+        }
+        Ok(())
     }
 
     /// Loads every chunk and reassembles Â in renumbered ids (see [`reassemble`]).
@@ -522,6 +863,83 @@ impl ChunkDir {
         let views: Vec<(&Path, &ChunkView<'_>)> =
             chunks.iter().map(|c| (c.path(), c.view())).collect();
         reassemble(&views)
+    }
+}
+
+/// What [`ChunkDir::check_manifest_fields`] recounts from the chunks' Â.
+struct AHatShape {
+    /// Unordered pairs of nodes in different parts joined by an entry in either direction.
+    edge_cut: u64,
+    /// Entries off the diagonal.
+    off_diagonal: u64,
+    /// Rows without a diagonal entry.
+    rows_without_loop: u64,
+    /// Rows whose values sum neither to 1 nor are all zero (relative tolerance 1e-3).
+    rows_not_stochastic: u64,
+}
+
+impl AHatShape {
+    /// Counts over the P chunks of one run, after [`check_consistency`].
+    fn of(chunks: &[(&Path, &ChunkView<'_>)]) -> Self {
+        let mut shape = Self {
+            edge_cut: 0,
+            off_diagonal: 0,
+            rows_without_loop: 0,
+            rows_not_stochastic: 0,
+        };
+        // Cross entries counted once per direction; a pair with both directions twice.
+        let (mut one_way, mut both_ways) = (0u64, 0u64);
+        for &(_, view) in chunks {
+            let p = view.part_id();
+            let blocks: Vec<_> = view.blocks().collect();
+            for i in 0..view.num_local_nodes() {
+                let (mut has_loop, mut sum) = (false, 0f64);
+                for block in &blocks {
+                    let q = block.src_part as usize;
+                    let (s, e) = (
+                        block.csr_rowptr[i] as usize,
+                        block.csr_rowptr[i + 1] as usize,
+                    );
+                    sum += block.csr_vals[s..e]
+                        .iter()
+                        .map(|&v| f64::from(v))
+                        .sum::<f64>();
+                    if q == p {
+                        let on_diagonal = block.csr_cols[s..e].binary_search(&(i as u32)).is_ok();
+                        has_loop |= on_diagonal;
+                        shape.off_diagonal += (e - s - usize::from(on_diagonal)) as u64;
+                        continue;
+                    }
+                    shape.off_diagonal += (e - s) as u64;
+                    // Entry (this row, u) with u in part q: does q's row u hold this row?
+                    let peer = chunks[q].1;
+                    let recv = view.halo_recv(q);
+                    let reverse = peer.blocks().find(|b| b.src_part as usize == p);
+                    let my_index = peer.halo_recv(p).binary_search(&(i as u32)).ok();
+                    for &c in &block.csr_cols[s..e] {
+                        let u = recv[c as usize] as usize;
+                        let mutual = match (&reverse, my_index) {
+                            (Some(r), Some(k)) => {
+                                let (rs, re) =
+                                    (r.csr_rowptr[u] as usize, r.csr_rowptr[u + 1] as usize);
+                                r.csr_cols[rs..re].binary_search(&(k as u32)).is_ok()
+                            }
+                            _ => false,
+                        };
+                        if mutual {
+                            both_ways += 1;
+                        } else {
+                            one_way += 1;
+                        }
+                    }
+                }
+                shape.rows_without_loop += u64::from(!has_loop);
+                let stochastic = (sum - 1.0).abs() <= 1e-3 || sum == 0.0;
+                shape.rows_not_stochastic += u64::from(!stochastic);
+            }
+        }
+        shape.edge_cut = one_way + both_ways / 2;
+        shape
     }
 }
 

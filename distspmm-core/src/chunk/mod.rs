@@ -22,7 +22,7 @@ use std::string::String;
 pub use build::{ChunkBuilder, HaloLists, PartChunk};
 pub use dir::{
     check_consistency, chunk_file_name, reassemble, stale_temporary_of, write_chunk_dir, ChunkDir,
-    WriteOptions, WriteTimings,
+    DirLock, WriteOptions, WriteTimings,
 };
 pub use manifest::{
     fingerprint_hex, Manifest, ManifestChunk, ManifestFile, MANIFEST_FILE, MANIFEST_FORMAT,
@@ -74,6 +74,19 @@ pub enum ChunkDirError {
         dir: PathBuf,
         /// What it holds.
         existing: String,
+    },
+    /// Another writer holds the directory's lock (see [`DirLock`]).
+    #[error(
+        "another `distspmm partition` is writing {} right now (it holds {}): wait for it to \
+         finish, or write to another directory",
+        dir.display(),
+        lock.display()
+    )]
+    Busy {
+        /// The directory.
+        dir: PathBuf,
+        /// Its lock file.
+        lock: PathBuf,
     },
     /// A part outside `0..P` was asked for.
     #[error("part {part} does not exist: the directory has {parts} parts")]

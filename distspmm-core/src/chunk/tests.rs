@@ -328,8 +328,21 @@ fn corrupted_and_foreign_chunks_are_detected() {
     let mut map_bytes = std::fs::read(&map).unwrap();
     map_bytes[30] ^= 1;
     std::fs::write(&map, &map_bytes).unwrap();
-    let err = ChunkDir::open(&dir_a).unwrap().validate_all().unwrap_err();
+    // Found on opening: every command that opens the directory sees it, not only validate_all.
+    let err = ChunkDir::open(&dir_a).unwrap_err();
     assert!(std::format!("{err}").contains("partition map"), "{err}");
+    std::fs::remove_file(&map).unwrap();
+    let err = ChunkDir::open(&dir_a).unwrap_err();
+    assert!(
+        std::format!("{err}").contains("missing, but the manifest lists it"),
+        "{err}"
+    );
+    std::fs::copy(dir_b.join(PARTITION_MAP_FILE), &map).unwrap();
+    let err = ChunkDir::open(&dir_a).unwrap_err();
+    assert!(
+        std::format!("{err}").contains("replaced or corrupted"),
+        "{err}"
+    );
     std::fs::write(dir_a.join(MANIFEST_FILE), b"{\"format\": 1}").unwrap();
     assert!(matches!(
         ChunkDir::open(&dir_a),
@@ -395,4 +408,75 @@ fn a_part_whose_local_ids_overflow_u32_asks_for_more_parts() {
         "{text}"
     );
     assert!(build::check_part_fits(0, u64::MAX, 1, u64::from(u32::MAX)).is_err());
+}
+
+#[test]
+fn a_second_writer_is_refused_while_the_first_holds_the_lock() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("chunks");
+    let (g, a_hat) = graph_and_a_hat(20, &ring(20), 2, 3);
+    let adj = Adjacency::from_edges(20, &g.src, &g.dst).unwrap();
+    let part = partition(&adj, 2, &Method::Contiguous).unwrap();
+    let held = DirLock::acquire(&dir).unwrap();
+    let err = write_dir(&dir, &g, &a_hat, &part, true).unwrap_err();
+    assert!(matches!(err, ChunkDirError::Busy { .. }), "{err}");
+    let text = std::format!("{err}");
+    assert!(
+        text.contains("another `distspmm partition` is writing") && text.contains(".chunks.lock"),
+        "{text}"
+    );
+    assert!(!dir.exists(), "a refused writer wrote nothing");
+    // A second lock in the same process is refused too (flock is per open file).
+    assert!(matches!(
+        DirLock::acquire(&dir),
+        Err(ChunkDirError::Busy { .. })
+    ));
+    drop(held);
+    write_dir(&dir, &g, &a_hat, &part, true).unwrap();
+    ChunkDir::open(&dir).unwrap().validate_all().unwrap();
+}
+
+#[test]
+fn a_rewrite_swaps_in_a_complete_directory_and_leaves_no_staging() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("chunks");
+    let (g, a_hat) = graph_and_a_hat(30, &ring(30), 3, 1);
+    let adj = Adjacency::from_edges(30, &g.src, &g.dst).unwrap();
+    let four = partition(&adj, 4, &Method::Contiguous).unwrap();
+    let two = partition(&adj, 2, &Method::Random { seed: 9 }).unwrap();
+    write_dir(&dir, &g, &a_hat, &four, false).unwrap();
+    std::fs::write(dir.join("notes.txt"), b"mine").unwrap();
+    // What a writer killed mid-run leaves beside the directory: removed by the next write.
+    let stale = tmp.path().join(".chunks.staging-4000000");
+    std::fs::create_dir(&stale).unwrap();
+    std::fs::write(stale.join(chunk_file_name(0)), b"partial").unwrap();
+    let inode = |p: &Path| std::os::unix::fs::MetadataExt::ino(&std::fs::metadata(p).unwrap());
+    let before = inode(&dir);
+    write_dir(&dir, &g, &a_hat, &two, true).unwrap();
+    assert_ne!(inode(&dir), before, "the directory was replaced as a whole");
+    let opened = ChunkDir::open(&dir).unwrap();
+    assert_eq!(opened.parts(), 2);
+    opened.validate_all().unwrap();
+    assert_eq!(std::fs::read(dir.join("notes.txt")).unwrap(), b"mine");
+    let mut names: Vec<String> = std::fs::read_dir(tmp.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    names.sort();
+    assert_eq!(names, [".chunks.lock", "chunks"]);
+    let mut inside: Vec<String> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    inside.sort();
+    assert_eq!(
+        inside,
+        [
+            "manifest.json",
+            "notes.txt",
+            "part-00000.chunk",
+            "part-00001.chunk",
+            "partition.map"
+        ]
+    );
 }

@@ -77,6 +77,9 @@ pub enum GraphErrorKind {
     /// A required `.npz` array is absent.
     #[error("required array is missing")]
     MissingArray,
+    /// The graph (or the one a generator was asked for) needs more memory than there is.
+    #[error(transparent)]
+    Memory(#[from] crate::memory::MemoryError),
     /// Anything else malformed: a broken zip, truncated data, an invalid label or parameter.
     #[error("{0}")]
     Invalid(String),
@@ -165,6 +168,17 @@ impl From<GraphErrorKind> for GraphError {
 impl From<io::Error> for GraphError {
     fn from(e: io::Error) -> Self {
         GraphErrorKind::Io(e).into()
+    }
+}
+
+/// A number as an error message shows it: as written for everyday magnitudes, in scientific
+/// notation otherwise (`1e300`, not its 301 digits).
+pub fn show_float(x: f64) -> String {
+    let magnitude = x.abs();
+    if x == 0.0 || !x.is_finite() || (1e-4..1e9).contains(&magnitude) {
+        std::format!("{x}")
+    } else {
+        std::format!("{x:e}")
     }
 }
 

@@ -317,13 +317,13 @@ fn check_csbm(p: &CsbmParams) -> Result<(), GraphError> {
     if !(0.0..=1.0).contains(&p.homophily) {
         return Err(invalid(format!(
             "homophily {} is not in [0, 1]",
-            p.homophily
+            super::show_float(p.homophily)
         )));
     }
     if !p.separation.is_finite() || p.separation < 0.0 {
         return Err(invalid(format!(
             "separation {} is not a finite value ≥ 0",
-            p.separation
+            super::show_float(p.separation)
         )));
     }
     let n = p.nodes as f64;
@@ -340,7 +340,10 @@ fn check_csbm(p: &CsbmParams) -> Result<(), GraphError> {
         return Err(invalid(format!(
             "average degree {} is not possible for {} nodes in {} classes at homophily {}: \
              at most half of the possible node pairs may be edges",
-            p.avg_degree, p.nodes, p.classes, p.homophily
+            super::show_float(p.avg_degree),
+            p.nodes,
+            p.classes,
+            super::show_float(p.homophily)
         )));
     }
     if p.classes == 1 && p.homophily < 1.0 && wanted > 0.0 {

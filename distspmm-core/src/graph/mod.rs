@@ -24,10 +24,9 @@ pub mod mtx;
 pub mod npz;
 mod text;
 
-pub use error::{GraphError, GraphErrorKind, Location};
+pub use error::{show_float, GraphError, GraphErrorKind, Location};
 
 use std::boxed::Box;
-use std::fs::File;
 use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::string::{String, ToString};
@@ -35,6 +34,10 @@ use std::vec::Vec;
 
 /// Largest node count a [`Graph`] may have: node ids are `u32`.
 pub const MAX_NODES: usize = u32::MAX as usize;
+
+/// Classes any graph may have; more need at least as many nodes as classes
+/// ([`Graph::validate`]).
+pub const MAX_CLASSES_ANY_GRAPH: u64 = 1 << 16;
 
 /// Dense node features, row-major `num_nodes × dim`.
 #[derive(Clone, Debug, PartialEq)]
@@ -171,6 +174,21 @@ impl Graph {
                     std::format!("{} labels for {n} nodes", y.len()),
                 ));
             }
+            // A class id is an index into the classes: more classes than nodes (beyond a small
+            // graph's allowance) is a corrupt label, and would size the classifier's N × C
+            // outputs by it.
+            let limit = (n as u64).max(MAX_CLASSES_ANY_GRAPH);
+            if let Some(&bad) = y.iter().find(|&&c| c >= 0 && c as u64 >= limit) {
+                return Err(GraphError::new(
+                    Location::Array("y".to_string()),
+                    GraphErrorKind::Invalid(std::format!(
+                        "label {bad} would mean {} classes, more than the graph's {n} nodes \
+                         (and than {MAX_CLASSES_ANY_GRAPH}): labels must be class indices \
+                         0..C-1 (or -1 for unlabelled)",
+                        i64::from(bad) + 1
+                    )),
+                ));
+            }
             if let Some(&bad) = y.iter().find(|&&c| c < -1) {
                 return Err(GraphError::new(
                     Location::Array("y".to_string()),
@@ -196,6 +214,46 @@ impl Graph {
         }
         Ok(())
     }
+}
+
+/// Memory that normalising, partitioning and chunking a graph of `nodes` nodes, `edges` edges
+/// and `features` feature columns needs at the least: about 80 bytes per node (Â's row offsets,
+/// degrees, the symmetric adjacency, the partition and renumbering), 64 per edge (the edge list,
+/// Â and its assembly, the adjacency in both directions) and the features. A lower bound, used
+/// to refuse inputs that cannot fit before anything is allocated.
+pub fn working_set_bytes(nodes: u64, edges: u64, features: u64) -> u64 {
+    nodes
+        .saturating_mul(80)
+        .saturating_add(edges.saturating_mul(64))
+        .saturating_add(nodes.saturating_mul(features).saturating_mul(4))
+}
+
+/// Refuses a graph whose [`working_set_bytes`] exceed the available memory, naming what the
+/// input declares (`declared` nodes for edges that reference only ids below `referenced`).
+fn check_fits(graph: &Graph) -> Result<(), GraphError> {
+    let (n, e) = (graph.num_nodes as u64, graph.num_edges() as u64);
+    let bytes = working_set_bytes(n, e, graph.feature_dim() as u64);
+    let referenced = graph
+        .src
+        .iter()
+        .chain(&graph.dst)
+        .max()
+        .map_or(0, |&m| u64::from(m) + 1);
+    let what = if referenced < n / 2 {
+        std::format!(
+            "the file declares {n} nodes, but its {e} edges reference only nodes below \
+             {referenced}; a graph of {n} nodes"
+        )
+    } else {
+        std::format!("a graph of {n} nodes and {e} edges")
+    };
+    crate::memory::check(
+        what,
+        bytes,
+        "check the node count the file declares (the Matrix Market size line, num_nodes in an \
+         .npz), or use a machine with more memory",
+    )
+    .map_err(|e| GraphErrorKind::Memory(e).into())
 }
 
 /// The file formats [`load`] understands.
@@ -233,13 +291,16 @@ impl Format {
 }
 
 /// Reads a graph file, choosing the reader by extension (see [`Format::from_path`]; a directory
-/// is read as `.npy` files, [`npz::read_npy_dir`]), and validates it. Errors name the file and the line or array at fault.
+/// is read as `.npy` files, [`npz::read_npy_dir`]), and validates it, including that what it
+/// declares fits in memory ([`working_set_bytes`]). Errors name the file and the line or array at fault.
 ///
 /// Edge lists are read with [`edgelist::EdgeListOptions::default`] (0-based ids, node count =
 /// largest id + 1); call [`edgelist::read_edgelist`] directly for other settings.
 pub fn load(path: impl AsRef<Path>) -> Result<Graph, GraphError> {
     let path = path.as_ref();
-    let graph = load_inner(path).map_err(|e| e.in_file(path))?;
+    let graph = load_inner(path)
+        .and_then(|g| check_fits(&g).map(|()| g))
+        .map_err(|e| e.in_file(path))?;
     tracing::info!(
         path = %path.display(),
         nodes = graph.num_nodes,
@@ -275,7 +336,7 @@ fn load_inner(path: &Path) -> Result<Graph, GraphError> {
 /// A buffered reader over a text file, decompressing gzip when `gz`.
 fn open_text(path: &Path, gz: bool) -> Result<Box<dyn BufRead>, GraphError> {
     const BUF: usize = 1 << 16;
-    let file = File::open(path)?;
+    let file = chunk_format::open_regular(path)?;
     Ok(if gz {
         Box::new(BufReader::with_capacity(
             BUF,

@@ -704,7 +704,7 @@ pub fn read_npz_bytes(bytes: &[u8]) -> Result<Graph, GraphError> {
 pub fn read_npz(path: impl AsRef<Path>) -> Result<Graph, GraphError> {
     let path = path.as_ref();
     let inner = || -> Result<Graph, GraphError> {
-        let file = File::open(path)?;
+        let file = chunk_format::open_regular(path)?;
         read_archive(Npz::open(BufReader::with_capacity(1 << 16, file))?)
     };
     inner().map_err(|e| e.in_file(path))
@@ -855,11 +855,12 @@ pub fn write_npz(path: impl AsRef<Path>, graph: &Graph) -> Result<(), GraphError
     let tmp = temp_path(path);
     let result = (|| -> Result<(), GraphError> {
         let file = File::options().write(true).create_new(true).open(&tmp)?;
-        let mut zip = ZipWriter::new(BufWriter::with_capacity(1 << 20, file));
+        let mut zip = ZipWriter::new(StopAfterError::new(BufWriter::with_capacity(1 << 20, file)));
         write_archive(&mut zip, graph)?;
         let file = zip
             .finish()
             .map_err(zip_error)?
+            .inner
             .into_inner()
             .map_err(|e| GraphErrorKind::Io(e.into_error()))?;
         file.sync_all()?;
@@ -872,6 +873,85 @@ pub fn write_npz(path: impl AsRef<Path>, graph: &Graph) -> Result<(), GraphError
         let _ = std::fs::remove_file(&tmp);
     }
     result.map_err(|e| e.in_file(path))
+}
+
+/// Passes writes and seeks through until the first error, which it returns; after that
+/// everything succeeds and goes nowhere (positions stay consistent, so the zip writer's own
+/// checks hold). The error has been reported by then: this only keeps `ZipWriter`'s `Drop`,
+/// which finalises an unfinished archive, from failing again and printing that failure to
+/// stderr as Rust debug text (a full disk would show `ZipWriter drop failed: Io(Os { … })`
+/// after the real message).
+struct StopAfterError<W> {
+    inner: W,
+    failed: bool,
+    /// The position as the zip writer sees it.
+    pos: u64,
+    /// The largest position written.
+    end: u64,
+}
+
+impl<W> StopAfterError<W> {
+    fn new(inner: W) -> Self {
+        Self {
+            inner,
+            failed: false,
+            pos: 0,
+            end: 0,
+        }
+    }
+
+    fn note<T>(&mut self, result: io::Result<T>) -> io::Result<T> {
+        if result
+            .as_ref()
+            .is_err_and(|e| e.kind() != io::ErrorKind::Interrupted)
+        {
+            self.failed = true;
+        }
+        result
+    }
+
+    fn advance(&mut self, n: usize) {
+        self.pos += n as u64;
+        self.end = self.end.max(self.pos);
+    }
+}
+
+impl<W: Write> Write for StopAfterError<W> {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        let n = if self.failed {
+            buf.len()
+        } else {
+            let result = self.inner.write(buf);
+            self.note(result)?
+        };
+        self.advance(n);
+        Ok(n)
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        if self.failed {
+            return Ok(());
+        }
+        let result = self.inner.flush();
+        self.note(result)
+    }
+}
+
+impl<W: Seek> Seek for StopAfterError<W> {
+    fn seek(&mut self, pos: io::SeekFrom) -> io::Result<u64> {
+        if !self.failed {
+            let result = self.inner.seek(pos);
+            self.pos = self.note(result)?;
+            return Ok(self.pos);
+        }
+        let target = match pos {
+            io::SeekFrom::Start(n) => Some(n),
+            io::SeekFrom::Current(d) => self.pos.checked_add_signed(d),
+            io::SeekFrom::End(d) => self.end.checked_add_signed(d),
+        };
+        self.pos = target.ok_or_else(|| io::Error::from(io::ErrorKind::InvalidInput))?;
+        Ok(self.pos)
+    }
 }
 
 /// A fresh name in `path`'s directory for the file being written.

@@ -109,6 +109,19 @@ fn validate_names_the_broken_field() {
         let e = g.validate().unwrap_err();
         assert_eq!(e.location(), &Location::Array(array.into()), "{e}");
     }
+    // One label of 2^31 − 2 would make 2^31 − 1 classes (and N × C classifier outputs).
+    let e = Graph {
+        labels: Some(vec![0, 2_147_483_646, 1]),
+        ..sample()
+    }
+    .validate()
+    .unwrap_err();
+    assert_eq!(e.location(), &Location::Array("y".into()));
+    let text = format!("{e}");
+    assert!(
+        text.contains("label 2147483646 would mean 2147483647 classes, more than the graph's 3 nodes (and than 65536)"),
+        "{text}"
+    );
     let huge = Graph {
         num_nodes: MAX_NODES + 1,
         ..Graph::default()
@@ -171,6 +184,59 @@ fn text_formats_load_by_extension_with_gzip() {
     assert!(
         matches!(e.kind(), GraphErrorKind::UnknownFormat(_)) && format!("{e}").contains("g.xyz")
     );
+}
+
+#[test]
+fn a_byte_order_mark_is_not_part_of_the_first_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let bom = "\u{feff}";
+    // The edge list's first line is an edge: with the mark taken as text it became a header.
+    for (name, text, edges) in [
+        ("e.txt", "0 1\n1 2\n", 2),
+        ("e.csv", "0,1\n1,2\n", 2),
+        (
+            "m.mtx",
+            "%%MatrixMarket matrix coordinate pattern general\n3 3 2\n1 2\n2 3\n",
+            2,
+        ),
+        ("g.graph", "3 2\n2\n1 3\n2\n", 4),
+    ] {
+        let path = dir.path().join(name);
+        std::fs::write(&path, format!("{bom}{text}")).unwrap();
+        let g = load(&path).unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert_eq!((g.num_nodes, g.num_edges()), (3, edges), "{name}");
+        std::fs::write(&path, text).unwrap();
+        assert_eq!(
+            sorted_edges(&load(&path).unwrap()),
+            sorted_edges(&g),
+            "{name}"
+        );
+    }
+}
+
+#[test]
+fn special_files_are_refused_without_blocking() {
+    let dir = tempfile::tempdir().unwrap();
+    let as_dir = dir.path().join("graph.npz");
+    std::fs::create_dir(&as_dir).unwrap();
+    let msg = format!("{}", load(&as_dir).unwrap_err());
+    assert!(
+        msg.contains("graph.npz") && msg.contains("a directory, not a regular file"),
+        "{msg}"
+    );
+    for name in ["fifo.txt", "fifo.npz", "fifo.mtx.gz"] {
+        let fifo = dir.path().join(name);
+        let made = std::process::Command::new("mkfifo").arg(&fifo).status();
+        if !made.is_ok_and(|s| s.success()) {
+            return;
+        }
+        // Without a writer, opening a FIFO blocks forever unless the reader refuses it first.
+        let msg = format!("{}", load(&fifo).unwrap_err());
+        assert!(
+            msg.contains("a FIFO (named pipe), not a regular file"),
+            "{name}: {msg}"
+        );
+    }
 }
 
 mod properties {

@@ -8,7 +8,11 @@ use super::{GraphError, GraphErrorKind};
 use std::io::BufRead;
 use std::vec::Vec;
 
-/// Reads a text file line by line, counting lines from 1.
+/// The UTF-8 encoding of U+FEFF, which some editors put at the start of a text file.
+const UTF8_BOM: &[u8] = b"\xEF\xBB\xBF";
+
+/// Reads a text file line by line, counting lines from 1; a UTF-8 byte-order mark at the start
+/// of the file is dropped.
 pub(crate) struct LineReader<R> {
     reader: R,
     buf: Vec<u8>,
@@ -36,14 +40,20 @@ impl<R: BufRead> LineReader<R> {
             return Ok(None);
         }
         self.line += 1;
+        // A UTF-8 byte-order mark (editors on Windows write one) is not part of the first line.
+        let start = if self.line == 1 && self.buf.starts_with(UTF8_BOM) {
+            UTF8_BOM.len()
+        } else {
+            0
+        };
         let mut end = self.buf.len();
-        if self.buf[..end].ends_with(b"\n") {
+        if self.buf[start..end].ends_with(b"\n") {
             end -= 1;
         }
-        if self.buf[..end].ends_with(b"\r") {
+        if self.buf[start..end].ends_with(b"\r") {
             end -= 1;
         }
-        Ok(Some((self.line, &self.buf[..end])))
+        Ok(Some((self.line, &self.buf[start..end])))
     }
 
     /// The number of the line last returned (0 before the first).

@@ -109,7 +109,7 @@ impl Partition {
 
     /// Reads and validates a partition map saved by [`Partition::save`].
     pub fn load(path: &Path) -> Result<Self, PartitionError> {
-        let bytes = std::fs::read(path).map_err(|source| PartitionError::Io {
+        let bytes = chunk_format::read_regular(path).map_err(|source| PartitionError::Io {
             path: path.to_path_buf(),
             source,
         })?;

@@ -29,6 +29,9 @@ pub enum PartitionError {
     /// Zero parts were asked for.
     #[error("the number of parts must be at least 1")]
     ZeroParts,
+    /// The graph has no nodes.
+    #[error("the graph has no nodes, so there is nothing to partition: check the input file")]
+    EmptyGraph,
     /// More parts than nodes were asked for.
     #[error("cannot split {nodes} nodes into {parts} parts: use at most {nodes} parts")]
     TooManyParts {
@@ -86,9 +89,18 @@ pub enum PartitionError {
         /// The largest total it accepts.
         max: u64,
     },
+    /// METIS takes its seed as an `idx_t`.
+    #[error("--seed {seed} is too large for METIS: give a seed from 0 to {max}")]
+    SeedTooLarge {
+        /// The seed given.
+        seed: u64,
+        /// The largest seed METIS takes.
+        max: u64,
+    },
     /// The imbalance tolerance is not a number above 1.
     #[error(
-        "imbalance tolerance {0} is invalid: give a number of at least 1.001 (e.g. 1.03 for 3%)"
+        "imbalance tolerance {} is invalid: give a number from 1.001 to 1001 (e.g. 1.03 for 3%)",
+        crate::graph::show_float(*.0)
     )]
     InvalidImbalance(f64),
     /// KaMinPar refused the options or failed.
@@ -379,6 +391,9 @@ fn check_parts(parts: u32, nodes: usize) -> Result<(), PartitionError> {
     if parts == 0 {
         return Err(PartitionError::ZeroParts);
     }
+    if nodes == 0 {
+        return Err(PartitionError::EmptyGraph);
+    }
     if parts as u64 > nodes as u64 {
         return Err(PartitionError::TooManyParts {
             parts,
@@ -487,12 +502,10 @@ fn metis_kway(
     options: &MetisOptions,
 ) -> Result<Vec<u32>, PartitionError> {
     use metis::option::{ObjType, Seed, UFactor};
-    let seed =
-        metis::Idx::try_from(options.seed).map_err(|_| PartitionError::TooLargeForMetis {
-            what: "seed",
-            value: options.seed,
-            max: metis::Idx::MAX as u64,
-        })?;
+    let seed = metis::Idx::try_from(options.seed).map_err(|_| PartitionError::SeedTooLarge {
+        seed: options.seed,
+        max: metis::Idx::MAX as u64,
+    })?;
     let nparts = metis::Idx::try_from(parts).map_err(|_| PartitionError::TooLargeForMetis {
         what: "part count",
         value: parts as u64,
@@ -752,6 +765,50 @@ mod tests {
             ..MetisOptions::default()
         };
         assert_eq!(o.ufactor().unwrap(), 50);
+        // Too large: the message gives the whole valid range, not only its lower end.
+        let o = MetisOptions {
+            imbalance: 1e9,
+            ..MetisOptions::default()
+        };
+        let text = o.ufactor().unwrap_err();
+        let text = std::format!("{text}");
+        assert!(
+            text.contains("tolerance 1e9 is invalid: give a number from 1.001 to 1001"),
+            "{text}"
+        );
+        // A huge one is shown in scientific notation, not as its 301 digits.
+        let o = MetisOptions {
+            imbalance: 1e300,
+            ..MetisOptions::default()
+        };
+        let text = o.ufactor().unwrap_err();
+        let text = std::format!("{text}");
+        assert!(text.contains("tolerance 1e300 is"), "{text}");
+    }
+
+    #[test]
+    fn messages_name_the_real_cause() {
+        // No nodes: not "use at most 0 parts".
+        let empty = Adjacency::from_edges(0, &[], &[]).unwrap();
+        for method in all_methods() {
+            let err = partition(&empty, 2, &method).unwrap_err();
+            assert!(matches!(err, PartitionError::EmptyGraph), "{err}");
+            assert!(!std::format!("{err}").contains("at most 0"), "{err}");
+        }
+        // A seed METIS cannot take is the seed's fault, not the graph's.
+        let (n, src, dst) = two_cliques(3);
+        let adj = Adjacency::from_edges(n, &src, &dst).unwrap();
+        let method = Method::Metis(MetisOptions {
+            seed: u64::MAX,
+            ..MetisOptions::default()
+        });
+        let text = partition(&adj, 2, &method).unwrap_err();
+        let text = std::format!("{text}");
+        assert!(
+            text.contains("--seed 18446744073709551615 is too large for METIS")
+                && !text.contains("graph"),
+            "{text}"
+        );
     }
 
     #[test]

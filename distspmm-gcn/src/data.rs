@@ -2,7 +2,9 @@
 //! distributed SpMM, the dense-weight gradients are summed across ranks.
 
 use super::model::{Aggregate, GcnConfig, LocalData, TRAIN};
-use super::{agree, check_features, maybe_normalize_rows, train_loop, Args, Job, Schedule};
+use super::{
+    agree, check_features, maybe_normalize_rows, train_loop, Config, Event, Job, Schedule, Summary,
+};
 use anyhow::{bail, Context, Result};
 use chunk_format::ChunkView;
 use distspmm_core::kernel;
@@ -103,7 +105,7 @@ struct NodeData {
     classes: usize,
 }
 
-fn node_data(args: &Args, view: &ChunkView<'_>, path: &std::path::Path) -> Result<NodeData> {
+fn node_data(args: &Config, view: &ChunkView<'_>, path: &std::path::Path) -> Result<NodeData> {
     let h = view.header();
     let n = view.num_local_nodes();
     let in_dim = h.feature_dim as usize;
@@ -147,12 +149,16 @@ fn node_data(args: &Args, view: &ChunkView<'_>, path: &std::path::Path) -> Resul
 }
 
 /// Runs data-parallel training on this rank.
-pub fn run<C>(args: &Args, comm: &C) -> Result<()>
+pub fn run<C>(
+    args: &Config,
+    dir_path: &std::path::Path,
+    comm: &C,
+    on: &mut dyn FnMut(Event),
+) -> Result<Summary>
 where
     C: dist_comm::Communicator,
 {
     let (rank, ranks) = (comm.rank(), comm.size());
-    let dir_path = args.chunks.as_ref().expect("checked by run");
     let opened = (|| -> Result<_> {
         let dir = distspmm_core::chunk::ChunkDir::open(dir_path)?;
         let parts = dir.parts() as usize;
@@ -170,7 +176,7 @@ where
     let view = chunk.view();
     let mut nd = agree(comm, node_data(args, view, &chunk_path))?;
     if args.normalize_features {
-        maybe_normalize_rows(comm, &mut nd.features, nd.in_dim)?;
+        maybe_normalize_rows(comm, &mut nd.features, nd.in_dim, on)?;
     }
     let cfg = GcnConfig {
         in_dim: nd.in_dim,
@@ -208,5 +214,5 @@ where
         rank,
         ranks,
     };
-    train_loop(&job, comm, model, &mut agg, &data)
+    train_loop(&job, comm, model, &mut agg, &data, on)
 }

@@ -1,8 +1,11 @@
-//! `distspmm train`: a GCN trained with the distributed SpMM (data-parallel over chunks) or with
-//! the feature columns split across ranks (tensor-parallel).
+//! GCN training as a library: a GCN trained with the distributed SpMM (data-parallel over
+//! chunks) or with the feature columns split across ranks (tensor-parallel).
 //!
-//! Launch with `mpirun -n P distspmm train --chunks DIR` (P = the directory's parts) or
-//! `mpirun -n P distspmm train --input G.npz --mode tensor`. Without mpirun it runs as one rank.
+//! [`train`] takes a plain [`Config`] and the communicator of this rank; every rank calls it with
+//! the same configuration. It reports progress through [`Event`]s and returns the run's
+//! [`Summary`]; what to print is the caller's choice (the `distspmm train` command prints the
+//! epoch lines and the summary on rank 0). Errors are [`TrainError`]s, which say whether every
+//! rank holds the same error ([`TrainError::is_collective`]) or only this one.
 
 pub mod checkpoint;
 pub mod data;
@@ -13,13 +16,13 @@ pub mod par;
 pub mod tensor;
 
 use anyhow::{bail, Context, Result};
-use dist_comm::{AllGather, AllReduce, Group, ReduceOp};
+use dist_comm::{AllGather, AllReduce, Communicator, Group, ReduceOp};
 use model::{Aggregate, GcnConfig, LocalData, Metrics, Reduce, TRAIN};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 /// How the work is split across ranks.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Mode {
     /// Each rank owns a chunk's rows (nodes); the aggregation is the distributed SpMM.
     Data,
@@ -28,7 +31,7 @@ pub enum Mode {
 }
 
 /// Which communication schedule the distributed SpMM uses.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Schedule {
     /// Send each peer only the rows its non-zeros reference.
     Halo,
@@ -37,7 +40,7 @@ pub enum Schedule {
 }
 
 /// What to do when a feature, weight or gradient is NaN or infinite.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum NonFinite {
     /// Stop with an error naming where it appeared.
     Fail,
@@ -45,65 +48,187 @@ pub enum NonFinite {
     Warn,
 }
 
-/// Arguments of `distspmm train`.
-#[derive(Debug, clap::Args)]
-pub struct Args {
+/// What to train on and how: the options of `distspmm train`, as plain data.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Config {
     /// Chunk directory written by `distspmm partition` (data-parallel mode).
-    #[arg(long, value_name = "DIR")]
     pub chunks: Option<PathBuf>,
     /// Graph file for tensor-parallel mode (every rank loads the whole graph).
-    #[arg(long, value_name = "FILE")]
     pub input: Option<PathBuf>,
-    /// `data` splits nodes (needs --chunks), `tensor` splits feature columns (needs --input).
-    #[arg(long, value_enum, default_value = "data")]
+    /// `Data` splits nodes (needs `chunks`), `Tensor` splits feature columns (needs `input`).
     pub mode: Mode,
     /// Training epochs.
-    #[arg(long, default_value_t = 200)]
     pub epochs: u64,
     /// Hidden width.
-    #[arg(long, default_value_t = 16)]
     pub hidden: usize,
     /// GCN layers.
-    #[arg(long, default_value_t = 2)]
     pub layers: usize,
     /// Adam learning rate.
-    #[arg(long, default_value_t = 0.01)]
     pub lr: f32,
     /// L2 weight decay on the first layer's weights (as the GCN paper).
-    #[arg(long, default_value_t = 5e-4)]
     pub weight_decay: f32,
     /// Dropout probability on every layer's input.
-    #[arg(long, default_value_t = 0.5)]
     pub dropout: f32,
     /// Communication schedule of the distributed SpMM (data mode).
-    #[arg(long, value_enum, default_value = "halo")]
     pub schedule: Schedule,
     /// Seed of the initial weights and the dropout masks.
-    #[arg(long, default_value_t = 42)]
     pub seed: u64,
-    /// Row-normalise the features (divide each row by its sum) as the GCN paper; skipped, with a
-    /// note, for features with negative values, where a row sum is not a scale.
-    #[arg(long, default_value_t = true, action = clap::ArgAction::Set, value_name = "BOOL")]
+    /// Row-normalise the features (divide each row by its sum) as the GCN paper; skipped, with
+    /// an [`Event::NormalizationSkipped`], for features with negative values.
     pub normalize_features: bool,
     /// Directory for checkpoints (weights, optimiser state, epoch).
-    #[arg(long, value_name = "DIR")]
     pub checkpoint: Option<PathBuf>,
     /// Write a checkpoint every K epochs (and after the last); 0 writes only after the last.
-    #[arg(long, default_value_t = 0, value_name = "K")]
     pub checkpoint_every: u64,
-    /// Continue from the checkpoint in --checkpoint.
-    #[arg(long, requires = "checkpoint")]
+    /// Continue from the checkpoint in `checkpoint` (which it needs).
     pub resume: bool,
     /// NaN or infinite values in features, weights or gradients: fail or warn.
-    #[arg(long, value_enum, default_value = "fail")]
     pub on_nonfinite: NonFinite,
-    /// Print only a final JSON line on stdout (epoch lines go to stderr).
-    #[arg(long)]
-    pub json: bool,
 }
 
-/// The final summary (`--json`).
-#[derive(Debug, serde::Serialize)]
+impl Default for Config {
+    /// The defaults of `distspmm train` (with neither `chunks` nor `input` set).
+    fn default() -> Self {
+        Self {
+            chunks: None,
+            input: None,
+            mode: Mode::Data,
+            epochs: 200,
+            hidden: 16,
+            layers: 2,
+            lr: 0.01,
+            weight_decay: 5e-4,
+            dropout: 0.5,
+            schedule: Schedule::Halo,
+            seed: 42,
+            normalize_features: true,
+            checkpoint: None,
+            checkpoint_every: 0,
+            resume: false,
+            on_nonfinite: NonFinite::Fail,
+        }
+    }
+}
+
+/// What a [`Config`] trains on, once its combination of options is checked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Source<'a> {
+    /// Data-parallel over this chunk directory.
+    Chunks(&'a Path),
+    /// Tensor-parallel over this graph file.
+    Graph(&'a Path),
+}
+
+/// A combination of options that cannot be trained; found before any collective.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ConfigError {
+    /// Data mode without a chunk directory.
+    #[error("data-parallel training needs --chunks DIR (written by `distspmm partition`); for tensor-parallel training over a graph file use --mode tensor --input FILE")]
+    DataNeedsChunks,
+    /// Tensor mode without a graph file.
+    #[error("--mode tensor needs --input FILE (every rank loads the whole graph)")]
+    TensorNeedsInput,
+    /// Data mode with a graph file.
+    #[error("--input is for --mode tensor; data-parallel training reads --chunks")]
+    InputInDataMode,
+    /// Tensor mode with a chunk directory.
+    #[error("--chunks is for data-parallel training; --mode tensor reads --input")]
+    ChunksInTensorMode,
+    /// `resume` without a checkpoint directory.
+    #[error("--resume needs --checkpoint DIR (the directory to continue from)")]
+    ResumeNeedsCheckpoint,
+}
+
+impl Config {
+    /// Checks the combination of options; returns what to train on.
+    pub fn source(&self) -> Result<Source<'_>, ConfigError> {
+        let source = match (self.mode, &self.chunks, &self.input) {
+            (Mode::Data, None, _) => Err(ConfigError::DataNeedsChunks),
+            (Mode::Tensor, _, None) => Err(ConfigError::TensorNeedsInput),
+            (Mode::Data, Some(_), Some(_)) => Err(ConfigError::InputInDataMode),
+            (Mode::Tensor, Some(_), _) => Err(ConfigError::ChunksInTensorMode),
+            (Mode::Data, Some(dir), None) => Ok(Source::Chunks(dir)),
+            (Mode::Tensor, None, Some(file)) => Ok(Source::Graph(file)),
+        };
+        self.resume_from()?;
+        source
+    }
+
+    /// The checkpoint directory to resume from, if `resume` is set.
+    fn resume_from(&self) -> Result<Option<&Path>, ConfigError> {
+        match (self.resume, &self.checkpoint) {
+            (false, _) => Ok(None),
+            (true, Some(dir)) => Ok(Some(dir)),
+            (true, None) => Err(ConfigError::ResumeNeedsCheckpoint),
+        }
+    }
+}
+
+/// One epoch's outcome, the same on every rank but for `split`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct EpochReport {
+    /// The epoch just finished, counted from 1 (including those before a resume).
+    pub epoch: u64,
+    /// Mean training NLL of the epoch's training step.
+    pub loss: f64,
+    /// Accuracies after the step.
+    pub metrics: Metrics,
+    /// Wall time of the epoch (training step + evaluation) on the slowest rank, seconds.
+    pub seconds: f64,
+    /// Payload bytes received in this epoch, summed over all ranks.
+    pub bytes: u64,
+    /// This rank's own `[spmm, dense, comm, other]` seconds of the epoch (see [`Summary`]);
+    /// unlike the other fields, it differs from rank to rank.
+    pub split: [f64; 4],
+}
+
+/// What [`train`] reports as it goes; every rank gets the same events in the same order.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Event {
+    /// The features have negative values, so row normalisation (meant for non-negative
+    /// features such as bag-of-words) was skipped.
+    NormalizationSkipped {
+        /// The smallest feature value over all ranks.
+        minimum: f32,
+    },
+    /// Training continues from a checkpoint.
+    Resumed {
+        /// The checkpoint file.
+        path: PathBuf,
+        /// Epochs it had finished.
+        epoch: u64,
+    },
+    /// An epoch finished.
+    Epoch(EpochReport),
+}
+
+/// Why [`train`] stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum TrainError {
+    /// The options do not make a run (the same on every rank that has the same options; found
+    /// before any collective).
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    /// An error every rank holds, from the same step: they may meet in one more collective
+    /// (e.g. a barrier, so that each prints it before any exits).
+    #[error("{0:#}")]
+    OnAllRanks(anyhow::Error),
+    /// An error only this rank knows of; the others may be waiting for it in a collective.
+    #[error("{0:#}")]
+    Local(anyhow::Error),
+}
+
+impl TrainError {
+    /// Whether every rank holds this error (a configuration error counts: every rank checks
+    /// the same options before any collective).
+    pub fn is_collective(&self) -> bool {
+        !matches!(self, Self::Local(_))
+    }
+}
+
+/// The outcome of a run (what `distspmm train --json` prints on rank 0), the same on every rank but
+/// for the per-epoch time breakdown, which is each rank's own.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct Summary {
     /// Epochs trained in total (including those before a resume).
     pub epochs: u64,
@@ -123,7 +248,7 @@ pub struct Summary {
     pub comm_bytes_per_epoch: u64,
     /// Ranks.
     pub ranks: usize,
-    /// Per-epoch breakdown of rank 0's wall time, each the median over the epochs: in the
+    /// Per-epoch breakdown of this rank's wall time, each the median over the epochs: in the
     /// aggregations (`Â·X`, `Âᵀ·dY`, including the distributed SpMM's own exchanges)...
     pub spmm_seconds: f64,
     /// ... in the dense products and their fused epilogues (data-parallel model; in tensor
@@ -204,50 +329,22 @@ impl Aggregate for TimedAggregate<'_> {
     }
 }
 
-/// Makes a local outcome collective: if any rank failed, every rank returns the same error
-/// (the lowest failing rank's message), so no rank waits forever in a later collective.
+/// Makes a local outcome collective (through [`dist_comm::agree::outcome`]): if any rank
+/// failed, every rank returns the same [`Agreed`] error (the lowest failing rank's message),
+/// so no rank waits forever in a later collective.
 pub fn agree<C: AllReduce + AllGather, T>(comm: &C, local: Result<T>) -> Result<T> {
-    const MSG: usize = 1024;
-    let mut failed = [u64::from(local.is_err())];
-    comm.all_reduce(&mut failed, ReduceOp::Max)
-        .context("cannot agree with the other ranks")?;
-    if failed[0] == 0 {
-        return local;
+    let local = local.map_err(|e| format!("{e:#}"));
+    match dist_comm::agree::outcome(comm, local).context("cannot agree with the other ranks")? {
+        Ok(value) => Ok(value),
+        Err(failure) => Err(Agreed(failure.to_string()).into()),
     }
-    let mut mine = [0u8; MSG];
-    if let Err(e) = &local {
-        let text = format!("{e:#}");
-        let n = text.len().min(MSG);
-        mine[..n].copy_from_slice(&text.as_bytes()[..n]);
-    }
-    let all = comm
-        .all_gather_vec(&mine[..])
-        .context("cannot gather the other ranks' errors")?;
-    let (rank, msg) = all
-        .chunks(MSG)
-        .enumerate()
-        .find(|(_, m)| m[0] != 0)
-        .map(|(r, m)| {
-            (
-                r,
-                String::from_utf8_lossy(&m[..m.iter().position(|&b| b == 0).unwrap_or(MSG)])
-                    .into_owned(),
-            )
-        })
-        .unwrap_or((0, "unknown error".into()));
-    Err(Agreed(format!("rank {rank} of {}: {msg}", comm.size())).into())
 }
 
 /// An error [`agree`] handed to every rank: all ranks hold it at the same point, so they may
-/// still meet in one more collective (see [`run`]) before exiting.
+/// still meet in one more collective before exiting (see [`TrainError::OnAllRanks`]).
 #[derive(Debug, thiserror::Error)]
 #[error("{0}")]
 pub struct Agreed(String);
-
-/// An error this rank has already printed; `main` exits non-zero without printing it again.
-#[derive(Debug, thiserror::Error)]
-#[error("{0}")]
-pub struct Reported(String);
 
 /// Whether every rank holds `err` (or an error it wraps): it came out of [`agree`], or out of
 /// one of the distributed SpMM's own agreement checks.
@@ -276,18 +373,18 @@ pub fn normalize_rows(x: &mut [f32], width: usize) {
 }
 
 /// Applies [`normalize_rows`] if the features are non-negative on every rank (collective);
-/// returns whether it did.
-pub fn maybe_normalize_rows<C: AllReduce>(comm: &C, x: &mut [f32], width: usize) -> Result<bool> {
+/// returns whether it did (if not, it says so through `on`).
+pub fn maybe_normalize_rows<C: AllReduce>(
+    comm: &C,
+    x: &mut [f32],
+    width: usize,
+    on: &mut dyn FnMut(Event),
+) -> Result<bool> {
     let mut m = [x.iter().copied().fold(f32::INFINITY, f32::min)];
     comm.all_reduce(&mut m, ReduceOp::Min)
         .context("cannot agree on the feature minimum")?;
     if m[0] < 0.0 {
-        if comm.rank() == 0 {
-            eprintln!(
-                "note: the features have negative values (minimum {}); row normalisation is for non-negative features such as bag-of-words, so it is skipped (--normalize-features false silences this)",
-                m[0]
-            );
-        }
+        on(Event::NormalizationSkipped { minimum: m[0] });
         return Ok(false);
     }
     normalize_rows(x, width);
@@ -317,17 +414,6 @@ pub fn check_features(
     }
 }
 
-/// One epoch's record.
-#[derive(Debug, Clone, Copy)]
-struct EpochRecord {
-    loss: f64,
-    metrics: Metrics,
-    seconds: f64,
-    bytes: u64,
-    /// This rank's `[spmm, dense, comm, other]` seconds.
-    split: [f64; 4],
-}
-
 /// The two models behind one interface for the loop.
 trait Trainable {
     fn step(
@@ -347,63 +433,43 @@ trait Trainable {
     fn restore(&mut self, params: model::Params, adam: model::Adam);
 }
 
-impl Trainable for model::Gcn {
-    fn step(
-        &mut self,
-        agg: &mut dyn Aggregate,
-        red: &mut dyn Reduce,
-        data: &LocalData<'_>,
-        epoch: u64,
-    ) -> Result<f64> {
-        self.train_step(agg, red, data, epoch)
-    }
-    fn eval(
-        &mut self,
-        agg: &mut dyn Aggregate,
-        red: &mut dyn Reduce,
-        data: &LocalData<'_>,
-    ) -> Result<Metrics> {
-        self.evaluate(agg, red, data)
-    }
-    fn state(&self) -> (&model::Params, &model::Adam) {
-        (&self.params, &self.adam)
-    }
-    fn restore(&mut self, params: model::Params, adam: model::Adam) {
-        self.params = params;
-        self.adam = adam;
-    }
+/// Both models keep their parameters and Adam state in the same fields and expose the same
+/// `train_step`/`evaluate`: one delegation, written once.
+macro_rules! trainable {
+    ($($model:ty),+) => {$(
+        impl Trainable for $model {
+            fn step(
+                &mut self,
+                agg: &mut dyn Aggregate,
+                red: &mut dyn Reduce,
+                data: &LocalData<'_>,
+                epoch: u64,
+            ) -> Result<f64> {
+                self.train_step(agg, red, data, epoch)
+            }
+            fn eval(
+                &mut self,
+                agg: &mut dyn Aggregate,
+                red: &mut dyn Reduce,
+                data: &LocalData<'_>,
+            ) -> Result<Metrics> {
+                self.evaluate(agg, red, data)
+            }
+            fn state(&self) -> (&model::Params, &model::Adam) {
+                (&self.params, &self.adam)
+            }
+            fn restore(&mut self, params: model::Params, adam: model::Adam) {
+                self.params = params;
+                self.adam = adam;
+            }
+        }
+    )+};
 }
-
-impl Trainable for tensor::TensorGcn {
-    fn step(
-        &mut self,
-        agg: &mut dyn Aggregate,
-        red: &mut dyn Reduce,
-        data: &LocalData<'_>,
-        epoch: u64,
-    ) -> Result<f64> {
-        self.train_step(agg, red, data, epoch)
-    }
-    fn eval(
-        &mut self,
-        agg: &mut dyn Aggregate,
-        red: &mut dyn Reduce,
-        data: &LocalData<'_>,
-    ) -> Result<Metrics> {
-        self.evaluate(agg, red, data)
-    }
-    fn state(&self) -> (&model::Params, &model::Adam) {
-        (&self.params, &self.adam)
-    }
-    fn restore(&mut self, params: model::Params, adam: model::Adam) {
-        self.params = params;
-        self.adam = adam;
-    }
-}
+trainable!(model::Gcn, tensor::TensorGcn);
 
 /// Everything the epoch loop needs, whatever the mode.
 struct Job<'a> {
-    args: &'a Args,
+    args: &'a Config,
     cfg: GcnConfig,
     mode: &'static str,
     data_id: String,
@@ -411,40 +477,33 @@ struct Job<'a> {
     ranks: usize,
 }
 
-/// Runs `distspmm train`.
-pub fn run(args: Args) -> Result<()> {
-    match (args.mode, &args.chunks, &args.input) {
-        (Mode::Data, None, _) => bail!("data-parallel training needs --chunks DIR (written by `distspmm partition`); for tensor-parallel training over a graph file use --mode tensor --input FILE"),
-        (Mode::Tensor, _, None) => bail!("--mode tensor needs --input FILE (every rank loads the whole graph)"),
-        (Mode::Data, Some(_), Some(_)) => bail!("--input is for --mode tensor; data-parallel training reads --chunks"),
-        (Mode::Tensor, Some(_), _) => bail!("--chunks is for data-parallel training; --mode tensor reads --input"),
-        _ => {}
-    }
-    let comm = dist_comm::MpiComm::init()
-        .context("cannot start MPI (is this an OpenMPI build of distspmm launched with mpirun?)")?;
-    let result = match args.mode {
-        Mode::Data => data::run(&args, &comm),
-        Mode::Tensor => run_tensor(&args, &comm),
+/// Trains on this rank over `comm`, reporting through `on`; every rank calls it with the same
+/// `cfg` and gets the same [`Summary`] (collective).
+pub fn train<C: Communicator>(
+    cfg: &Config,
+    comm: &C,
+    on: &mut dyn FnMut(Event),
+) -> Result<Summary, TrainError> {
+    let result = match cfg.source()? {
+        Source::Chunks(dir) => data::run(cfg, dir, comm, on),
+        Source::Graph(file) => run_tensor(cfg, file, comm, on),
     };
-    match result {
-        // Every rank holds this error. Each prints it, then all meet once more before exiting:
-        // otherwise the first rank to exit makes mpirun kill the others before they have said
-        // why, and the user sees the message from one rank only.
-        Err(err) if is_agreed(&err) => {
-            let text = format!("{err:#}");
-            eprintln!("error: {text}");
-            // The barrier cannot hang: every rank got the same error from the same collective.
-            // If it fails (a rank died meanwhile) the message is out already.
-            let _ = comm.barrier();
-            Err(Reported(text).into())
+    result.map_err(|err| {
+        if is_agreed(&err) {
+            TrainError::OnAllRanks(err)
+        } else {
+            TrainError::Local(err)
         }
-        other => other,
-    }
+    })
 }
 
-fn run_tensor<C: AllReduce + AllGather + Group>(args: &Args, comm: &C) -> Result<()> {
+fn run_tensor<C: AllReduce + AllGather + Group>(
+    args: &Config,
+    input: &Path,
+    comm: &C,
+    on: &mut dyn FnMut(Event),
+) -> Result<Summary> {
     let (rank, ranks) = (comm.rank(), comm.size());
-    let input = args.input.as_ref().expect("checked by run");
     let loaded = agree(comm, tensor_inputs(args, input));
     let (a, a_csc, mut features, labels, masks, ids, in_dim, classes) = loaded?;
     let n = labels.len();
@@ -459,7 +518,7 @@ fn run_tensor<C: AllReduce + AllGather + Group>(args: &Args, comm: &C) -> Result
         seed: args.seed,
     };
     if args.normalize_features {
-        maybe_normalize_rows(comm, &mut features, in_dim)?;
+        maybe_normalize_rows(comm, &mut features, in_dim, on)?;
     }
     let data = LocalData {
         features: &features,
@@ -480,7 +539,7 @@ fn run_tensor<C: AllReduce + AllGather + Group>(args: &Args, comm: &C) -> Result
         rank,
         ranks,
     };
-    train_loop(&job, comm, model, &mut agg, &data)
+    train_loop(&job, comm, model, &mut agg, &data, on)
 }
 
 type TensorInputs = (
@@ -494,7 +553,7 @@ type TensorInputs = (
     usize,
 );
 
-fn tensor_inputs(args: &Args, input: &std::path::Path) -> Result<TensorInputs> {
+fn tensor_inputs(args: &Config, input: &Path) -> Result<TensorInputs> {
     let g = distspmm_core::graph::load(input)
         .with_context(|| format!("cannot load {}", input.display()))?;
     let n = g.num_nodes;
@@ -561,7 +620,8 @@ fn train_loop<C: AllReduce + AllGather + Group, M: Trainable>(
     mut model: M,
     agg: &mut dyn Aggregate,
     data: &LocalData<'_>,
-) -> Result<()> {
+    on: &mut dyn FnMut(Event),
+) -> Result<Summary> {
     let args = job.args;
     let mut red = CommReduce::new(comm);
     let mut timed = TimedAggregate {
@@ -569,11 +629,7 @@ fn train_loop<C: AllReduce + AllGather + Group, M: Trainable>(
         seconds: 0.0,
     };
     let mut start_epoch = 0;
-    if args.resume {
-        let dir = args
-            .checkpoint
-            .as_ref()
-            .expect("clap: --resume requires --checkpoint");
+    if let Some(dir) = args.resume_from()? {
         let state = agree(comm, checkpoint::load(dir))?;
         let same =
             state.config == job.cfg && state.mode == job.mode && state.data_id == job.data_id;
@@ -585,20 +641,17 @@ fn train_loop<C: AllReduce + AllGather + Group, M: Trainable>(
         }
         start_epoch = state.epoch;
         model.restore(state.params, state.adam);
-        if job.rank == 0 {
-            eprintln!(
-                "resuming from {} after epoch {}",
-                checkpoint::path_in(dir).display(),
-                start_epoch
-            );
-        }
+        on(Event::Resumed {
+            path: checkpoint::path_in(dir),
+            epoch: start_epoch,
+        });
     }
     if start_epoch >= args.epochs {
         bail!(
             "the checkpoint has already trained {start_epoch} epochs; ask for more with --epochs"
         );
     }
-    let mut records: Vec<EpochRecord> = Vec::new();
+    let mut records: Vec<EpochReport> = Vec::new();
     // Steps whose summed gradient was not finite and whose update was skipped (warn policy).
     let mut skipped = 0u64;
     for epoch in start_epoch..args.epochs {
@@ -647,30 +700,15 @@ fn train_loop<C: AllReduce + AllGather + Group, M: Trainable>(
                 NonFinite::Warn => tracing::warn!("{msg}"),
             }
         }
-        let rec = EpochRecord {
+        let rec = EpochReport {
+            epoch: epoch + 1,
             loss,
             metrics,
             seconds: seconds[0],
             bytes: bytes[0],
             split,
         };
-        if job.rank == 0 {
-            let line = format!(
-                "epoch {:>4}  loss {:.4}  train {:.4}  val {:.4}  test {:.4}  time {:>8.2} ms  comm {:>10} B",
-                epoch + 1,
-                rec.loss,
-                rec.metrics.train_acc,
-                rec.metrics.val_acc,
-                rec.metrics.test_acc,
-                rec.seconds * 1e3,
-                rec.bytes
-            );
-            if args.json {
-                eprintln!("{line}");
-            } else {
-                println!("{line}");
-            }
-        }
+        on(Event::Epoch(rec));
         records.push(rec);
         let done = epoch + 1;
         let due = args.checkpoint_every > 0 && done % args.checkpoint_every == 0;
@@ -701,8 +739,10 @@ fn train_loop<C: AllReduce + AllGather + Group, M: Trainable>(
             records.len()
         );
     }
-    let last = *records.last().expect("at least one epoch ran");
-    let median = |f: &dyn Fn(&EpochRecord) -> f64| {
+    let last = *records
+        .last()
+        .context("internal: the epoch loop ran no epoch")?;
+    let median = |f: &dyn Fn(&EpochReport) -> f64| {
         let mut v: Vec<f64> = records.iter().map(f).collect();
         v.sort_by(f64::total_cmp);
         v[v.len() / 2]
@@ -727,25 +767,7 @@ fn train_loop<C: AllReduce + AllGather + Group, M: Trainable>(
             (_, Schedule::Broadcast) => "broadcast",
         },
     };
-    if job.rank == 0 {
-        if args.json {
-            println!("{}", serde_json::to_string(&summary)?);
-        } else {
-            println!(
-                "done: {} epochs on {} rank(s), {} mode: test accuracy {:.2}% (train {:.2}%, val {:.2}%), final loss {:.4}, median epoch {:.2} ms, {} B/epoch",
-                summary.epochs,
-                summary.ranks,
-                summary.mode,
-                100.0 * summary.test_acc,
-                100.0 * summary.train_acc,
-                100.0 * summary.val_acc,
-                summary.final_loss,
-                summary.epoch_seconds_median * 1e3,
-                summary.comm_bytes_per_epoch
-            );
-        }
-    }
-    Ok(())
+    Ok(summary)
 }
 
 #[cfg(test)]
@@ -760,7 +782,7 @@ mod tests {
             } else {
                 vec![2.0f32, 2.0, 4.0, 0.0]
             };
-            let done = maybe_normalize_rows(&comm, &mut x, 2).unwrap();
+            let done = maybe_normalize_rows(&comm, &mut x, 2, &mut |_| {}).unwrap();
             (done, x)
         });
         assert_eq!(out[0], (true, vec![0.25, 0.75, 0.0, 0.0]));
@@ -771,7 +793,9 @@ mod tests {
             } else {
                 vec![-2.0f32, 2.5]
             };
-            let done = maybe_normalize_rows(&comm, &mut x, 2).unwrap();
+            let mut events = Vec::new();
+            let done = maybe_normalize_rows(&comm, &mut x, 2, &mut |e| events.push(e)).unwrap();
+            assert_eq!(events, [Event::NormalizationSkipped { minimum: -2.0 }]);
             (done, x)
         });
         assert_eq!(
@@ -799,6 +823,47 @@ mod tests {
             agree(&comm, Ok::<_, anyhow::Error>(comm.rank())).unwrap()
         });
         assert_eq!(ok, vec![0, 1]);
+    }
+
+    #[test]
+    fn invalid_combinations_of_options_are_typed_errors() {
+        let with = |mode, chunks: Option<&str>, input: Option<&str>, resume| Config {
+            mode,
+            chunks: chunks.map(PathBuf::from),
+            input: input.map(PathBuf::from),
+            resume,
+            ..Config::default()
+        };
+        let source = |c: &Config| c.source().map(|s| format!("{s:?}"));
+        assert_eq!(
+            source(&with(Mode::Data, None, None, false)),
+            Err(ConfigError::DataNeedsChunks)
+        );
+        assert_eq!(
+            source(&with(Mode::Data, Some("d"), Some("g"), false)),
+            Err(ConfigError::InputInDataMode)
+        );
+        assert_eq!(
+            source(&with(Mode::Tensor, None, None, false)),
+            Err(ConfigError::TensorNeedsInput)
+        );
+        assert_eq!(
+            source(&with(Mode::Tensor, Some("d"), Some("g"), false)),
+            Err(ConfigError::ChunksInTensorMode)
+        );
+        assert_eq!(
+            source(&with(Mode::Data, Some("d"), None, true)),
+            Err(ConfigError::ResumeNeedsCheckpoint)
+        );
+        assert_eq!(
+            with(Mode::Data, Some("d"), None, false).source(),
+            Ok(Source::Chunks(Path::new("d")))
+        );
+        let resumed = Config {
+            checkpoint: Some("c".into()),
+            ..with(Mode::Tensor, None, Some("g"), true)
+        };
+        assert_eq!(resumed.source(), Ok(Source::Graph(Path::new("g"))));
     }
 
     #[test]

@@ -143,6 +143,11 @@ impl Params {
             + self.biases.iter().map(Vec::len).sum::<usize>()
     }
 
+    /// Whether there are no parameters (no layers).
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
     /// Overwrites the parameters from a flat vector in [`Params::flatten`] order.
     #[cfg(test)]
     pub fn unflatten(&mut self, flat: &[f32]) {

@@ -1,7 +1,7 @@
 //! Multi-threaded building blocks of an epoch, on the current rayon pool (the SpMM's): dense
 //! products split into row blocks, each block's epilogue (bias, ReLU, dropout) run while the
 //! block is still in cache, and reductions over rows (weight and bias gradients, metric counts)
-//! that are deterministic: rows are cut into blocks of [`BLOCK_ROWS`] whatever the thread
+//! that are deterministic: rows are cut into blocks of [`reduce_rows`] whatever the thread
 //! count, each block's partial result is computed on its own, and the partials are added in
 //! block order. Results are therefore bit-identical for any number of threads.
 //!
@@ -12,12 +12,20 @@
 use super::dense::{gemm, Op, Shape};
 use rayon::prelude::*;
 
-/// Rows per block: the unit of parallel work and of the fixed reduction order.
-pub const BLOCK_ROWS: usize = 1024;
+/// Rows per block of the row-wise stages (products, epilogues, softmax): the unit of
+/// parallel work.
+pub const BLOCK_ROWS: usize = 256;
 
-/// Number of blocks of `n` rows.
+/// Rows per block of the reductions over rows for `n` rows: a function of `n` alone (never of
+/// the thread count), at least [`BLOCK_ROWS`], and at most about 64 blocks, which bounds the
+/// per-block partial sums to 64 copies of the result.
+pub fn reduce_rows(n: usize) -> usize {
+    n.div_ceil(64).next_multiple_of(BLOCK_ROWS).max(BLOCK_ROWS)
+}
+
+/// Number of reduction blocks of `n` rows.
 pub fn blocks(n: usize) -> usize {
-    n.div_ceil(BLOCK_ROWS)
+    n.div_ceil(reduce_rows(n))
 }
 
 /// `C = A · op(W)` for a tall `n × k` row-major `A` and a small weight `W` (`k × m` for
@@ -105,8 +113,8 @@ pub fn gemm_tn_sum(
         .par_chunks_mut(k * m)
         .enumerate()
         .for_each(|(i, p)| {
-            let r0 = i * BLOCK_ROWS;
-            let rows = BLOCK_ROWS.min(n - r0);
+            let r0 = i * reduce_rows(n);
+            let rows = reduce_rows(n).min(n - r0);
             gemm(
                 1.0,
                 &a[r0 * k..(r0 + rows) * k],
@@ -136,7 +144,7 @@ pub fn col_sums(b: &[f32], m: usize, n: usize, out: &mut [f32], partials: &mut V
     let b = &b[..n * m];
     partials[..nb * m]
         .par_chunks_mut(m)
-        .zip(b.par_chunks(BLOCK_ROWS * m))
+        .zip(b.par_chunks(reduce_rows(n) * m))
         .for_each(|(p, rows)| {
             p.fill(0.0);
             for row in rows.chunks_exact(m) {
@@ -181,9 +189,10 @@ pub fn block_sums<const K: usize, F>(n: usize, f: F) -> [f64; K]
 where
     F: Fn(std::ops::Range<usize>) -> [f64; K] + Sync,
 {
+    let rows = reduce_rows(n);
     let parts: Vec<[f64; K]> = (0..blocks(n))
         .into_par_iter()
-        .map(|i| f(i * BLOCK_ROWS..((i + 1) * BLOCK_ROWS).min(n)))
+        .map(|i| f(i * rows..((i + 1) * rows).min(n)))
         .collect();
     let mut total = [0.0; K];
     for p in &parts {
@@ -304,7 +313,7 @@ mod tests {
 
     #[test]
     fn block_sums_and_zip_chunks_cover_every_row_once() {
-        let n = 5 * BLOCK_ROWS + 17;
+        let n = 300 * BLOCK_ROWS + 17;
         let sums = pool(3, || {
             block_sums::<2, _>(n, |rows| [rows.len() as f64, rows.map(|r| r as f64).sum()])
         });

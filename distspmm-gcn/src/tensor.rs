@@ -306,8 +306,8 @@ impl TensorGcn {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::train::model::testing::{Alone, DenseAgg};
-    use crate::train::model::{Gcn, TEST};
+    use crate::model::testing::{Alone, DenseAgg};
+    use crate::model::{Gcn, TEST};
     use rand::{Rng, SeedableRng};
     use std::sync::{Arc, Barrier, Mutex};
 

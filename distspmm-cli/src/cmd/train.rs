@@ -1,0 +1,199 @@
+//! `distspmm train`: parses the options into a [`distspmm_gcn::Config`], trains with the
+//! library over MPI, and prints the epoch lines and the summary on rank 0.
+//!
+//! Launch with `mpirun -n P distspmm train --chunks DIR` (P = the directory's parts) or
+//! `mpirun -n P distspmm train --input G.npz --mode tensor`. Without mpirun it runs as one rank.
+
+use anyhow::{Context, Result};
+use dist_comm::Group;
+use distspmm_gcn::{Config, Event};
+use std::path::PathBuf;
+
+/// How the work is split across ranks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Mode {
+    /// Each rank owns a chunk's rows (nodes); the aggregation is the distributed SpMM.
+    Data,
+    /// Each rank holds the whole graph and a slice of the feature columns.
+    Tensor,
+}
+
+/// Which communication schedule the distributed SpMM uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Schedule {
+    /// Send each peer only the rows its non-zeros reference.
+    Halo,
+    /// The seed's schedule: every rank broadcasts all its rows.
+    Broadcast,
+}
+
+/// What to do when a feature, weight or gradient is NaN or infinite.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum NonFinite {
+    /// Stop with an error naming where it appeared.
+    Fail,
+    /// Report it once and go on (NaN features are replaced by 0).
+    Warn,
+}
+
+/// Arguments of `distspmm train`.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// Chunk directory written by `distspmm partition` (data-parallel mode).
+    #[arg(long, value_name = "DIR")]
+    pub chunks: Option<PathBuf>,
+    /// Graph file for tensor-parallel mode (every rank loads the whole graph).
+    #[arg(long, value_name = "FILE")]
+    pub input: Option<PathBuf>,
+    /// `data` splits nodes (needs --chunks), `tensor` splits feature columns (needs --input).
+    #[arg(long, value_enum, default_value = "data")]
+    pub mode: Mode,
+    /// Training epochs.
+    #[arg(long, default_value_t = 200)]
+    pub epochs: u64,
+    /// Hidden width.
+    #[arg(long, default_value_t = 16)]
+    pub hidden: usize,
+    /// GCN layers.
+    #[arg(long, default_value_t = 2)]
+    pub layers: usize,
+    /// Adam learning rate.
+    #[arg(long, default_value_t = 0.01)]
+    pub lr: f32,
+    /// L2 weight decay on the first layer's weights (as the GCN paper).
+    #[arg(long, default_value_t = 5e-4)]
+    pub weight_decay: f32,
+    /// Dropout probability on every layer's input.
+    #[arg(long, default_value_t = 0.5)]
+    pub dropout: f32,
+    /// Communication schedule of the distributed SpMM (data mode).
+    #[arg(long, value_enum, default_value = "halo")]
+    pub schedule: Schedule,
+    /// Seed of the initial weights and the dropout masks.
+    #[arg(long, default_value_t = 42)]
+    pub seed: u64,
+    /// Row-normalise the features (divide each row by its sum) as the GCN paper; skipped, with a
+    /// note, for features with negative values, where a row sum is not a scale.
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set, value_name = "BOOL")]
+    pub normalize_features: bool,
+    /// Directory for checkpoints (weights, optimiser state, epoch).
+    #[arg(long, value_name = "DIR")]
+    pub checkpoint: Option<PathBuf>,
+    /// Write a checkpoint every K epochs (and after the last); 0 writes only after the last.
+    #[arg(long, default_value_t = 0, value_name = "K")]
+    pub checkpoint_every: u64,
+    /// Continue from the checkpoint in --checkpoint.
+    #[arg(long, requires = "checkpoint")]
+    pub resume: bool,
+    /// NaN or infinite values in features, weights or gradients: fail or warn.
+    #[arg(long, value_enum, default_value = "fail")]
+    pub on_nonfinite: NonFinite,
+    /// Print only a final JSON line on stdout (epoch lines go to stderr).
+    #[arg(long)]
+    pub json: bool,
+}
+
+impl Args {
+    /// The library's configuration (everything but the output format).
+    fn config(&self) -> Config {
+        Config {
+            chunks: self.chunks.clone(),
+            input: self.input.clone(),
+            mode: match self.mode {
+                Mode::Data => distspmm_gcn::Mode::Data,
+                Mode::Tensor => distspmm_gcn::Mode::Tensor,
+            },
+            epochs: self.epochs,
+            hidden: self.hidden,
+            layers: self.layers,
+            lr: self.lr,
+            weight_decay: self.weight_decay,
+            dropout: self.dropout,
+            schedule: match self.schedule {
+                Schedule::Halo => distspmm_gcn::Schedule::Halo,
+                Schedule::Broadcast => distspmm_gcn::Schedule::Broadcast,
+            },
+            seed: self.seed,
+            normalize_features: self.normalize_features,
+            checkpoint: self.checkpoint.clone(),
+            checkpoint_every: self.checkpoint_every,
+            resume: self.resume,
+            on_nonfinite: match self.on_nonfinite {
+                NonFinite::Fail => distspmm_gcn::NonFinite::Fail,
+                NonFinite::Warn => distspmm_gcn::NonFinite::Warn,
+            },
+        }
+    }
+}
+
+/// Prints an event on rank 0 (every rank gets the same events).
+fn print_event(event: Event, json: bool) {
+    match event {
+        Event::NormalizationSkipped { minimum } => eprintln!(
+            "note: the features have negative values (minimum {minimum}); row normalisation is for non-negative features such as bag-of-words, so it is skipped (--normalize-features false silences this)"
+        ),
+        Event::Resumed { path, epoch } => {
+            eprintln!("resuming from {} after epoch {epoch}", path.display());
+        }
+        Event::Epoch(rec) => {
+            let line = format!(
+                "epoch {:>4}  loss {:.4}  train {:.4}  val {:.4}  test {:.4}  time {:>8.2} ms  comm {:>10} B",
+                rec.epoch,
+                rec.loss,
+                rec.metrics.train_acc,
+                rec.metrics.val_acc,
+                rec.metrics.test_acc,
+                rec.seconds * 1e3,
+                rec.bytes
+            );
+            if json {
+                eprintln!("{line}");
+            } else {
+                println!("{line}");
+            }
+        }
+    }
+}
+
+/// Runs `distspmm train`.
+pub fn run(args: &Args) -> Result<()> {
+    let cfg = args.config();
+    // The combination of options is checked before MPI starts.
+    cfg.source()?;
+    let comm = dist_comm::MpiComm::init()
+        .context("cannot start MPI (is this an OpenMPI build of distspmm launched with mpirun?)")?;
+    let rank = comm.rank();
+    let result = distspmm_gcn::train(&cfg, &comm, &mut |event| {
+        if rank == 0 {
+            print_event(event, args.json);
+        }
+    });
+    let summary = match result {
+        Ok(summary) => summary,
+        // An error every rank holds is printed by each and they exit together; an error on one
+        // rank aborts the job, so that no rank waits for it (as every distributed command).
+        Err(err) => {
+            let collective = err.is_collective();
+            super::ranks::fail_under_mpi(comm, &err.into(), collective)
+        }
+    };
+    if rank == 0 {
+        if args.json {
+            println!("{}", serde_json::to_string(&summary)?);
+        } else {
+            println!(
+                "done: {} epochs on {} rank(s), {} mode: test accuracy {:.2}% (train {:.2}%, val {:.2}%), final loss {:.4}, median epoch {:.2} ms, {} B/epoch",
+                summary.epochs,
+                summary.ranks,
+                summary.mode,
+                100.0 * summary.test_acc,
+                100.0 * summary.train_acc,
+                100.0 * summary.val_acc,
+                summary.final_loss,
+                summary.epoch_seconds_median * 1e3,
+                summary.comm_bytes_per_epoch
+            );
+        }
+    }
+    Ok(())
+}

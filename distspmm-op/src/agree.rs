@@ -1,0 +1,68 @@
+//! The operator's side of the agreement: its chunk as a [`dist_comm::agree::ChunkRecord`], its
+//! call as an operation code and F, and dist-comm's verdict as a [`DistSpmmError`]. The
+//! protocol and its rules live in `dist_comm::agree`.
+
+use chunk_format::ChunkView;
+use dist_comm::agree::{self, AgreeError, ChunkRecord};
+use dist_comm::{AllGather, AllReduce};
+use distspmm_core::schedule::ScheduleKind;
+
+use super::{DistSpmmError, Op};
+
+impl From<AgreeError> for DistSpmmError {
+    fn from(e: AgreeError) -> Self {
+        match e {
+            AgreeError::PartsMismatch { chunk_parts, ranks } => {
+                DistSpmmError::PartsMismatch { chunk_parts, ranks }
+            }
+            AgreeError::Disagreement(m) => DistSpmmError::Disagreement(m),
+            AgreeError::Comm(e) => DistSpmmError::Comm(e),
+        }
+    }
+}
+
+fn chunk_record(chunk: &ChunkView<'_>) -> ChunkRecord {
+    let h = chunk.header();
+    ChunkRecord {
+        parts: h.num_parts,
+        part: h.part_id,
+        fingerprint: h.fingerprint,
+        version: (h.version.major, h.version.minor),
+        global_nodes: h.num_global_nodes,
+        local_nodes: h.num_local_nodes,
+    }
+}
+
+/// The agreement of `DistSpmm::new`: `usable` says whether this rank could build its part.
+pub(crate) fn agree_on_chunk<C: AllGather>(
+    comm: &C,
+    chunk: &ChunkView<'_>,
+    schedule: ScheduleKind,
+    usable: bool,
+) -> Result<(), DistSpmmError> {
+    Ok(agree::partition(
+        comm,
+        &chunk_record(chunk),
+        schedule.code(),
+        usable,
+    )?)
+}
+
+/// Joins the agreement of [`DistSpmm::new`](super::DistSpmm::new) on a rank that has no chunk to
+/// offer (see [`dist_comm::agree::abstain`]). Collective; returns the error every rank gets.
+pub fn abstain<C: AllGather>(comm: &C, chunk_parts: Option<usize>) -> DistSpmmError {
+    agree::abstain(comm, chunk_parts).into()
+}
+
+/// The per-call agreement: the same operation and F everywhere, and every rank's operands fit
+/// (`shape` is this rank's own check, reported to the others as a flag).
+pub(crate) fn agree_on_call<C: AllReduce>(
+    comm: &C,
+    op: Op,
+    features: usize,
+    shape: Result<(), DistSpmmError>,
+) -> Result<(), DistSpmmError> {
+    let agreed = agree::call(comm, op as u64, op.name(), features, shape.is_ok());
+    shape?;
+    Ok(agreed?)
+}
