@@ -11,9 +11,15 @@
 #include <iostream>
 #include <memory>
 #include <new>
+#include <random>
 #include <string>
 
+#include <mutex>
+#include <set>
+#include <thread>
+
 #include <tbb/global_control.h>
+#include <tbb/task_scheduler_observer.h>
 
 // The public API of vendor/KaMinPar/library/libkaminpar.h as the crate builds it (64-bit edge
 // ids, 64-bit edge weights), declared here because the crate exports no include path.
@@ -69,6 +75,31 @@ private:
 // ignores the --seed option. Bound by its mangled name rather than by redeclaring the class.
 extern int kaminpar_randomize_seed __asm__("_ZN8kaminpar9Randomize4seedE");
 
+// kaminpar::Randomize (utility/random.h of the vendored version, pinned by `=0.2.0`), member for
+// member, so its generator can be reseeded: a per-thread mt19937, a bool distribution, and 1024
+// precomputed random bools with their cursor. Same types in the same order, built by the same
+// compiler: the same layout.
+struct RandomizeLayout {
+  std::mt19937 generator;
+  std::uniform_int_distribution<int> bool_dist;
+  std::size_t next_random_bool;
+  bool random_bools[1024];
+};
+
+// kaminpar::ip::InitialCoarsener::_random_permutations, a process-wide static whose first member
+// is a reference to the Randomize of the thread that ran the static initialisers. Every
+// coarsening draws from that generator, so without a reseed each call continues where the last
+// one stopped and no two calls give the same partition.
+struct PermutationsHead {
+  RandomizeLayout *rand;
+};
+extern PermutationsHead kaminpar_initial_coarsener_permutations __asm__(
+    "_ZN8kaminpar2ip16InitialCoarsener20_random_permutationsE");
+
+// kaminpar::Randomize::instance(): the calling thread's Randomize, created from
+// Randomize::seed the first time that thread asks.
+RandomizeLayout &kaminpar_randomize_instance() __asm__("_ZN8kaminpar9Randomize8instanceEv");
+
 namespace {
 // Restores std::cout's buffer and state however the call ends.
 class MuteStdout {
@@ -85,6 +116,39 @@ private:
   std::streambuf *_saved;
 };
 
+// Puts a Randomize back in the state its constructor gives it for `seed`.
+void reseed(RandomizeLayout &rand, int seed) {
+  rand.generator.seed(static_cast<std::mt19937::result_type>(seed));
+  rand.bool_dist.reset();
+  rand.next_random_bool = 0;
+  std::uniform_int_distribution<int> dist(0, 1);
+  for (bool &b : rand.random_bools) {
+    b = dist(rand.generator) != 0;
+  }
+}
+
+// TBB's worker threads outlive a call, and with them their Randomize: reseeds each thread the
+// first time it joins the call's work, so every call starts every generator from `seed`.
+class ReseedWorkers : public tbb::task_scheduler_observer {
+public:
+  explicit ReseedWorkers(int seed) : _seed(seed) { observe(true); }
+  ~ReseedWorkers() override { observe(false); }
+  ReseedWorkers(const ReseedWorkers &) = delete;
+  ReseedWorkers &operator=(const ReseedWorkers &) = delete;
+
+  void on_scheduler_entry(bool /*is_worker*/) override {
+    std::lock_guard<std::mutex> lock(_mutex);
+    if (_seen.insert(std::this_thread::get_id()).second) {
+      reseed(kaminpar_randomize_instance(), _seed);
+    }
+  }
+
+private:
+  int _seed;
+  std::mutex _mutex;
+  std::set<std::thread::id> _seen;
+};
+
 void copy_message(const char *what, char *message, std::size_t capacity) {
   if (capacity == 0) {
     return;
@@ -96,8 +160,8 @@ void copy_message(const char *what, char *message, std::size_t capacity) {
 
 // Partitions the symmetric CSR graph (n nodes, row offsets xadj[0..=n], neighbours adjncy) into
 // k blocks; writes block ids to part[0..n]. node_weights may be null (unit weights); seed must
-// fit an int (the caller checks). Threads that have not drawn yet start from `seed`: call from a
-// fresh thread, with threads = 1 for a reproducible result. KaMinPar
+// fit an int (the caller checks). Every generator KaMinPar draws from is reseeded from `seed`
+// first, so threads = 1 gives the same partition every call (more threads race). KaMinPar
 // reads the arrays in place and may not write them; they are not const only because its API
 // takes plain pointers. Returns 0 on success, otherwise 1 with a message in `message`.
 extern "C" int distspmm_kaminpar_partition(uint32_t n, uint64_t *xadj, uint32_t *adjncy,
@@ -107,6 +171,11 @@ extern "C" int distspmm_kaminpar_partition(uint32_t n, uint64_t *xadj, uint32_t 
   try {
     tbb::global_control limit(tbb::global_control::max_allowed_parallelism, threads);
     kaminpar_randomize_seed = static_cast<int>(seed);
+    if (kaminpar_initial_coarsener_permutations.rand != nullptr) {
+      reseed(*kaminpar_initial_coarsener_permutations.rand, static_cast<int>(seed));
+    }
+    ReseedWorkers reseed_workers(static_cast<int>(seed));
+    reseed(kaminpar_randomize_instance(), static_cast<int>(seed));
     MuteStdout mute;
     auto builder = libkaminpar::PartitionerBuilder::from_adjacency_array(n, xadj, adjncy);
     if (node_weights != nullptr) {

@@ -301,7 +301,7 @@ mod properties {
             let mut zip = zip::ZipArchive::new(std::io::Cursor::new(&bytes)).unwrap();
             for i in 0..zip.len() {
                 let mut member = zip.by_index(i).unwrap();
-                let mut out = File::create(dir.path().join(member.name())).unwrap();
+                let mut out = std::fs::File::create(dir.path().join(member.name())).unwrap();
                 std::io::copy(&mut member, &mut out).unwrap();
             }
             let from_archive = read_npz_bytes(&bytes).unwrap();
