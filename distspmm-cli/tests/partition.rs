@@ -82,13 +82,14 @@ fn cora_end_to_end_at_2_4_8_parts() {
         );
 
         // Balancing non-zeros instead of nodes: the work per part within METIS's tolerance,
-        // recorded in the method (a different partition run).
+        // recorded in the method (a different partition run). METIS: KaMinPar's bound on
+        // weighted nodes is looser by up to the heaviest node (tested in distspmm-core).
         let out_nnz = tmp.path().join(format!("cora-{parts}-nnz"));
         let w = one_json(&ok(&partition(
             &cora,
             &p,
             &out_nnz,
-            &["--json", "--balance", "nnz"],
+            &["--json", "--balance", "nnz", "--method", "metis"],
         )));
         let work = w["nnz_imbalance"].as_f64().unwrap();
         assert!(work <= 1.05, "nnz imbalance {work} with --balance nnz");
@@ -111,10 +112,10 @@ fn refuses_to_overwrite_another_partition_without_force() {
     let tmp = tempfile::tempdir().unwrap();
     let g = small_graph(tmp.path());
     let out = tmp.path().join("chunks");
-    let first = ok(&partition(&g, "2", &out, &[]));
+    let first = ok(&partition(&g, "2", &out, &["--threads", "1"]));
     assert!(first.contains("2 parts"), "{first}");
-    // The same partition again is fine.
-    ok(&partition(&g, "2", &out, &["--json"]));
+    // The same partition again is fine (KaMinPar, the default, repeats itself on one thread).
+    ok(&partition(&g, "2", &out, &["--json", "--threads", "1"]));
     let err = fails(&partition(&g, "3", &out, &[]));
     assert!(
         err.contains("different partition") && err.contains("--force"),
@@ -263,6 +264,69 @@ fn kaminpar_partitions_cora_and_the_run_reports_its_phases() {
         &["--method", "kaminpar", "--imbalance", "1.01"],
     ));
     assert!(err.contains("--method metis"), "{err}");
+}
+
+/// KaMinPar is the default method; options it cannot honour are refused by name.
+#[cfg(feature = "kaminpar")]
+#[test]
+fn kaminpar_is_the_default_and_metis_only_options_say_so() {
+    let tmp = tempfile::tempdir().unwrap();
+    let g = small_graph(tmp.path());
+    let out = tmp.path().join("out");
+    let v = one_json(&ok(&partition(&g, "2", &out, &["--json"])));
+    assert!(
+        v["method"].as_str().unwrap().starts_with("kaminpar:"),
+        "{v}"
+    );
+    assert_eq!(
+        v["edge_cut"], 1,
+        "the two 6-cycles are split at their bridge: {v}"
+    );
+    let err = fails(&partition(
+        &g,
+        "2",
+        &out,
+        &["--objective", "vol", "--force"],
+    ));
+    assert!(err.contains("--method metis"), "{err}");
+    let err = fails(&partition(
+        &g,
+        "2",
+        &out,
+        &["--method", "metis", "--threads", "2", "--force"],
+    ));
+    assert!(
+        err.contains("--threads") && err.contains("kaminpar"),
+        "{err}"
+    );
+    ok(&partition(
+        &g,
+        "2",
+        &out,
+        &["--method", "metis", "--objective", "vol", "--force"],
+    ));
+}
+
+/// A rerun whose KaMinPar partition (on more than one thread) differs from the directory's
+/// says why and how to get a reproducible one.
+#[cfg(feature = "kaminpar")]
+#[test]
+fn a_racy_rerun_says_to_use_one_thread() {
+    let Some(cora) = cora() else { return };
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("cora");
+    // Another run's partition is in the directory (a random one, which KaMinPar never gives).
+    ok(&partition(&cora, "4", &out, &["--method", "random"]));
+    let err = fails(&partition(&cora, "4", &out, &["--threads", "2"]));
+    assert!(
+        err.contains("different partition") && err.contains("--threads 1"),
+        "{err}"
+    );
+    let err = fails(&partition(&cora, "4", &out, &["--threads", "1"]));
+    assert!(
+        err.contains("different partition") && !err.contains("--threads 1"),
+        "{err}"
+    );
 }
 
 #[test]

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
-use distspmm_core::chunk::{write_chunk_dir, ChunkBuilder, DirLock, WriteOptions};
+use distspmm_core::chunk::{write_chunk_dir, ChunkBuilder, ChunkDirError, DirLock, WriteOptions};
 use distspmm_core::normalize::{self, Normalization};
 use distspmm_core::partition::{
     self, Adjacency, Balance, KaminparOptions, Method, MetisOptions, Objective, Partition,
@@ -47,7 +47,7 @@ pub struct Args {
 #[derive(Debug, clap::Args)]
 pub struct PartitionOptions {
     /// How nodes are assigned to parts.
-    #[arg(long, value_enum, default_value_t = MethodArg::Metis)]
+    #[arg(long, value_enum, default_value_t = MethodArg::Kaminpar)]
     pub method: MethodArg,
     /// Seed for METIS, KaMinPar or the random permutation.
     #[arg(long, default_value_t = 1)]
@@ -57,10 +57,10 @@ pub struct PartitionOptions {
     #[arg(long, default_value_t = 1.03)]
     pub imbalance: f64,
     /// Threads KaMinPar partitions with (default: all cores). Its result is reproducible for a
-    /// fixed seed only with --threads 1.
+    /// fixed seed only with --threads 1 (more threads race in its label propagation).
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
     pub threads: Option<u32>,
-    /// METIS objective: edge cut or communication volume.
+    /// METIS objective: edge cut or communication volume (`vol` needs --method metis).
     #[arg(long, value_enum, default_value_t = ObjectiveArg::Cut)]
     pub objective: ObjectiveArg,
     /// Normalisation of Â: gcn (D^-1/2 (A+I) D^-1/2), row (D^-1 (A+I)) or none.
@@ -82,13 +82,23 @@ pub enum BalanceArg {
 }
 
 impl PartitionOptions {
-    /// The partitioning method these options describe.
-    pub fn method(&self) -> Method {
+    /// The partitioning method these options describe; an error for an option the chosen
+    /// method cannot honour (`--objective vol` without METIS, `--threads` without KaMinPar).
+    pub fn method(&self) -> anyhow::Result<Method> {
+        if matches!(self.objective, ObjectiveArg::Vol) && !matches!(self.method, MethodArg::Metis) {
+            bail!(
+                "--objective vol is a METIS objective: add --method metis (KaMinPar, the \
+                 default, minimises the edge cut)"
+            );
+        }
+        if self.threads.is_some() && !matches!(self.method, MethodArg::Kaminpar) {
+            bail!("--threads sets KaMinPar's threads: drop it, or use --method kaminpar");
+        }
         let balance = match self.balance {
             BalanceArg::Nodes => Balance::Nodes,
             BalanceArg::Nnz => Balance::Nonzeros,
         };
-        match self.method {
+        Ok(match self.method {
             MethodArg::Metis => Method::Metis(MetisOptions {
                 seed: self.seed,
                 imbalance: self.imbalance,
@@ -106,7 +116,20 @@ impl PartitionOptions {
             }),
             MethodArg::Contiguous => Method::Contiguous,
             MethodArg::Random => Method::Random { seed: self.seed },
-        }
+        })
+    }
+}
+
+/// A rerun with the same options that found a different partition in the directory: with more
+/// than one thread KaMinPar does not repeat its partition, which is worth saying.
+fn explain_rerun(err: ChunkDirError, method: &Method) -> anyhow::Error {
+    let racy = matches!(method, Method::Kaminpar(k) if k.effective_threads() > 1);
+    match err {
+        ChunkDirError::DifferentPartition { .. } if racy => anyhow::anyhow!(
+            "{err} (KaMinPar with more than one thread does not give the same partition twice: \
+             add --threads 1 for reproducible runs)"
+        ),
+        err => err.into(),
     }
 }
 
@@ -115,7 +138,8 @@ impl PartitionOptions {
 pub enum MethodArg {
     /// METIS multilevel k-way (one thread; at most 2^31 - 1 adjacency entries).
     Metis,
-    /// KaMinPar deep multilevel k-way (parallel, 64-bit edge ids).
+    /// KaMinPar deep multilevel k-way (the default: parallel, 64-bit edge ids, about half
+    /// METIS's memory per edge).
     Kaminpar,
     /// Contiguous id ranges.
     Contiguous,
@@ -258,7 +282,7 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
         DirLock::acquire(&args.out)
             .with_context(|| format!("cannot write the chunks into {}", args.out.display()))?,
     );
-    let method = args.partitioning.method();
+    let method = args.partitioning.method()?;
     let mut phases = PhaseLog::default();
     memory::reset_peak_rss();
 
@@ -326,6 +350,7 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
         ..WriteOptions::default()
     };
     let manifest = write_chunk_dir(&args.out, &builder, &options)
+        .map_err(|err| explain_rerun(err, &method))
         .with_context(|| format!("cannot write the chunks into {}", args.out.display()))?;
     progress.finish_and_clear();
     let chunk_seconds = phase.done();

@@ -7,10 +7,18 @@
 //! KaMinPar's log off stdout and turns C++ exceptions into errors.
 //!
 //! What this KaMinPar version (the crate's, 2022) fixes itself: the imbalance tolerance is 3 %
-//! (its library ignores other values), and node weights are 32-bit. Its random seed is a
-//! per-thread generator seeded once per thread, so every call runs on a fresh thread; the
-//! result is reproducible for a fixed seed with one thread, and varies with more (parallel
-//! label propagation races).
+//! (its library ignores other values; with `--balance nnz` a part may exceed it by up to its
+//! heaviest node, KaMinPar's rule for weighted nodes), and node weights are 32-bit. Its random
+//! state is a per-thread generator plus one process-wide static; the shim reseeds all of them
+//! from the seed on every call, so the result is reproducible for a fixed seed with one
+//! thread, and varies with more (its parallel label propagation races).
+//!
+//! Why this route and not the `mt-kahypar` crate (0.2, the statically built alternative):
+//! KaMinPar reads our CSR arrays in place (4 bytes per adjacency entry), where Mt-KaHyPar's C
+//! API takes an edge list of 64-bit ids (16 bytes per undirected edge) and copies it; its
+//! cut and block weights are 32-bit; and the crate compiles Mt-KaHyPar, oneTBB and Boost
+//! (180 C++ files of heavy templates) from source on every clean build, against KaMinPar's
+//! 24 through CMake with Debian's TBB.
 
 use std::vec::Vec;
 
@@ -136,7 +144,7 @@ fn run(
     let _guard = ONE_AT_A_TIME
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner);
-    // A fresh thread per call, so KaMinPar's per-thread generators start from the seed.
+    // On a thread of its own, so KaMinPar's thread-local state stays off the caller's thread.
     let code = std::thread::scope(|scope| {
         scope
             .spawn(|| {
