@@ -80,7 +80,8 @@ enum dsp_status
   // should be freed.
   DSP_STATUS_PANIC = 13,
   // Memory for the call's buffers could not be allocated (host memory for a `dsp_spmm`'s
-  // communication buffers, device memory for a device operator). Added in 0.1.
+  // communication buffers, device memory for a device operator), or the OS refused a thread
+  // the library needed (memory or process limits). Added in 0.1.
   DSP_STATUS_OUT_OF_MEMORY = 14,
   // A CUDA or NCCL call failed on the device (a launch, a copy, a stream, a collective).
   // Added in 0.1.

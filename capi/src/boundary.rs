@@ -52,7 +52,8 @@ pub enum Status {
     /// should be freed.
     Panic = 13,
     /// Memory for the call's buffers could not be allocated (host memory for a `dsp_spmm`'s
-    /// communication buffers, device memory for a device operator). Added in 0.1.
+    /// communication buffers, device memory for a device operator), or the OS refused a thread
+    /// the library needed (memory or process limits). Added in 0.1.
     OutOfMemory = 14,
     /// A CUDA or NCCL call failed on the device (a launch, a copy, a stream, a collective).
     /// Added in 0.1.
@@ -208,6 +209,8 @@ impl From<CommError> for Error {
             CommError::Environment(_) => Status::MpiEnvironment,
             CommError::PeerFailed { .. } => Status::PeerFailed,
             CommError::Mismatch(_) => Status::ArgumentMismatch,
+            // A thread the OS refused to start: a resource (memory, process count) ran out.
+            CommError::Spawn { .. } => Status::OutOfMemory,
             _ => Status::InvalidArgument,
         };
         Self::new(status, e.to_string())
@@ -461,6 +464,24 @@ mod tests {
             Status::from_code(i32::try_from(Status::all().len()).unwrap()),
             None
         );
+    }
+
+    #[test]
+    fn comm_errors_map_to_their_statuses() {
+        let spawn = CommError::Spawn {
+            rank: 3,
+            size: 8,
+            reason: "Resource temporarily unavailable".into(),
+        };
+        let e = Error::from(spawn);
+        assert_eq!(e.status, Status::OutOfMemory);
+        assert!(
+            e.message.contains("Resource temporarily unavailable"),
+            "{}",
+            e.message
+        );
+        let e = Error::from(CommError::Mismatch("F differs".into()));
+        assert_eq!(e.status, Status::ArgumentMismatch);
     }
 
     #[test]

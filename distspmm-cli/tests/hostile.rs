@@ -151,6 +151,25 @@ fn tiny_files_that_declare_huge_sizes_are_errors_not_aborts() {
             "{args:?}: {stderr}"
         );
     }
+    // An .npz of 3 edges whose num_nodes is 2³² − 1.
+    let g = distspmm_core::graph::Graph::from_edges(4, vec![0, 1, 2], vec![1, 2, 3]);
+    let valid = distspmm_core::graph::npz::write_npz_bytes(&g).unwrap();
+    let npz = tmp.path().join("huge.npz");
+    std::fs::write(&npz, with_ints(&valid, "num_nodes", "()", &[4_294_967_295])).unwrap();
+    for args in [
+        vec!["plan", "--input", s(&npz), "--parts", "2"],
+        vec!["bench", "spmm", "--input", s(&npz), "--features", "4"],
+    ] {
+        let stderr = error_of(&run(&args), args[0]);
+        assert!(
+            stderr.contains("huge.npz")
+                && stderr.contains(
+                    "the file declares 4294967295 nodes, but its 3 edges reference only nodes below 4"
+                )
+                && stderr.contains("num_nodes in an .npz"),
+            "{args:?}: {stderr}"
+        );
+    }
     // Generators: the graph asked for is refused before any of it is made.
     for args in [
         vec!["generate", "rmat", "--scale", "31", "--edge-factor", "0"],
@@ -223,6 +242,33 @@ fn special_files_are_refused_at_once() {
             "{args:?}: {stderr}"
         );
     }
+    // A directory where a chunk belongs.
+    std::fs::remove_file(&chunk).unwrap();
+    std::fs::create_dir(&chunk).unwrap();
+    let stderr = error_of(&run(&["inspect", s(&dir)]), "a directory as a chunk");
+    assert!(
+        stderr.contains("part-00001.chunk") && stderr.contains("a directory, not a regular file"),
+        "{stderr}"
+    );
+    // train (one rank, so one part) on a FIFO chunk: refused, not blocked forever.
+    let one = tmp.path().join("one");
+    partition(&graph, 1, &one);
+    let first = one.join("part-00000.chunk");
+    std::fs::remove_file(&first).unwrap();
+    assert!(Command::new("mkfifo")
+        .arg(&first)
+        .status()
+        .unwrap()
+        .success());
+    let stderr = error_of(
+        &run(&["train", "--chunks", s(&one), "--epochs", "1"]),
+        "train on a FIFO",
+    );
+    assert!(
+        stderr.contains("part-00000.chunk")
+            && stderr.contains("a FIFO (named pipe), not a regular file"),
+        "{stderr}"
+    );
     // A directory where a graph file belongs: said so, not "Is a directory" or "No such device".
     let as_dir = tmp.path().join("graph.npz");
     std::fs::create_dir(&as_dir).unwrap();
@@ -300,6 +346,8 @@ fn every_command_that_opens_chunks_checks_the_partition_map() {
             ],
             vec!["verify", "--chunks", s(&dir), "--local-ranks", "2"],
             vec!["inspect", s(&dir)],
+            // One rank: the map is checked before the part count.
+            vec!["train", "--chunks", s(&dir), "--epochs", "1"],
         ] {
             let stderr = error_of(&run(&args), &format!("{how} map, {}", args[0]));
             assert!(
@@ -375,6 +423,28 @@ fn messages_name_the_real_cause_once() {
             && !stderr.contains("index type"),
         "{stderr}"
     );
+    // 2³² − 1 nodes with --method contiguous: whatever stops it, not METIS's index type
+    // (contiguous does not call METIS).
+    let wide = tmp.path().join("wide.txt");
+    std::fs::write(&wide, "0 4294967294\n").unwrap();
+    let stderr = error_of(
+        &run(&[
+            "partition",
+            "--input",
+            s(&wide),
+            "--parts",
+            "2",
+            "--method",
+            "contiguous",
+            "--out",
+            s(&out),
+        ]),
+        "contiguous on 2^32 - 1 nodes",
+    );
+    assert!(
+        !stderr.contains("METIS") && stderr.contains("4294967295 nodes"),
+        "{stderr}"
+    );
     // A graph without nodes.
     let empty = tmp.path().join("empty.txt");
     std::fs::write(&empty, "").unwrap();
@@ -429,4 +499,321 @@ fn messages_name_the_real_cause_once() {
         })
         .count();
     assert_eq!(leftovers, 0, "the partial file was removed");
+}
+
+/// A 300-node CSBM graph in one chunk, for the training cases (one rank, no mpirun).
+fn one_chunk(dir: &Path, seed: u64) -> PathBuf {
+    let graph = csbm(dir, "train.npz", 300, seed);
+    let chunks = dir.join("train-chunks");
+    partition(&graph, 1, &chunks);
+    chunks
+}
+
+/// `distspmm train ARGS…` on one rank; nothing may have trained when it fails.
+fn train_fails(args: &[&str], what: &str) -> String {
+    let mut full = vec!["train"];
+    full.extend(args);
+    let out = run(&full);
+    let stderr = error_of(&out, what);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        !stdout.contains("epoch") && !stderr.contains("epoch    1"),
+        "{what}: trained before failing: {stdout}"
+    );
+    stderr
+}
+
+#[test]
+fn an_unwritable_checkpoint_location_fails_before_the_first_epoch() {
+    let tmp = tempfile::tempdir().unwrap();
+    let chunks = one_chunk(tmp.path(), 10);
+    // A regular file where a directory must be made: unwritable even for root.
+    let file = tmp.path().join("plain-file");
+    std::fs::write(&file, b"x").unwrap();
+    let ck = file.join("ck");
+    let stderr = train_fails(
+        &[
+            "--chunks",
+            s(&chunks),
+            "--epochs",
+            "50",
+            "--checkpoint",
+            s(&ck),
+        ],
+        "unwritable checkpoint",
+    );
+    assert!(
+        stderr.contains(&format!("cannot write checkpoints into {}", ck.display()))
+            && stderr.contains("choose a writable --checkpoint directory"),
+        "{stderr}"
+    );
+    // The probe leaves nothing behind in a writable directory.
+    let good = tmp.path().join("ck");
+    ok(&[
+        "train",
+        "--chunks",
+        s(&chunks),
+        "--epochs",
+        "1",
+        "--checkpoint",
+        s(&good),
+    ]);
+    let names: Vec<_> = std::fs::read_dir(&good)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    assert_eq!(names, ["checkpoint.json"]);
+    // --checkpoint-every without a directory to write to.
+    let stderr = train_fails(
+        &["--chunks", s(&chunks), "--checkpoint-every", "5"],
+        "checkpoint-every alone",
+    );
+    assert!(
+        stderr.contains("--checkpoint-every 5 needs --checkpoint DIR"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn resume_refuses_other_data_and_other_options_naming_the_field() {
+    let tmp = tempfile::tempdir().unwrap();
+    let chunks = one_chunk(tmp.path(), 11);
+    let ck = tmp.path().join("ck");
+    fn train<'a>(chunks: &'a Path, ck: &'a Path, extra: &[&'a str]) -> Vec<&'a str> {
+        let mut args = vec!["--chunks", s(chunks), "--checkpoint", s(ck)];
+        args.extend(extra);
+        args
+    }
+    let mut first = vec!["train"];
+    first.extend(train(&chunks, &ck, &["--epochs", "2"]));
+    ok(&first);
+    for (extra, field) in [
+        (
+            &["--normalize-features", "false"][..],
+            "--normalize-features is true there, false here",
+        ),
+        (&["--hidden", "8"], "--hidden is 16 there, 8 here"),
+        (&["--lr", "0.02"], "--lr is 0.01 there, 0.02 here"),
+        (&["--seed", "7"], "--seed is 42 there, 7 here"),
+    ] {
+        let mut args = train(&chunks, &ck, &["--resume", "--epochs", "4"]);
+        args.extend(extra);
+        let stderr = train_fails(&args, field);
+        assert!(
+            stderr.contains(field)
+                && stderr.contains("was written for another run")
+                && !stderr.contains("GcnConfig")
+                && !stderr.contains('{'),
+            "{extra:?}: {stderr}"
+        );
+    }
+    // Tensor mode: the same path and node count, regenerated with another seed.
+    let graph = tmp.path().join("t.npz");
+    let generate = |seed: &str| {
+        ok(&[
+            "generate",
+            "csbm",
+            "--nodes",
+            "300",
+            "--features",
+            "8",
+            "--classes",
+            "3",
+            "--seed",
+            seed,
+            "--force",
+            "--out",
+            s(&graph),
+        ]);
+    };
+    generate("1");
+    let tck = tmp.path().join("tck");
+    let tensor = |epochs: &str, resume: bool| {
+        let mut args = vec!["train", "--mode", "tensor", "--input", s(&graph)];
+        args.extend(["--epochs", epochs, "--checkpoint", s(&tck)]);
+        if resume {
+            args.push("--resume");
+        }
+        run(&args)
+    };
+    assert!(tensor("2", false).status.success());
+    generate("2");
+    let stderr = error_of(&tensor("4", true), "tensor resume on regenerated data");
+    assert!(
+        stderr.contains("the data differ (content fingerprint") && stderr.contains("t.npz"),
+        "{stderr}"
+    );
+    // The same data again: the resume goes on.
+    generate("1");
+    let out = tensor("3", true);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+fn zero_epochs_and_a_finished_checkpoint_say_what_to_do() {
+    let tmp = tempfile::tempdir().unwrap();
+    let chunks = one_chunk(tmp.path(), 12);
+    let stderr = train_fails(&["--chunks", s(&chunks), "--epochs", "0"], "--epochs 0");
+    assert!(
+        stderr.contains("--epochs 0 trains nothing") && !stderr.contains("checkpoint"),
+        "{stderr}"
+    );
+    let ck = tmp.path().join("ck");
+    ok(&[
+        "train",
+        "--chunks",
+        s(&chunks),
+        "--epochs",
+        "2",
+        "--checkpoint",
+        s(&ck),
+    ]);
+    for epochs in ["0", "2"] {
+        let stderr = train_fails(
+            &[
+                "--chunks",
+                s(&chunks),
+                "--epochs",
+                epochs,
+                "--checkpoint",
+                s(&ck),
+                "--resume",
+            ],
+            "a finished checkpoint",
+        );
+        assert!(
+            stderr.contains("has already trained 2 epochs")
+                && stderr.contains(&format!("--epochs {epochs} counts all epochs"))
+                && stderr.contains("ask for more than 2"),
+            "{stderr}"
+        );
+        assert_eq!(stderr.matches("error:").count(), 1, "{stderr}");
+    }
+}
+
+/// The `.npz` archive `valid` with its array `name` replaced by the `<i8` values `ints` of
+/// shape `shape` (the writer refuses what these tests need, so the array is written here as
+/// numpy would: a version 1.0 `.npy`, stored).
+fn with_ints(valid: &[u8], name: &str, shape: &str, ints: &[i64]) -> Vec<u8> {
+    use std::io::{Cursor, Write};
+    let file_name = format!("{name}.npy");
+    let mut src = zip::ZipArchive::new(Cursor::new(valid)).unwrap();
+    let mut out = zip::ZipWriter::new(Cursor::new(Vec::new()));
+    for i in 0..src.len() {
+        let file = src.by_index_raw(i).unwrap();
+        if file.name() != file_name {
+            out.raw_copy_file(file).unwrap();
+        }
+    }
+    let dict = format!("{{'descr': '<i8', 'fortran_order': False, 'shape': {shape}, }}");
+    let pad = (64 - (10 + dict.len() + 1) % 64) % 64;
+    let header = format!("{dict}{}\n", " ".repeat(pad));
+    let mut npy = b"\x93NUMPY\x01\x00".to_vec();
+    npy.extend((header.len() as u16).to_le_bytes());
+    npy.extend(header.as_bytes());
+    ints.iter().for_each(|l| npy.extend(l.to_le_bytes()));
+    let stored =
+        zip::write::SimpleFileOptions::default().compression_method(zip::CompressionMethod::Stored);
+    out.start_file(file_name, stored).unwrap();
+    out.write_all(&npy).unwrap();
+    out.finish().unwrap().into_inner()
+}
+
+#[test]
+fn training_sizes_that_cannot_fit_are_errors_naming_the_option() {
+    let tmp = tempfile::tempdir().unwrap();
+    let chunks = one_chunk(tmp.path(), 13);
+    for (args, option) in [
+        (
+            &["--hidden", "1000000", "--layers", "3"][..],
+            "hidden width 1000000",
+        ),
+        (&["--layers", "4294967295"], "4294967295 layers"),
+    ] {
+        let mut full = vec!["--chunks", s(&chunks), "--epochs", "1"];
+        full.extend(args);
+        let stderr = train_fails(&full, option);
+        assert!(
+            stderr.contains(option)
+                && stderr.contains("memory is available")
+                && stderr.contains("lower --hidden or --layers"),
+            "{args:?}: {stderr}"
+        );
+    }
+    // The issue's own case, --hidden 1000000 on Cora (about 160 GiB of buffers).
+    if let Some(cora) = launch::cora() {
+        let dir = tmp.path().join("cora");
+        partition(&cora, 1, &dir);
+        let stderr = train_fails(
+            &["--chunks", s(&dir), "--epochs", "1", "--hidden", "1000000"],
+            "Cora --hidden 1000000",
+        );
+        assert!(stderr.contains("lower --hidden"), "{stderr}");
+    }
+    // A label of 2³¹ − 2 would make 2³¹ − 1 classes: refused where the graph is read, by
+    // partition and by tensor-parallel training alike.
+    let mut g = distspmm_core::graph::Graph::from_edges(4, vec![0, 1, 2], vec![1, 2, 3]);
+    g.features = Some(distspmm_core::graph::Features {
+        dim: 2,
+        data: vec![1.0; 8],
+    });
+    g.labels = Some(vec![0, 1, 2, 1]);
+    g.train_mask = Some(vec![true; 4]);
+    let valid = distspmm_core::graph::npz::write_npz_bytes(&g).unwrap();
+    let bomb = tmp.path().join("bomb.npz");
+    let labels = with_ints(&valid, "y", "(4,)", &[0, 1, 2_147_483_646, 1]);
+    std::fs::write(&bomb, labels).unwrap();
+    for args in [
+        vec![
+            "train",
+            "--mode",
+            "tensor",
+            "--input",
+            s(&bomb),
+            "--epochs",
+            "1",
+        ],
+        vec![
+            "partition",
+            "--input",
+            s(&bomb),
+            "--parts",
+            "1",
+            "--out",
+            s(&tmp.path().join("bomb-chunks")),
+        ],
+    ] {
+        let stderr = error_of(&run(&args), args[0]);
+        assert!(
+            stderr.contains("2147483646") && stderr.contains("class indices"),
+            "{args:?}: {stderr}"
+        );
+    }
+}
+
+#[test]
+fn features_near_the_f32_limit_are_normalised_not_zeroed() {
+    let Some(cora) = launch::cora() else {
+        return;
+    };
+    // Cora's bag-of-words rows scaled by 3·10³⁸ (still finite): an f32 row sum overflows to
+    // infinity, which used to zero every feature (loss stuck at ln 7, 31.9 % accuracy).
+    let tmp = tempfile::tempdir().unwrap();
+    let mut g = distspmm_core::graph::load(&cora).unwrap();
+    let x = g.features.as_mut().unwrap();
+    let top = x.data.iter().copied().fold(0.0f32, f32::max);
+    x.data.iter_mut().for_each(|v| *v *= 3e38 / top);
+    assert!(x.data.iter().all(|v| v.is_finite()));
+    let scaled = tmp.path().join("scaled.npz");
+    distspmm_core::graph::npz::write_npz(&scaled, &g).unwrap();
+    let dir = tmp.path().join("chunks");
+    partition(&scaled, 1, &dir);
+    let out = run(&["train", "--chunks", s(&dir), "--epochs", "100", "--json"]);
+    let summary = launch::summary(&out);
+    let acc = summary["test_acc"].as_f64().unwrap();
+    assert!(acc > 0.7, "test accuracy {acc} on Cora scaled by 3e38");
 }

@@ -21,8 +21,6 @@
 //! Cost: linear in edges + nodes (a counting sort by row, a sort of each row's few columns),
 //! rows sorted and scaled in parallel under `std`; memory about twice the output.
 
-use alloc::vec;
-use alloc::vec::Vec;
 use core::fmt;
 use core::ops::Range;
 use core::str::FromStr;
@@ -132,6 +130,21 @@ pub enum NormalizeError {
         /// Target node (the row of Â).
         dst: u32,
     },
+    /// A normalised entry leaves f32's range: a tiny (positive) degree, from weights that
+    /// nearly cancel, scales a large weight past 3.4e38.
+    #[error(
+        "the normalised weight of the edge {src} → {dst} is beyond f32's range: its weight is \
+         large and a degree is nearly 0 (weights that cancel out): check the edge weights"
+    )]
+    ScaledOverflow {
+        /// Source node of the entry.
+        src: u32,
+        /// Target node (the row of Â).
+        dst: u32,
+    },
+    /// The matrix does not fit in memory.
+    #[error(transparent)]
+    Memory(#[from] crate::memory::MemoryError),
     /// A node's weighted degree is negative, so `D^-1/2` does not exist.
     #[error("node {node} has negative weighted degree {degree}")]
     NegativeDegree {
@@ -141,6 +154,9 @@ pub enum NormalizeError {
         degree: f64,
     },
 }
+
+/// What to do when the normalised adjacency does not fit.
+const MEMORY_HINT: &str = "use a machine with more memory, or a smaller graph";
 
 /// The entries of `A` (or `A + I`) as `(row = dst, column = src, weight)`.
 struct Entries<'a> {
@@ -193,28 +209,49 @@ pub fn adjacency(
     norm: Normalization,
 ) -> Result<CsrOwned<f32>, NormalizeError> {
     check_edges(num_nodes, src, dst, weights)?;
-
-    let diagonal = (norm != Normalization::None).then(|| {
-        // `add_remaining_self_loops`: 1 unless the input has a self loop, whose weight is kept.
-        let mut diag = vec![1.0f32; num_nodes];
-        let mut seen = vec![false; num_nodes];
-        for (e, (&u, &v)) in src.iter().zip(dst).enumerate() {
-            if u == v {
-                let w = weights.map_or(1.0, |w| w[e]);
-                let d = &mut diag[v as usize];
-                *d = if seen[v as usize] { *d + w } else { w };
-                seen[v as usize] = true;
+    let (n, e) = (num_nodes as u64, src.len() as u64);
+    let what = || std::format!("the normalised adjacency of {n} nodes and {e} edges");
+    // At the peak: the entries as pairs and the output arrays (8 + 12 bytes per entry, nodes
+    // included as self loops), the row pointers and cursors, and per node the diagonal, the
+    // degrees and their inverses.
+    crate::memory::check(
+        what(),
+        e.saturating_add(n)
+            .saturating_mul(20)
+            .saturating_add(n.saturating_mul(48)),
+        MEMORY_HINT,
+    )?;
+    let diagonal = match norm {
+        Normalization::None => None,
+        _ => {
+            // `add_remaining_self_loops`: 1 unless the input has a self loop, whose weight is
+            // kept.
+            let mut diag = crate::memory::try_filled(num_nodes, 1.0f32, what(), MEMORY_HINT)?;
+            let mut seen = crate::memory::try_filled(num_nodes, false, what(), MEMORY_HINT)?;
+            for (e, (&u, &v)) in src.iter().zip(dst).enumerate() {
+                if u == v {
+                    let w = weights.map_or(1.0, |w| w[e]);
+                    let d = &mut diag[v as usize];
+                    *d = if seen[v as usize] { *d + w } else { w };
+                    seen[v as usize] = true;
+                }
             }
+            Some(diag)
         }
-        diag
-    });
+    };
     let entries = Entries {
         src,
         dst,
         weights,
         diagonal: diagonal.as_deref(),
     };
-    let (indptr, indices, mut data) = assemble(num_nodes, &entries);
+    let (indptr, indices, mut data) =
+        assemble(num_nodes, &entries).map_err(|failed| crate::memory::MemoryError {
+            what: what(),
+            bytes: failed.bytes,
+            available: None,
+            hint: MEMORY_HINT,
+        })?;
     drop(diagonal);
     // Every weight is finite, so a non-finite entry is a sum of duplicates that overflowed.
     if let Some(k) = data.iter().position(|w| !w.is_finite()) {
@@ -226,23 +263,22 @@ pub fn adjacency(
     }
 
     if norm != Normalization::None {
-        let degree: Vec<f64> = (0..num_nodes)
-            .map(|v| {
-                let (s, e) = (indptr[v] as usize, indptr[v + 1] as usize);
-                data[s..e].iter().map(|&w| f64::from(w)).sum()
-            })
-            .collect();
-        if let Some((node, &degree)) = degree.iter().enumerate().find(|(_, &d)| d < 0.0) {
+        // The weighted degrees, then (in place) their inverse powers.
+        let mut inv = crate::memory::try_filled(num_nodes, 0.0f64, what(), MEMORY_HINT)?;
+        for (v, d) in inv.iter_mut().enumerate() {
+            let (s, e) = (indptr[v] as usize, indptr[v + 1] as usize);
+            *d = data[s..e].iter().map(|&w| f64::from(w)).sum();
+        }
+        if let Some((node, &degree)) = inv.iter().enumerate().find(|(_, &d)| d < 0.0) {
             return Err(NormalizeError::NegativeDegree { node, degree });
         }
-        let inv: Vec<f64> = degree
-            .iter()
-            .map(|&d| match (d > 0.0, norm) {
+        for d in &mut inv {
+            *d = match (*d > 0.0, norm) {
                 (false, _) => 0.0,
                 (true, Normalization::Gcn) => 1.0 / d.sqrt(),
-                (true, _) => 1.0 / d,
-            })
-            .collect();
+                (true, _) => 1.0 / *d,
+            };
+        }
         let scale_rows = |rows: Range<usize>, values: &mut [f32]| {
             let base = indptr[rows.start] as usize;
             for v in rows {
@@ -266,6 +302,14 @@ pub fn adjacency(
             &mut data[..],
             &scale_rows,
         );
+        // Finite weights over a positive degree can still leave f32 when the degree is tiny.
+        if let Some(k) = data.iter().position(|w| !w.is_finite()) {
+            let dst = indptr.partition_point(|&start| start as usize <= k) - 1;
+            return Err(NormalizeError::ScaledOverflow {
+                src: indices[k],
+                dst: dst as u32,
+            });
+        }
     }
 
     // The assembled arrays are sorted and in range by construction; `new` re-checks them in
@@ -317,6 +361,8 @@ fn check_edges(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use alloc::vec;
+    use alloc::vec::Vec;
     use proptest::prelude::*;
 
     /// Â computed densely in f64 from the module-doc definitions.
@@ -359,6 +405,26 @@ mod tests {
             }
         }
         a
+    }
+
+    #[test]
+    fn a_normalised_weight_beyond_f32_is_an_error_not_infinity() {
+        // Row 2's degree is 3e38 − 3e38 + 1e-30 (summed in column order): positive but tiny,
+        // so scaling its entries by it overflows.
+        let (src, dst, w) = ([0u32, 1, 2], [2u32, 2, 2], [3e38f32, -3e38, 1e-30]);
+        for norm in [Normalization::Gcn, Normalization::Row] {
+            let err = adjacency(3, &src, &dst, Some(&w), norm).unwrap_err();
+            assert!(
+                matches!(err, NormalizeError::ScaledOverflow { dst: 2, .. }),
+                "{norm}: {err}"
+            );
+            assert!(
+                std::format!("{err}").contains("check the edge weights"),
+                "{err}"
+            );
+        }
+        // Without normalisation the weights are kept as given.
+        adjacency(3, &src, &dst, Some(&w), Normalization::None).unwrap();
     }
 
     #[test]

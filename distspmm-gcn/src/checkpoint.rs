@@ -15,17 +15,79 @@ use std::path::{Path, PathBuf};
 /// File name of the checkpoint inside the checkpoint directory.
 pub const FILE_NAME: &str = "checkpoint.json";
 const FORMAT: &str = "distspmm-gcn-checkpoint";
-const VERSION: u32 = 1;
+/// 2: the run's identity records the data's content fingerprint and `--normalize-features`.
+const VERSION: u32 = 2;
+
+/// What a checkpoint's run trained on and with: everything that changes the objective. A resume
+/// continues only a run whose identity is the same ([`Identity::differences`]).
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct Identity {
+    /// Hyperparameters of the model (widths, layers, dropout, learning rate, weight decay,
+    /// seed).
+    pub config: GcnConfig,
+    /// `data` or `tensor`.
+    pub mode: String,
+    /// Whether `--normalize-features` was set.
+    pub normalize_features: bool,
+    /// Content fingerprint of the training data (hex): of the chunks' contents in data mode,
+    /// of the graph file's arrays in tensor mode.
+    pub data_fingerprint: String,
+    /// Where the data was read from; named in messages, not compared (the same data may move).
+    pub data_source: String,
+}
+
+impl Identity {
+    /// How this run (`here`) differs from the checkpoint's (`self`), one phrase per field in
+    /// plain words ("--hidden is 16 there, 32 here"); empty when a resume may continue it.
+    pub fn differences(&self, here: &Identity) -> Vec<String> {
+        let (a, b) = (&self.config, &here.config);
+        let mut out = Vec::new();
+        let mut field = |name: &str, there: String, here: String| {
+            if there != here {
+                out.push(format!("{name} is {there} there, {here} here"));
+            }
+        };
+        field("--mode", self.mode.clone(), here.mode.clone());
+        field(
+            "the data's feature width",
+            a.in_dim.to_string(),
+            b.in_dim.to_string(),
+        );
+        field(
+            "the data's class count",
+            a.classes.to_string(),
+            b.classes.to_string(),
+        );
+        field("--hidden", a.hidden.to_string(), b.hidden.to_string());
+        field("--layers", a.layers.to_string(), b.layers.to_string());
+        field("--dropout", a.dropout.to_string(), b.dropout.to_string());
+        field("--lr", a.lr.to_string(), b.lr.to_string());
+        field(
+            "--weight-decay",
+            a.weight_decay.to_string(),
+            b.weight_decay.to_string(),
+        );
+        field("--seed", a.seed.to_string(), b.seed.to_string());
+        field(
+            "--normalize-features",
+            self.normalize_features.to_string(),
+            here.normalize_features.to_string(),
+        );
+        if self.data_fingerprint != here.data_fingerprint {
+            out.push(format!(
+                "the data differ (content fingerprint {} of {} there, {} of {} here)",
+                self.data_fingerprint, self.data_source, here.data_fingerprint, here.data_source
+            ));
+        }
+        out
+    }
+}
 
 /// What is saved.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct State {
-    /// Hyperparameters of the model the state belongs to.
-    pub config: GcnConfig,
-    /// `data` or `tensor`.
-    pub mode: String,
-    /// Identity of the training data (partition fingerprint or input file), checked on resume.
-    pub data_id: String,
+    /// The run the state belongs to, checked on resume.
+    pub identity: Identity,
     /// Epochs finished.
     pub epoch: u64,
     /// Parameters after `epoch` epochs.
@@ -51,6 +113,27 @@ pub fn path_in(dir: &Path) -> PathBuf {
 fn checksum(state: &serde_json::Value) -> Result<String> {
     let bytes = serde_json::to_vec(state)?;
     Ok(format!("{:016x}", xxhash_rust::xxh3::xxh3_64(&bytes)))
+}
+
+/// The temporary a checkpoint is written to before its rename (one per process).
+fn temporary_in(dir: &Path) -> PathBuf {
+    dir.join(format!(".{FILE_NAME}.tmp-{}", std::process::id()))
+}
+
+/// Checks that checkpoints can be written into `dir` (created if missing) by creating and
+/// removing the temporary a [`save`] writes first, so that an unwritable location is an error
+/// before the first epoch rather than when the first checkpoint is due.
+pub fn check_writable(dir: &Path) -> Result<()> {
+    let fail = || {
+        format!(
+            "cannot write checkpoints into {} (choose a writable --checkpoint directory)",
+            dir.display()
+        )
+    };
+    std::fs::create_dir_all(dir).with_context(fail)?;
+    let probe = temporary_in(dir);
+    std::fs::File::create(&probe).with_context(fail)?;
+    std::fs::remove_file(&probe).with_context(fail)
 }
 
 /// Writes `state` atomically into `dir` (created if missing).
@@ -133,6 +216,15 @@ pub fn load(dir: &Path) -> Result<State> {
             envelope.format
         );
     }
+    if envelope.version < VERSION {
+        bail!(
+            "{} has checkpoint version {}, which does not record the training data's content \
+             or --normalize-features, so a resume cannot check that it continues the same run: \
+             start again without --resume",
+            path.display(),
+            envelope.version
+        );
+    }
     if envelope.version > VERSION {
         bail!(
             "{} has checkpoint version {}; this distspmm reads up to {VERSION}: upgrade distspmm",
@@ -149,13 +241,17 @@ pub fn load(dir: &Path) -> Result<State> {
     let state: State = serde_json::from_value(envelope.state)
         .with_context(|| format!("{} has an unexpected layout", path.display()))?;
     let shapes_ok = {
-        let dims = state.config.dims();
-        state.params.weights.len() == state.config.layers
-            && state.params.biases.len() == state.config.layers
-            && (0..state.config.layers).all(|l| {
-                state.params.weights[l].len() == dims[l] * dims[l + 1]
-                    && state.params.biases[l].len() == dims[l + 1]
-            })
+        // The layer count is checked against the arrays present before `dims` is built from it.
+        let config = &state.identity.config;
+        state.params.weights.len() == config.layers
+            && state.params.biases.len() == config.layers
+            && {
+                let dims = config.dims();
+                (0..config.layers).all(|l| {
+                    dims[l].checked_mul(dims[l + 1]) == Some(state.params.weights[l].len())
+                        && state.params.biases[l].len() == dims[l + 1]
+                })
+            }
             && state.adam.m.len() == state.params.len()
             && state.adam.v.len() == state.params.len()
     };
@@ -183,21 +279,92 @@ mod tests {
             weight_decay: 5e-4,
             seed: 1,
         };
-        let params = Params::glorot(&config);
-        let mut adam = Adam::new(params.len());
+        let params = Params::glorot(&config).unwrap();
+        let mut adam = Adam::new(params.len()).unwrap();
         adam.m
             .iter_mut()
             .enumerate()
             .for_each(|(i, v)| *v = 1.0 / (i as f32 + 3.0));
         adam.t = 7;
         State {
-            config,
-            mode: "data".into(),
-            data_id: "abc".into(),
+            identity: Identity {
+                config,
+                mode: "data".into(),
+                normalize_features: true,
+                data_fingerprint: "abc".into(),
+                data_source: "chunks".into(),
+            },
             epoch: 7,
             params,
             adam,
         }
+    }
+
+    #[test]
+    fn differences_name_each_field_in_plain_words() {
+        let there = state().identity;
+        assert!(there.differences(&there).is_empty());
+        let mut here = there.clone();
+        here.config.hidden = 8;
+        here.normalize_features = false;
+        here.data_fingerprint = "def".into();
+        here.data_source = "other".into();
+        assert_eq!(
+            there.differences(&here),
+            [
+                "--hidden is 3 there, 8 here",
+                "--normalize-features is true there, false here",
+                "the data differ (content fingerprint abc of chunks there, def of other here)",
+            ]
+        );
+        // Where the data lives is not part of the identity.
+        let moved = Identity {
+            data_source: "elsewhere".into(),
+            ..there.clone()
+        };
+        assert!(there.differences(&moved).is_empty());
+    }
+
+    #[test]
+    fn writability_is_probed_without_leaving_a_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let ck = dir.path().join("a/b");
+        check_writable(&ck).unwrap();
+        assert_eq!(std::fs::read_dir(&ck).unwrap().count(), 0);
+        let file = dir.path().join("file");
+        std::fs::write(&file, b"x").unwrap();
+        let err = format!("{:#}", check_writable(&file.join("ck")).unwrap_err());
+        assert!(
+            err.contains("cannot write checkpoints into")
+                && err.contains("choose a writable --checkpoint directory"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn a_checkpoint_without_a_data_fingerprint_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        save(dir.path(), &state()).unwrap();
+        let path = path_in(dir.path());
+        let mut envelope: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+        envelope["version"] = 1.into();
+        std::fs::write(&path, serde_json::to_vec(&envelope).unwrap()).unwrap();
+        let err = load(dir.path()).unwrap_err().to_string();
+        assert!(
+            err.contains("checkpoint version 1") && err.contains("without --resume"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn a_layer_count_beyond_the_arrays_is_refused_before_it_sizes_anything() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut s = state();
+        s.identity.config.layers = usize::MAX;
+        save(dir.path(), &s).unwrap();
+        let err = load(dir.path()).unwrap_err().to_string();
+        assert!(err.contains("shapes do not match"), "{err}");
     }
 
     #[test]

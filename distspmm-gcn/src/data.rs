@@ -152,6 +152,25 @@ fn node_data(args: &Config, view: &ChunkView<'_>, path: &std::path::Path) -> Res
     })
 }
 
+/// Identity of a chunk directory's contents: xxh3-128 over its partition fingerprint,
+/// normalisation, partition map checksum and every chunk's length and checksum. Loading a chunk
+/// checks its own checksum against the manifest's, so equal fingerprints mean equal chunks
+/// (features, labels, masks and Â), and a graph regenerated with the same partition differs.
+fn content_fingerprint(m: &distspmm_core::chunk::Manifest) -> String {
+    let mut h = xxhash_rust::xxh3::Xxh3::new();
+    h.update(b"distspmm-chunks-v1\0");
+    for text in [&m.fingerprint, &m.normalization, &m.partition_map.checksum] {
+        h.update(&(text.len() as u64).to_le_bytes());
+        h.update(text.as_bytes());
+    }
+    for c in &m.chunks {
+        h.update(&c.bytes.to_le_bytes());
+        h.update(&(c.checksum.len() as u64).to_le_bytes());
+        h.update(c.checksum.as_bytes());
+    }
+    distspmm_core::chunk::fingerprint_hex(&h.digest128().to_le_bytes())
+}
+
 /// Runs data-parallel training on this rank.
 pub fn run<C>(
     args: &Config,
@@ -168,8 +187,26 @@ where
     let chunk_path = dir.chunk_path(rank as u32)?;
     let view = chunk.view();
     let mut nd = agree(comm, node_data(args, view, &chunk_path))?;
+    // The class count sizes the output layer: it must be what the labels justify (partition
+    // writes the largest label + 1), not just any number a chunk header declares.
+    let mut top = [nd.labels.iter().copied().max().map_or(-1.0, f64::from)];
+    comm.all_reduce(&mut top, dist_comm::ReduceOp::Max)
+        .context("cannot agree on the largest label")?;
+    let justified = (top[0] + 1.0).max(0.0) as usize;
+    let classes_ok = if nd.classes > justified {
+        Err(anyhow::anyhow!(
+            "{} declares {} classes, but the largest label in the chunks is {}: re-run `distspmm partition` on the graph",
+            dir_path.display(),
+            nd.classes,
+            top[0]
+        ))
+    } else {
+        Ok(())
+    };
+    agree(comm, classes_ok)?;
     if args.normalize_features {
-        maybe_normalize_rows(comm, &mut nd.features, nd.in_dim, on)?;
+        let ids = &nd.ids;
+        maybe_normalize_rows(comm, &mut nd.features, nd.in_dim, |r| ids[r], on)?;
     }
     let cfg = GcnConfig {
         in_dim: nd.in_dim,
@@ -199,13 +236,13 @@ where
         masks: &nd.masks,
         original_ids: &nd.ids,
     };
-    let job = Job {
+    let job = Job::new(
         args,
         cfg,
-        mode: "data",
-        data_id: dir.manifest().fingerprint.clone(),
-        rank,
-        ranks,
-    };
+        "data",
+        content_fingerprint(dir.manifest()),
+        dir_path,
+        comm,
+    );
     train_loop(&job, comm, model, &mut agg, &data, on)
 }

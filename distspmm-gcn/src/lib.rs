@@ -137,6 +137,14 @@ pub enum ConfigError {
     /// `resume` without a checkpoint directory.
     #[error("--resume needs --checkpoint DIR (the directory to continue from)")]
     ResumeNeedsCheckpoint,
+    /// `checkpoint_every` without a checkpoint directory to write to.
+    #[error(
+        "--checkpoint-every {0} needs --checkpoint DIR (the directory to write the checkpoints to)"
+    )]
+    CheckpointEveryNeedsCheckpoint(u64),
+    /// Zero epochs asked for a fresh run.
+    #[error("--epochs 0 trains nothing: give the number of epochs to train, at least 1")]
+    ZeroEpochs,
 }
 
 impl Config {
@@ -151,6 +159,16 @@ impl Config {
             (Mode::Tensor, None, Some(file)) => Ok(Source::Graph(file)),
         };
         self.resume_from()?;
+        if self.checkpoint_every > 0 && self.checkpoint.is_none() {
+            return Err(ConfigError::CheckpointEveryNeedsCheckpoint(
+                self.checkpoint_every,
+            ));
+        }
+        // With --resume, 0 is "no more than the checkpoint has": said with the checkpoint's
+        // epoch count once it is read.
+        if self.epochs == 0 && !self.resume {
+            return Err(ConfigError::ZeroEpochs);
+        }
         source
     }
 
@@ -377,24 +395,36 @@ fn is_agreed(err: &anyhow::Error) -> bool {
 /// to 0 stay 0). It is meant for non-negative features (bag-of-words, counts), where the row sum
 /// is a scale; for signed features (e.g. Gaussian CSBM features) a row sum near 0 would blow
 /// values up, so [`maybe_normalize_rows`] leaves those alone and says so.
-pub fn normalize_rows(x: &mut [f32], width: usize) {
+///
+/// Sums and quotients are worked out in f64: a row of large finite values (say 3·10³⁸ each)
+/// overflows an f32 sum to infinity, which would silently zero the row. A row whose sum is
+/// still not finite (a non-finite feature) is an error naming the node (`id_of(row)`).
+pub fn normalize_rows(x: &mut [f32], width: usize, id_of: impl Fn(usize) -> u64) -> Result<()> {
     if width == 0 {
-        return;
+        return Ok(());
     }
-    for row in x.chunks_exact_mut(width) {
-        let s: f32 = row.iter().sum();
+    for (r, row) in x.chunks_exact_mut(width).enumerate() {
+        let s: f64 = row.iter().map(|&v| f64::from(v)).sum();
+        if !s.is_finite() {
+            bail!(
+                "the features of node {} sum to {s}, so the row cannot be normalised: clean the input, or pass --normalize-features false",
+                id_of(r)
+            );
+        }
         if s != 0.0 {
-            row.iter_mut().for_each(|v| *v /= s);
+            row.iter_mut().for_each(|v| *v = (f64::from(*v) / s) as f32);
         }
     }
+    Ok(())
 }
 
 /// Applies [`normalize_rows`] if the features are non-negative on every rank (collective);
 /// returns whether it did (if not, it says so through `on`).
-pub fn maybe_normalize_rows<C: AllReduce>(
+pub fn maybe_normalize_rows<C: AllReduce + AllGather>(
     comm: &C,
     x: &mut [f32],
     width: usize,
+    id_of: impl Fn(usize) -> u64,
     on: &mut dyn FnMut(Event),
 ) -> Result<bool> {
     let mut m = [x.iter().copied().fold(f32::INFINITY, f32::min)];
@@ -404,7 +434,7 @@ pub fn maybe_normalize_rows<C: AllReduce>(
         on(Event::NormalizationSkipped { minimum: m[0] });
         return Ok(false);
     }
-    normalize_rows(x, width);
+    agree(comm, normalize_rows(x, width, id_of))?;
     Ok(true)
 }
 
@@ -487,11 +517,50 @@ trainable!(model::Gcn, tensor::TensorGcn);
 /// Everything the epoch loop needs, whatever the mode.
 struct Job<'a> {
     args: &'a Config,
-    cfg: GcnConfig,
+    /// What the run trains on and with (recorded in checkpoints, checked on resume).
+    identity: checkpoint::Identity,
     mode: &'static str,
-    data_id: String,
     rank: usize,
     ranks: usize,
+}
+
+impl Job<'_> {
+    fn new<'a>(
+        args: &'a Config,
+        cfg: GcnConfig,
+        mode: &'static str,
+        data_fingerprint: String,
+        data_source: &Path,
+        comm: &impl Group,
+    ) -> Job<'a> {
+        Job {
+            args,
+            identity: checkpoint::Identity {
+                config: cfg,
+                mode: mode.into(),
+                normalize_features: args.normalize_features,
+                data_fingerprint,
+                data_source: data_source.display().to_string(),
+            },
+            mode,
+            rank: comm.rank(),
+            ranks: comm.size(),
+        }
+    }
+}
+
+/// Checks on rank 0 that the checkpoint directory (if any) can be written, before any data is
+/// loaded or epoch run (collective).
+fn check_checkpoint_dir<C: AllReduce + AllGather + Group>(cfg: &Config, comm: &C) -> Result<()> {
+    let Some(dir) = &cfg.checkpoint else {
+        return Ok(());
+    };
+    let probed = if comm.rank() == 0 {
+        checkpoint::check_writable(dir)
+    } else {
+        Ok(())
+    };
+    agree(comm, probed)
 }
 
 /// Trains on this rank over `comm`, reporting through `on`; every rank calls it with the same
@@ -501,10 +570,11 @@ pub fn train<C: Communicator>(
     comm: &C,
     on: &mut dyn FnMut(Event),
 ) -> Result<Summary, TrainError> {
-    let result = match cfg.source()? {
+    let source = cfg.source()?;
+    let result = check_checkpoint_dir(cfg, comm).and_then(|()| match source {
         Source::Chunks(dir) => data::run(cfg, dir, comm, on),
         Source::Graph(file) => run_tensor(cfg, file, comm, on),
-    };
+    });
     result.map_err(|err| {
         if is_agreed(&err) {
             TrainError::OnAllRanks(err)
@@ -522,7 +592,7 @@ fn run_tensor<C: AllReduce + AllGather + Group>(
 ) -> Result<Summary> {
     let (rank, ranks) = (comm.rank(), comm.size());
     let loaded = agree(comm, tensor_inputs(args, input));
-    let (a, a_csc, mut features, labels, masks, ids, in_dim, classes) = loaded?;
+    let (a, a_csc, mut features, labels, masks, ids, in_dim, classes, fingerprint) = loaded?;
     let n = labels.len();
     let cfg = GcnConfig {
         in_dim,
@@ -535,7 +605,7 @@ fn run_tensor<C: AllReduce + AllGather + Group>(
         seed: args.seed,
     };
     if args.normalize_features {
-        maybe_normalize_rows(comm, &mut features, in_dim, on)?;
+        maybe_normalize_rows(comm, &mut features, in_dim, |r| r as u64, on)?;
     }
     let data = LocalData {
         features: &features,
@@ -548,14 +618,7 @@ fn run_tensor<C: AllReduce + AllGather + Group>(
         tensor::TensorGcn::new(cfg.clone(), n, rank, ranks, &data),
     )?;
     let mut agg = data::LocalAggregate::new(a, a_csc);
-    let job = Job {
-        args,
-        cfg,
-        mode: "tensor",
-        data_id: format!("{}:{}", input.display(), n),
-        rank,
-        ranks,
-    };
+    let job = Job::new(args, cfg, "tensor", fingerprint, input, comm);
     train_loop(&job, comm, model, &mut agg, &data, on)
 }
 
@@ -568,6 +631,7 @@ type TensorInputs = (
     Vec<u64>,
     usize,
     usize,
+    String,
 );
 
 fn tensor_inputs(args: &Config, input: &Path) -> Result<TensorInputs> {
@@ -627,6 +691,7 @@ fn tensor_inputs(args: &Config, input: &Path) -> Result<TensorInputs> {
         (0..n as u64).collect(),
         feats.dim,
         classes.max(0) as usize,
+        distspmm_core::chunk::fingerprint_hex(&g.fingerprint()),
     ))
 }
 
@@ -648,25 +713,34 @@ fn train_loop<C: AllReduce + AllGather + Group, M: Trainable>(
     let mut start_epoch = 0;
     if let Some(dir) = args.resume_from()? {
         let state = agree(comm, checkpoint::load(dir))?;
-        let same =
-            state.config == job.cfg && state.mode == job.mode && state.data_id == job.data_id;
-        if !same {
-            bail!(
-                "checkpoint {} was written for another run (model {:?}, mode {}, data {}); this run is model {:?}, mode {}, data {}: use the same options or another --checkpoint directory",
-                dir.display(), state.config, state.mode, state.data_id, job.cfg, job.mode, job.data_id
-            );
-        }
+        let differences = state.identity.differences(&job.identity);
+        let path = checkpoint::path_in(dir);
+        // Every rank read the same checkpoint and holds the same identity: one verdict, which
+        // every rank prints before they exit together.
+        let verdict = if !differences.is_empty() {
+            Err(anyhow::anyhow!(
+                "checkpoint {} was written for another run: {}; resume with the checkpoint's options and data, or use another --checkpoint directory",
+                path.display(),
+                differences.join("; ")
+            ))
+        } else if state.epoch >= args.epochs {
+            Err(anyhow::anyhow!(
+                "checkpoint {} has already trained {} epochs and --epochs {} counts all epochs, those included: ask for more than {}",
+                path.display(),
+                state.epoch,
+                args.epochs,
+                state.epoch
+            ))
+        } else {
+            Ok(())
+        };
+        agree(comm, verdict)?;
         start_epoch = state.epoch;
         model.restore(state.params, state.adam);
         on(Event::Resumed {
             path: checkpoint::path_in(dir),
             epoch: start_epoch,
         });
-    }
-    if start_epoch >= args.epochs {
-        bail!(
-            "the checkpoint has already trained {start_epoch} epochs; ask for more with --epochs"
-        );
     }
     let mut records: Vec<EpochReport> = Vec::new();
     // Steps whose summed gradient was not finite and whose update was skipped (warn policy).
@@ -738,9 +812,7 @@ fn train_loop<C: AllReduce + AllGather + Group, M: Trainable>(
             if due || done == args.epochs {
                 let (params, adam) = model.state();
                 let state = checkpoint::State {
-                    config: job.cfg.clone(),
-                    mode: job.mode.into(),
-                    data_id: job.data_id.clone(),
+                    identity: job.identity.clone(),
                     epoch: done,
                     params: params.clone(),
                     adam: adam.clone(),
@@ -807,7 +879,7 @@ mod tests {
             } else {
                 vec![2.0f32, 2.0, 4.0, 0.0]
             };
-            let done = maybe_normalize_rows(&comm, &mut x, 2, &mut |_| {}).unwrap();
+            let done = maybe_normalize_rows(&comm, &mut x, 2, |r| r as u64, &mut |_| {}).unwrap();
             (done, x)
         });
         assert_eq!(out[0], (true, vec![0.25, 0.75, 0.0, 0.0]));
@@ -819,7 +891,9 @@ mod tests {
                 vec![-2.0f32, 2.5]
             };
             let mut events = Vec::new();
-            let done = maybe_normalize_rows(&comm, &mut x, 2, &mut |e| events.push(e)).unwrap();
+            let done =
+                maybe_normalize_rows(&comm, &mut x, 2, |r| r as u64, &mut |e| events.push(e))
+                    .unwrap();
             assert_eq!(events, [Event::NormalizationSkipped { minimum: -2.0 }]);
             (done, x)
         });
@@ -829,6 +903,52 @@ mod tests {
             "a negative value on another rank leaves all rows alone"
         );
         assert_eq!(out[1], (false, vec![-2.0, 2.5]));
+    }
+
+    #[test]
+    fn rows_near_the_f32_limit_are_summed_in_f64() {
+        // An f32 sum of these rows is infinite (and would zero them); in f64 it is not.
+        let big = 2f32.powi(127);
+        let mut x = vec![big, big, 0.0, big, big / 2.0, big / 2.0];
+        normalize_rows(&mut x, 3, |r| r as u64).unwrap();
+        assert_eq!(x, vec![0.5, 0.5, 0.0, 0.5, 0.25, 0.25]);
+        let mut bad = vec![1.0f32, f32::INFINITY, 2.0, 3.0];
+        let err = normalize_rows(&mut bad, 2, |r| 10 + r as u64)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("the features of node 10 sum to inf")
+                && err.contains("--normalize-features false"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn checkpoint_options_need_a_directory_and_epochs_are_at_least_one() {
+        let base = Config {
+            chunks: Some("d".into()),
+            ..Config::default()
+        };
+        let every = Config {
+            checkpoint_every: 5,
+            ..base.clone()
+        };
+        assert_eq!(
+            every.source(),
+            Err(ConfigError::CheckpointEveryNeedsCheckpoint(5))
+        );
+        let zero = Config {
+            epochs: 0,
+            ..base.clone()
+        };
+        assert_eq!(zero.source(), Err(ConfigError::ZeroEpochs));
+        // With --resume, 0 is judged against the checkpoint's epochs once it is read.
+        let resumed = Config {
+            checkpoint: Some("c".into()),
+            resume: true,
+            ..zero
+        };
+        assert!(resumed.source().is_ok());
     }
 
     #[test]

@@ -66,6 +66,50 @@ impl GcnConfig {
         d
     }
 
+    /// f32 elements a model of this configuration holds: the parameters four times (values,
+    /// Adam's two moments, the gradient), `per_layer(fi, fo)` for each layer and
+    /// `extra(max_weight)`, where `max_weight` is the largest weight's element count. Worked out
+    /// without building [`GcnConfig::dims`] (the layer count may be anything an option
+    /// allows); saturating.
+    pub fn elements(&self, per_layer: impl Fn(u64, u64) -> u64, extra: impl Fn(u64) -> u64) -> u64 {
+        let (i, h, c) = (self.in_dim as u64, self.hidden as u64, self.classes as u64);
+        let layer = |fi: u64, fo: u64| {
+            fi.saturating_mul(fo)
+                .saturating_add(fo)
+                .saturating_mul(4)
+                .saturating_add(per_layer(fi, fo))
+        };
+        let (total, max_weight) = match self.layers as u64 {
+            0 => (0, 0),
+            1 => (layer(i, c), i.saturating_mul(c)),
+            l => (
+                layer(i, h)
+                    .saturating_add((l - 2).saturating_mul(layer(h, h)))
+                    .saturating_add(layer(h, c)),
+                i.saturating_mul(h).max(h.saturating_mul(c)).max(if l > 2 {
+                    h.saturating_mul(h)
+                } else {
+                    0
+                }),
+            ),
+        };
+        total.saturating_add(extra(max_weight))
+    }
+
+    /// Checks that a model whose buffers hold [`GcnConfig::elements`] f32 values fits in the
+    /// memory available, before any of it is allocated.
+    pub fn check_memory(&self, rows: usize, elements: u64) -> Result<()> {
+        distspmm_core::memory::check(
+            format!(
+                "a GCN of {} layers and hidden width {} over {rows} nodes ({} features, {} classes)",
+                self.layers, self.hidden, self.in_dim, self.classes
+            ),
+            distspmm_core::memory::bytes_of::<f32>(elements),
+            MEMORY_HINT,
+        )?;
+        Ok(())
+    }
+
     /// Checks the configuration makes a trainable model.
     pub fn validate(&self) -> Result<()> {
         ensure!(self.layers >= 1, "--layers must be at least 1");
@@ -101,6 +145,33 @@ impl GcnConfig {
     }
 }
 
+/// What to do when a model's buffers do not fit.
+const MEMORY_HINT: &str =
+    "lower --hidden or --layers, or (data-parallel) partition the graph into more parts";
+
+/// `len` zeros, allocated fallibly: a buffer the system refuses is an error naming `what`.
+pub(crate) fn zeros(len: usize, what: &str) -> Result<Vec<f32>> {
+    Ok(distspmm_core::memory::try_filled(
+        len,
+        0.0,
+        what,
+        MEMORY_HINT,
+    )?)
+}
+
+/// `a · b` as a buffer length; an overflow is the same error as a refused allocation.
+pub(crate) fn len_of(a: usize, b: usize, what: &str) -> Result<usize> {
+    a.checked_mul(b).ok_or_else(|| {
+        distspmm_core::memory::MemoryError {
+            what: what.into(),
+            bytes: u64::MAX,
+            available: None,
+            hint: MEMORY_HINT,
+        }
+        .into()
+    })
+}
+
 /// The parameters: per layer a row-major `in × out` weight and an `out` bias.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Params {
@@ -111,8 +182,9 @@ pub struct Params {
 }
 
 impl Params {
-    /// Glorot-uniform weights and zero biases, identical on every rank for the same seed.
-    pub fn glorot(cfg: &GcnConfig) -> Self {
+    /// Glorot-uniform weights and zero biases, identical on every rank for the same seed
+    /// (allocated fallibly: weights that do not fit are an error).
+    pub fn glorot(cfg: &GcnConfig) -> Result<Self> {
         let dims = cfg.dims();
         let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(cfg.seed);
         let mut weights = Vec::new();
@@ -120,10 +192,13 @@ impl Params {
         for l in 0..cfg.layers {
             let (fi, fo) = (dims[l], dims[l + 1]);
             let r = (6.0 / (fi + fo) as f64).sqrt() as f32;
-            weights.push((0..fi * fo).map(|_| rng.random_range(-r..=r)).collect());
-            biases.push(vec![0.0; fo]);
+            let what = "the GCN's weights";
+            let mut w = zeros(len_of(fi, fo, what)?, what)?;
+            w.iter_mut().for_each(|v| *v = rng.random_range(-r..=r));
+            weights.push(w);
+            biases.push(zeros(fo, what)?);
         }
-        Self { weights, biases }
+        Ok(Self { weights, biases })
     }
 
     /// All parameters as one flat vector (weights then bias, layer by layer).
@@ -178,13 +253,14 @@ impl Adam {
     const BETA2: f32 = 0.999;
     const EPS: f32 = 1e-8;
 
-    /// Zero state for `n` parameters.
-    pub fn new(n: usize) -> Self {
-        Self {
-            m: vec![0.0; n],
-            v: vec![0.0; n],
+    /// Zero state for `n` parameters (allocated fallibly).
+    pub fn new(n: usize) -> Result<Self> {
+        let what = "Adam's moment estimates";
+        Ok(Self {
+            m: zeros(n, what)?,
+            v: zeros(n, what)?,
             t: 0,
-        }
+        })
     }
 
     /// One step, `params -= lr · m̂ / (√v̂ + ε)`, on the parameters where they live (the
@@ -337,6 +413,27 @@ pub struct Gcn {
 }
 
 impl Gcn {
+    /// f32 elements a model of `cfg` over `rows` rows allocates: per layer input, mid, z and
+    /// out; `Â·X` of the features cached for evaluation; two gradient buffers of the widest
+    /// layer; the per-block partial weight gradients (and the parameters, four times).
+    fn elements(cfg: &GcnConfig, rows: usize) -> u64 {
+        let (r, blocks) = (rows as u64, par::blocks(rows) as u64);
+        let widest = cfg.in_dim.max(cfg.hidden).max(cfg.classes) as u64;
+        cfg.elements(
+            |fi, fo| {
+                r.saturating_mul(
+                    fi.saturating_add(fi.max(fo))
+                        .saturating_add(fo.saturating_mul(2)),
+                )
+            },
+            |max_weight| {
+                r.saturating_mul(cfg.in_dim as u64)
+                    .saturating_add(r.saturating_mul(widest).saturating_mul(2))
+                    .saturating_add(blocks.saturating_mul(max_weight))
+            },
+        )
+    }
+
     /// A fresh model (Glorot weights) for `rows` local rows; `train_total` is the number of
     /// training nodes summed over all ranks.
     pub fn new(cfg: GcnConfig, rows: usize, train_total: u64) -> Result<Self> {
@@ -345,22 +442,31 @@ impl Gcn {
             train_total > 0,
             "the training mask is empty on every rank: nothing to train on"
         );
-        let params = Params::glorot(&cfg);
-        let adam = Adam::new(params.len());
+        cfg.check_memory(rows, Self::elements(&cfg, rows))?;
+        let params = Params::glorot(&cfg)?;
+        let adam = Adam::new(params.len())?;
         let dims = cfg.dims();
+        let what = "the GCN's activations";
         let layers = (0..cfg.layers)
             .map(|l| {
                 let (fi, fo) = (dims[l], dims[l + 1]);
                 let aggregate_first = fi <= fo;
-                LayerBuffers {
-                    input: vec![0.0; rows * fi],
-                    mid: vec![0.0; rows * if aggregate_first { fi } else { fo }],
-                    z: vec![0.0; rows * fo],
-                    out: vec![0.0; rows * fo],
+                let mid = if aggregate_first { fi } else { fo };
+                Ok(LayerBuffers {
+                    input: zeros(len_of(rows, fi, what)?, what)?,
+                    mid: zeros(len_of(rows, mid, what)?, what)?,
+                    z: zeros(len_of(rows, fo, what)?, what)?,
+                    out: zeros(len_of(rows, fo, what)?, what)?,
                     aggregate_first,
-                }
+                })
             })
-            .collect();
+            .collect::<Result<_>>()?;
+        let max_weight = dims.windows(2).map(|d| d[0] * d[1]).max().unwrap_or(0);
+        // Grown here, once: the reductions then never allocate.
+        let partials = zeros(
+            len_of(par::blocks(rows), max_weight, what)?,
+            "the GCN's partial gradient sums",
+        )?;
         let mut offsets = Vec::with_capacity(cfg.layers);
         let mut at = 0;
         for l in 0..cfg.layers {
@@ -368,16 +474,17 @@ impl Gcn {
             at += dims[l] * dims[l + 1] + dims[l + 1];
         }
         let widest = dims.iter().copied().max().unwrap_or(0);
+        let what = "the GCN's gradients";
         Ok(Self {
-            grad: vec![0.0; params.len()],
+            grad: zeros(params.len(), what)?,
             params,
             adam,
             rows,
             layers,
             offsets,
-            d_a: vec![0.0; rows * widest],
-            d_b: vec![0.0; rows * widest],
-            partials: Vec::new(),
+            d_a: zeros(len_of(rows, widest, what)?, what)?,
+            d_b: zeros(len_of(rows, widest, what)?, what)?,
+            partials,
             eval_mid0: None,
             dims,
             train_total: train_total as f64,
@@ -441,7 +548,8 @@ impl Gcn {
                     match &mut self.eval_mid0 {
                         Some(m) => m,
                         cache @ None => {
-                            let mut m = vec![0.0; n * fi];
+                            let what = "the aggregated features";
+                            let mut m = zeros(len_of(n, fi, what)?, what)?;
                             agg.forward(src, fi, &mut m)?;
                             cache.insert(m)
                         }
@@ -1016,7 +1124,54 @@ mod tests {
         )
         .unwrap_err();
         assert!(err.to_string().contains("--dropout"));
-        let err = Gcn::new(cfg, 3, 0).unwrap_err();
+        let err = Gcn::new(cfg.clone(), 3, 0).unwrap_err();
         assert!(err.to_string().contains("training mask is empty"));
+        // Sizes no machine holds are refused before anything is allocated.
+        for huge in [
+            GcnConfig {
+                layers: 4_294_967_295,
+                ..cfg.clone()
+            },
+            GcnConfig {
+                hidden: usize::MAX,
+                ..cfg.clone()
+            },
+        ] {
+            let err = format!("{:#}", Gcn::new(huge, 3, 1).unwrap_err());
+            assert!(err.contains("lower --hidden or --layers"), "{err}");
+        }
+    }
+
+    #[test]
+    fn the_memory_estimate_covers_every_buffer_the_model_allocates() {
+        for (layers, in_dim, hidden, rows) in [(1, 4, 8, 7), (2, 9, 4, 300), (4, 5, 16, 1000)] {
+            let cfg = GcnConfig {
+                in_dim,
+                hidden,
+                classes: 3,
+                layers,
+                dropout: 0.0,
+                lr: 0.01,
+                weight_decay: 0.0,
+                seed: 9,
+            };
+            let model = Gcn::new(cfg.clone(), rows, 1).unwrap();
+            let buffers: usize = model
+                .layers
+                .iter()
+                .map(|l| l.input.len() + l.mid.len() + l.z.len() + l.out.len())
+                .sum();
+            let held = 4 * model.params.len()
+                + buffers
+                + model.d_a.len()
+                + model.d_b.len()
+                + model.partials.len()
+                + rows * in_dim; // the evaluation cache of Â·X
+            let estimate = Gcn::elements(&cfg, rows);
+            assert!(
+                estimate >= held as u64,
+                "{layers} layers: {estimate} < {held}"
+            );
+        }
     }
 }

@@ -9,8 +9,8 @@
 
 use super::dense::{gemm, Op, Shape};
 use super::model::{
-    count_metrics, nll_grad, Adam, Aggregate, DropoutKey, GcnConfig, LocalData, Metrics,
-    NonFiniteGradient, Params, Reduce, TRAIN,
+    count_metrics, len_of, nll_grad, zeros, Adam, Aggregate, DropoutKey, GcnConfig, LocalData,
+    Metrics, NonFiniteGradient, Params, Reduce, TRAIN,
 };
 use anyhow::{ensure, Result};
 use std::ops::Range;
@@ -76,32 +76,52 @@ impl TensorGcn {
             train_total > 0,
             "the training mask is empty: nothing to train on"
         );
-        let params = Params::glorot(&cfg);
+        // Per layer this rank's input and aggregated columns and the full z and out; three
+        // buffers of the widest layer.
+        let r = n as u64;
+        let share = |width: u64| width.div_ceil(size.max(1) as u64);
+        let elements = cfg.elements(
+            |fi, fo| {
+                r.saturating_mul(
+                    share(fi)
+                        .saturating_mul(2)
+                        .saturating_add(fo.saturating_mul(2)),
+                )
+            },
+            |_| {
+                let widest = (cfg.in_dim.max(cfg.hidden).max(cfg.classes)) as u64;
+                r.saturating_mul(widest).saturating_mul(3)
+            },
+        );
+        cfg.check_memory(n, elements)?;
+        let params = Params::glorot(&cfg)?;
         let dims = cfg.dims();
+        let what = "the GCN's activations";
         let layers = (0..cfg.layers)
             .map(|l| {
                 let cols = column_range(dims[l], rank, size);
                 let w = cols.len();
-                Layer {
+                Ok(Layer {
                     cols,
-                    input: vec![0.0; n * w],
-                    agg: vec![0.0; n * w],
-                    z: vec![0.0; n * dims[l + 1]],
-                    out: vec![0.0; n * dims[l + 1]],
-                }
+                    input: zeros(len_of(n, w, what)?, what)?,
+                    agg: zeros(len_of(n, w, what)?, what)?,
+                    z: zeros(len_of(n, dims[l + 1], what)?, what)?,
+                    out: zeros(len_of(n, dims[l + 1], what)?, what)?,
+                })
             })
-            .collect();
+            .collect::<Result<_>>()?;
         let widest = dims.iter().copied().max().unwrap_or(0);
+        let what = "the GCN's gradients";
         Ok(Self {
-            adam: Adam::new(params.len()),
-            grad: vec![0.0; params.len()],
+            adam: Adam::new(params.len())?,
+            grad: zeros(params.len(), what)?,
             params,
             rank,
             n,
             layers,
-            dz: vec![0.0; n * widest],
-            scratch: vec![0.0; n * widest],
-            dh: vec![0.0; n * widest],
+            dz: zeros(len_of(n, widest, what)?, what)?,
+            scratch: zeros(len_of(n, widest, what)?, what)?,
+            dh: zeros(len_of(n, widest, what)?, what)?,
             dims,
             train_total: train_total as f64,
             cfg,

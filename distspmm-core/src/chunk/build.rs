@@ -128,6 +128,23 @@ impl HaloLists {
     }
 }
 
+/// A chunk stores local rows and compacted columns (its rows plus its halo) as `u32`: checks
+/// that part `p`'s `rows + halo` fit `max`.
+pub(super) fn check_part_fits(
+    p: u32,
+    rows: u64,
+    halo: u64,
+    max: u64,
+) -> Result<(), ChunkBuildError> {
+    if rows.saturating_add(halo) > max {
+        return Err(ChunkBuildError::Mismatch(std::format!(
+            "part {p} has {rows} rows and {halo} halo rows, more local ids than the chunk \
+             format's u32 holds ({max}); partition into more parts"
+        )));
+    }
+    Ok(())
+}
+
 /// The bits of the 64-bit word covering ids `base..base+64` that fall in `start..end`
 /// (`base < end`).
 pub(super) fn range_mask(base: usize, start: usize, end: usize) -> u64 {
@@ -303,6 +320,10 @@ impl<'a> ChunkBuilder<'a> {
         let renumbering = partition.renumbering();
         let location = locations(partition, &renumbering);
         let halo = HaloLists::compute_with_locations(&a_hat, &renumbering, &location);
+        for p in 0..partition.parts() {
+            let rows = renumbering.part_nodes(p).len() as u64;
+            check_part_fits(p, rows, halo.halo_rows(p as usize), u64::from(u32::MAX))?;
+        }
         tracing::debug!(
             seconds = started.elapsed().as_secs_f64(),
             "renumbered and found the halo lists"

@@ -37,9 +37,40 @@ pub struct WriteOptions {
     pub edge_cut: Option<u64>,
     /// Advanced by one per chunk written.
     pub progress: indicatif::ProgressBar,
+    /// Time spent building and writing chunks, summed over the parts (they run in parallel).
+    pub timings: std::sync::Arc<WriteTimings>,
+    /// The graph's directed edge count for the manifest when the caller has released the
+    /// graph's edge arrays (chunks need only Â and the node data); the graph's own otherwise.
+    pub edges: Option<u64>,
     /// The directory's lock, if the caller took it already (to hold it over a longer run, as
     /// `distspmm partition` does from the start); otherwise [`write_chunk_dir`] takes it.
     pub lock: Option<std::sync::Arc<DirLock>>,
+}
+
+/// Seconds [`write_chunk_dir`] spent building chunks in memory and writing them, each summed
+/// over the parts (which run in parallel, so the sums can exceed the wall time).
+#[derive(Debug, Default)]
+pub struct WriteTimings {
+    build_nanos: std::sync::atomic::AtomicU64,
+    write_nanos: std::sync::atomic::AtomicU64,
+}
+
+impl WriteTimings {
+    /// Seconds spent building chunks, summed over parts.
+    pub fn build_seconds(&self) -> f64 {
+        self.build_nanos.load(std::sync::atomic::Ordering::Relaxed) as f64 * 1e-9
+    }
+
+    /// Seconds spent writing chunk files, summed over parts.
+    pub fn write_seconds(&self) -> f64 {
+        self.write_nanos.load(std::sync::atomic::Ordering::Relaxed) as f64 * 1e-9
+    }
+
+    fn add(&self, build: std::time::Duration, write: std::time::Duration) {
+        use std::sync::atomic::Ordering::Relaxed;
+        self.build_nanos.fetch_add(build.as_nanos() as u64, Relaxed);
+        self.write_nanos.fetch_add(write.as_nanos() as u64, Relaxed);
+    }
 }
 
 impl Default for WriteOptions {
@@ -50,6 +81,8 @@ impl Default for WriteOptions {
             command_line: Vec::new(),
             edge_cut: None,
             progress: indicatif::ProgressBar::hidden(),
+            timings: std::sync::Arc::default(),
+            edges: None,
             lock: None,
         }
     }
@@ -247,13 +280,15 @@ fn write_files(
         .map_init(Vec::new, |scratch, p| {
             let started = std::time::Instant::now();
             let chunk = builder.build_with_scratch(p, scratch);
-            let built = started.elapsed().as_secs_f64();
+            let built = started.elapsed();
             let file = chunk_file_name(p);
             let summary = write_chunk(dir.join(&file), &chunk.contents())?;
+            let written = started.elapsed() - built;
+            options.timings.add(built, written);
             tracing::debug!(
                 part = p,
-                build_seconds = built,
-                write_seconds = started.elapsed().as_secs_f64() - built,
+                build_seconds = built.as_secs_f64(),
+                write_seconds = written.as_secs_f64(),
                 bytes = summary.bytes_written,
                 "chunk written"
             );
@@ -283,7 +318,7 @@ fn write_files(
         distspmm_version: env!("CARGO_PKG_VERSION").into(),
         parts,
         nodes: partition.num_nodes() as u64,
-        edges: builder.graph().num_edges() as u64,
+        edges: options.edges.unwrap_or(builder.graph().num_edges() as u64),
         nnz: builder.nnz(),
         feature_dim: builder.feature_dim(),
         classes: builder.num_classes(),

@@ -22,7 +22,7 @@ use std::string::String;
 pub use build::{ChunkBuilder, HaloLists, PartChunk};
 pub use dir::{
     check_consistency, chunk_file_name, reassemble, stale_temporary_of, write_chunk_dir, ChunkDir,
-    DirLock, WriteOptions,
+    DirLock, WriteOptions, WriteTimings,
 };
 pub use manifest::{
     fingerprint_hex, Manifest, ManifestChunk, ManifestFile, MANIFEST_FILE, MANIFEST_FORMAT,

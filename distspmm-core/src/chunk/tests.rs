@@ -399,6 +399,18 @@ fn range_mask_selects_exactly_the_range() {
 }
 
 #[test]
+fn a_part_whose_local_ids_overflow_u32_asks_for_more_parts() {
+    assert!(build::check_part_fits(0, 10, 5, 15).is_ok());
+    let err = build::check_part_fits(3, 10, 6, 15).unwrap_err();
+    let text = std::format!("{err}");
+    assert!(
+        text.contains("part 3") && text.contains("more parts"),
+        "{text}"
+    );
+    assert!(build::check_part_fits(0, u64::MAX, 1, u64::from(u32::MAX)).is_err());
+}
+
+#[test]
 fn a_second_writer_is_refused_while_the_first_holds_the_lock() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("chunks");

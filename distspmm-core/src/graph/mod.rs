@@ -8,7 +8,8 @@
 //! `Â[v][u] ≠ 0`, so row v of Â lists v's in-neighbours. Undirected graphs store both directions.
 //!
 //! Readers ([`load`] dispatches on the file extension):
-//! - [`npz`]: NumPy `.npz` in PyTorch Geometric's field names (also the writer, [`npz::write_npz`]);
+//! - [`npz`]: NumPy `.npz` in PyTorch Geometric's field names (also the writer, [`npz::write_npz`]),
+//!   or a directory of `.npy` files in the same names ([`npz::read_npy_dir`]);
 //! - [`mtx`]: Matrix Market coordinate files;
 //! - [`metis`]: METIS `.graph` files;
 //! - [`edgelist`]: whitespace- or comma-separated edge lists (`.txt`, `.tsv`, `.csv`, `.el`);
@@ -111,6 +112,59 @@ impl Graph {
             .as_ref()
             .and_then(|l| l.iter().copied().max())
             .map_or(0, |m| usize::try_from(m).map_or(0, |m| m + 1))
+    }
+
+    /// 16-byte identity of the graph's contents: xxh3-128 over a domain tag, the node count and
+    /// every array (edges, weights, features, labels, masks; each with whether it is present),
+    /// so that a graph regenerated with the same node count is told apart (checkpoints record
+    /// it to refuse a resume on other data).
+    pub fn fingerprint(&self) -> [u8; 16] {
+        fn array(h: &mut xxhash_rust::xxh3::Xxh3, tag: &[u8], bytes: Option<&[u8]>) {
+            h.update(tag);
+            match bytes {
+                Some(b) => {
+                    h.update(&[1]);
+                    h.update(&(b.len() as u64).to_le_bytes());
+                    h.update(b);
+                }
+                None => h.update(&[0]),
+            }
+        }
+        let mask = |m: &Option<Vec<bool>>| {
+            m.as_ref()
+                .map(|m| m.iter().map(|&b| u8::from(b)).collect::<Vec<u8>>())
+        };
+        let mut h = xxhash_rust::xxh3::Xxh3::new();
+        h.update(b"distspmm-graph-v1\0");
+        h.update(&(self.num_nodes as u64).to_le_bytes());
+        array(&mut h, b"src", Some(bytemuck::cast_slice(&self.src)));
+        array(&mut h, b"dst", Some(bytemuck::cast_slice(&self.dst)));
+        array(
+            &mut h,
+            b"weights",
+            self.weights.as_deref().map(bytemuck::cast_slice),
+        );
+        h.update(&(self.feature_dim() as u64).to_le_bytes());
+        array(
+            &mut h,
+            b"x",
+            self.features
+                .as_ref()
+                .map(|f| bytemuck::cast_slice(&f.data)),
+        );
+        array(
+            &mut h,
+            b"y",
+            self.labels.as_deref().map(bytemuck::cast_slice),
+        );
+        for (tag, m) in [
+            (&b"train_mask"[..], &self.train_mask),
+            (b"val_mask", &self.val_mask),
+            (b"test_mask", &self.test_mask),
+        ] {
+            array(&mut h, tag, mask(m).as_deref());
+        }
+        h.digest128().to_le_bytes()
     }
 
     /// Checks that every part agrees with `num_nodes` and the edge count: node count within
@@ -289,9 +343,9 @@ impl Format {
     }
 }
 
-/// Reads a graph file, choosing the reader by extension (see [`Format::from_path`]), and
-/// validates it, including that what it declares fits in memory ([`working_set_bytes`]).
-/// Errors name the file and the line or array at fault.
+/// Reads a graph file, choosing the reader by extension (see [`Format::from_path`]; a directory
+/// is read as `.npy` files, [`npz::read_npy_dir`]), and validates it, including that what it
+/// declares fits in memory ([`working_set_bytes`]). Errors name the file and the line or array at fault.
 ///
 /// Edge lists are read with [`edgelist::EdgeListOptions::default`] (0-based ids, node count =
 /// largest id + 1); call [`edgelist::read_edgelist`] directly for other settings.
@@ -311,6 +365,9 @@ pub fn load(path: impl AsRef<Path>) -> Result<Graph, GraphError> {
 }
 
 fn load_inner(path: &Path) -> Result<Graph, GraphError> {
+    if path.is_dir() {
+        return npz::read_npy_dir(path);
+    }
     let Some((format, gz)) = Format::from_path(path) else {
         let ext = path
             .extension()

@@ -1,7 +1,6 @@
 //! Building compressed arrays from unordered entries: a counting sort by outer index, then a
 //! sort and duplicate merge within each (short) outer index, in parallel under `std`.
 
-use alloc::vec;
 use alloc::vec::Vec;
 use core::ops::Range;
 
@@ -82,22 +81,43 @@ fn sort_and_merge<T: Scalar>(indptr: &[u64], rows: Range<usize>, block: Block<'_
     }
 }
 
+/// An array [`assemble`] needs could not be allocated.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct AllocFailed {
+    /// Bytes of the array refused (saturating).
+    pub(crate) bytes: u64,
+}
+
+/// The compressed arrays `(indptr, indices, data)`.
+pub(crate) type Arrays<T> = (Vec<u64>, Vec<u32>, Vec<T>);
+
+/// `len` copies of `value`, allocated fallibly.
+fn filled<T: Clone>(len: usize, value: T) -> Result<Vec<T>, AllocFailed> {
+    let mut v = Vec::new();
+    v.try_reserve_exact(len).map_err(|_| AllocFailed {
+        bytes: (len as u64).saturating_mul(size_of::<T>() as u64),
+    })?;
+    v.resize(len, value);
+    Ok(v)
+}
+
 /// The compressed arrays `(indptr, indices, data)` of `outer` outer indices holding the entries
 /// of `source`, sorted within each outer index, duplicates summed in input order.
 ///
 /// Time O(nnz + outer) plus the per-row sorts; memory: the entries once as pairs, then once in
-/// the output arrays.
+/// the output arrays, every array allocated fallibly (a refused one is [`AllocFailed`]).
 pub(crate) fn assemble<T: Scalar>(
     outer: usize,
     source: &impl TripletSource<T>,
-) -> (Vec<u64>, Vec<u32>, Vec<T>) {
-    let mut indptr = vec![0u64; outer + 1];
+) -> Result<Arrays<T>, AllocFailed> {
+    let mut indptr = filled(outer.saturating_add(1), 0u64)?;
     source.for_each(|o, _, _| indptr[o as usize + 1] += 1);
     for o in 0..outer {
         indptr[o + 1] += indptr[o];
     }
-    let mut cursor = indptr[..outer].to_vec();
-    let mut entries = vec![(0u32, T::ZERO); source.len()];
+    let mut cursor = filled(outer, 0u64)?;
+    cursor.copy_from_slice(&indptr[..outer]);
+    let mut entries = filled(source.len(), (0u32, T::ZERO))?;
     source.for_each(|o, i, v| {
         let c = &mut cursor[o as usize];
         entries[*c as usize] = (i, v);
@@ -105,7 +125,7 @@ pub(crate) fn assemble<T: Scalar>(
     });
     drop(cursor);
 
-    let mut merged = vec![0u64; outer];
+    let mut merged = filled(outer, 0u64)?;
     for_each_block(
         &indptr,
         0..outer,
@@ -129,7 +149,11 @@ pub(crate) fn assemble<T: Scalar>(
     }
     indptr[outer] = write as u64;
     entries.truncate(write);
-    let indices = entries.iter().map(|&(j, _)| j).collect();
-    let data = entries.iter().map(|&(_, v)| v).collect();
-    (indptr, indices, data)
+    let mut indices = filled(write, 0u32)?;
+    let mut data = filled(write, T::ZERO)?;
+    for ((j, v), &(jj, vv)) in indices.iter_mut().zip(&mut data).zip(&entries) {
+        *j = jj;
+        *v = vv;
+    }
+    Ok((indptr, indices, data))
 }

@@ -548,7 +548,8 @@ impl<T: Scalar, O: Orientation> OwnedOf<T, O> {
                 inner: inner_idx,
                 values,
             },
-        );
+        )
+        .map_err(|e| SparseError::Allocation { bytes: e.bytes })?;
         Ok(Compressed {
             outer,
             inner,

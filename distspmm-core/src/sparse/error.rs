@@ -93,6 +93,12 @@ pub enum SparseError {
         /// Why it is too large.
         reason: &'static str,
     },
+    /// An array of the matrix could not be allocated.
+    #[error("cannot allocate {bytes} bytes for the matrix's arrays: not enough memory")]
+    Allocation {
+        /// Bytes of the array refused.
+        bytes: u64,
+    },
     /// Triplet arrays of different lengths.
     #[error("triplet arrays differ in length: {rows} row indices, {cols} column indices, {values} values")]
     TripletLength {
