@@ -608,10 +608,8 @@ impl MpiComm {
         }
         let mut dup = comm_null();
         // SAFETY: `self.comm` is valid; valid out-pointer.
-        check(
-            unsafe { ffi::MPI_Comm_dup(self.comm, &mut dup) },
-            "MPI_Comm_dup",
-        )?;
+        let rc = unsafe { ffi::MPI_Comm_dup(self.comm, &mut dup) };
+        check(rc, "MPI_Comm_dup")?;
         self.split_comm.set(dup);
         // SAFETY: `dup` is the valid duplicate; the error handler constant is predefined.
         let rc = unsafe { ffi::MPI_Comm_set_errhandler(dup, ffi::RSMPI_ERRORS_RETURN) };

@@ -366,3 +366,67 @@ fn kaminpar_without_the_feature_says_how_to_get_it() {
     assert!(err.contains("--features kaminpar"), "{err}");
     assert!(!out.join("manifest.json").exists());
 }
+
+#[test]
+fn bounded_build_writes_the_in_memory_chunks_and_verify_passes() {
+    let Some(cora) = cora() else { return };
+    let tmp = tempfile::tempdir().unwrap();
+    let (mem, bounded) = (tmp.path().join("mem"), tmp.path().join("bounded"));
+    let a = one_json(&ok(&partition(
+        &cora,
+        "3",
+        &mem,
+        &["--json", "--method", "metis", "--build", "in-memory"],
+    )));
+    assert_eq!(a["build"], "in-memory");
+    let b = one_json(&ok(&partition(
+        &cora,
+        "3",
+        &bounded,
+        &["--json", "--method", "metis", "--build", "bounded"],
+    )));
+    assert_eq!(b["build"], "bounded");
+    for key in ["nnz", "edges", "edge_cut", "halo_rows_max"] {
+        assert_eq!(a[key], b[key], "{key}");
+    }
+    for phase in ["load", "partition", "normalise", "halo", "build", "write"] {
+        assert!(
+            b["phase_seconds"][phase].as_f64().unwrap() >= 0.0,
+            "{phase} in {b}"
+        );
+    }
+    // The same chunk files, byte for byte, and no work directory left beside them.
+    for p in 0..3 {
+        let name = format!("part-{p:05}.chunk");
+        let (x, y) = (
+            std::fs::read(mem.join(&name)).unwrap(),
+            std::fs::read(bounded.join(&name)).unwrap(),
+        );
+        assert!(x == y, "{name} differs");
+    }
+    let left: Vec<String> = std::fs::read_dir(tmp.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .filter(|n| n.contains("buckets") || n.contains("staging"))
+        .collect();
+    assert!(left.is_empty(), "{left:?}");
+    let v = one_json(&ok(&[
+        "verify",
+        "--chunks",
+        s(&bounded),
+        "--local-ranks",
+        "3",
+        "--json",
+    ]));
+    assert_eq!(v["pass"], true, "{v}");
+    let report = one_json(&ok(&["inspect", s(&bounded), "--json"]));
+    assert_eq!(report["valid"], true);
+    // `auto` on a graph this small builds in memory.
+    let c = one_json(&ok(&partition(
+        &cora,
+        "3",
+        &mem,
+        &["--json", "--method", "metis"],
+    )));
+    assert_eq!(c["build"], "in-memory");
+}

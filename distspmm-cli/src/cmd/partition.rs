@@ -5,7 +5,10 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
-use distspmm_core::chunk::{write_chunk_dir, ChunkBuilder, ChunkDirError, DirLock, WriteOptions};
+use distspmm_core::chunk::{
+    write_chunk_dir, BoundedBuilder, ChunkBuilder, ChunkDirError, ChunkSource, DirLock,
+    EdgeBuckets, Manifest, WriteOptions,
+};
 use distspmm_core::normalize::{self, Normalization};
 use distspmm_core::partition::{
     self, Adjacency, Balance, KaminparOptions, Method, MetisOptions, Objective, Partition,
@@ -40,6 +43,52 @@ pub struct Args {
     /// Print one JSON line instead of the summary (and no progress bars).
     #[arg(long)]
     json: bool,
+    /// How the chunks are built: `in-memory` normalises the whole Â at once; `bounded` buckets
+    /// the edges by part into files beside --out and holds one part's rows at a time; `auto`
+    /// takes in-memory when its estimated working set fits in the available memory.
+    #[arg(long, value_enum, default_value_t = BuildArg::Auto)]
+    build: BuildArg,
+}
+
+/// How the chunks are built.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum BuildArg {
+    /// In memory when it fits, bounded otherwise.
+    Auto,
+    /// The whole normalised Â in memory, parts built in parallel.
+    InMemory,
+    /// Edges bucketed by part on disk, one part's rows in memory at a time.
+    Bounded,
+}
+
+/// Bytes per non-zero of Â (counted as edges + nodes) that the in-memory build is taken to hold
+/// at its peak: 32.8 measured on RMAT-20 at P = 4 (docs/performance.md, "Partition memory:
+/// the two chunk builders"), rounded up for node data and skewed parts.
+const IN_MEMORY_BYTES_PER_NNZ: u64 = 40;
+
+impl BuildArg {
+    /// The builder to use for a graph of `nodes` and `edges`: `auto` takes the in-memory one
+    /// when its estimated working set fits in half of `available` (or `available` is unknown).
+    fn resolve(self, nodes: usize, edges: usize, available: Option<u64>) -> BuildArg {
+        match self {
+            BuildArg::Auto => {
+                let need = IN_MEMORY_BYTES_PER_NNZ.saturating_mul((nodes + edges) as u64);
+                match available {
+                    Some(a) if need > a / 2 => BuildArg::Bounded,
+                    _ => BuildArg::InMemory,
+                }
+            }
+            other => other,
+        }
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            BuildArg::Auto => "auto",
+            BuildArg::InMemory => "in-memory",
+            BuildArg::Bounded => "bounded",
+        }
+    }
 }
 
 /// How a graph is partitioned and normalised: the options `distspmm partition` and
@@ -313,64 +362,58 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
         (partition, edge_cut)
     };
 
-    let phase = Phase::start(&bars, "normalising Â");
-    let a_hat = normalize::adjacency(
+    let build = args.build.resolve(
         graph.num_nodes,
-        &graph.src,
-        &graph.dst,
-        graph.weights.as_deref(),
-        args.partitioning.normalize,
-    )
-    .with_context(|| format!("cannot normalise {}", args.input.display()))?;
-    // From here on only Â and the node data are needed: release the edge arrays (8 bytes per
-    // edge, 12 with weights) before the chunks are built.
-    let edges = graph.num_edges() as u64;
-    graph.src = Vec::new();
-    graph.dst = Vec::new();
-    graph.weights = None;
-    phases.record("normalise", phase.done());
-
-    let phase = Phase::start(&bars, "renumbering and finding the halos");
-    let builder = ChunkBuilder::new(&graph, a_hat.view(), &partition)?;
-    phases.record("halo", phase.done());
-
-    let phase = Phase::start(&bars, "building and writing chunks");
-    let progress = bars.add(ProgressBar::new(u64::from(args.parts)));
-    progress.set_style(
-        ProgressStyle::with_template("  {bar:30} {pos}/{len} chunks").expect("static template"),
+        graph.num_edges(),
+        distspmm_core::memory::available(),
     );
-    let options = WriteOptions {
-        force: args.force,
-        normalization: args.partitioning.normalize.name().into(),
-        command_line: std::env::args().collect(),
+    tracing::info!(build = build.name(), "chunk builder");
+    // What the manifest records that the builders no longer know once the edges are released.
+    let written = WriteOptions {
         edge_cut: Some(edge_cut),
-        progress: progress.clone(),
-        edges: Some(edges),
-        lock: Some(lock),
+        edges: Some(graph.num_edges() as u64),
+        lock: Some(lock.clone()),
         ..WriteOptions::default()
     };
-    let manifest = write_chunk_dir(&args.out, &builder, &options)
-        .map_err(|err| explain_rerun(err, &method))
-        .with_context(|| format!("cannot write the chunks into {}", args.out.display()))?;
-    progress.finish_and_clear();
-    let chunk_seconds = phase.done();
-    // Chunks are built and written part by part in parallel: split the phase's wall time in
-    // the proportion of the summed per-part times.
-    let (build, write) = (
-        options.timings.build_seconds(),
-        options.timings.write_seconds(),
-    );
-    let build_share = if build + write > 0.0 {
-        build / (build + write)
+    let manifest = if build == BuildArg::Bounded {
+        let phase = Phase::start(&bars, "bucketing the edges by part");
+        let buckets = EdgeBuckets::write(
+            &lock,
+            &partition,
+            &graph.src,
+            &graph.dst,
+            graph.weights.as_deref(),
+            args.partitioning.normalize,
+        )
+        .with_context(|| format!("cannot normalise {}", args.input.display()))?;
+        release_edges(&mut graph);
+        phases.record("normalise", phase.done());
+
+        let phase = Phase::start(&bars, "normalising part by part and finding the halos");
+        let builder = BoundedBuilder::new(&graph, &partition, buckets)
+            .with_context(|| format!("cannot normalise {}", args.input.display()))?;
+        phases.record("halo", phase.done());
+        write_chunks(args, &bars, &mut phases, &builder, written, &method)?
     } else {
-        0.5
+        let phase = Phase::start(&bars, "normalising Â");
+        let a_hat = normalize::adjacency(
+            graph.num_nodes,
+            &graph.src,
+            &graph.dst,
+            graph.weights.as_deref(),
+            args.partitioning.normalize,
+        )
+        .with_context(|| format!("cannot normalise {}", args.input.display()))?;
+        // From here on only Â and the node data are needed: release the edge arrays (8 bytes
+        // per edge, 12 with weights) before the chunks are built.
+        release_edges(&mut graph);
+        phases.record("normalise", phase.done());
+
+        let phase = Phase::start(&bars, "renumbering and finding the halos");
+        let builder = ChunkBuilder::new(&graph, a_hat.view(), &partition)?;
+        phases.record("halo", phase.done());
+        write_chunks(args, &bars, &mut phases, &builder, written, &method)?
     };
-    phases.record("build", chunk_seconds * build_share);
-    // Build and write interleave, so both share the one peak just recorded.
-    let build_peak = phases.entries.last().and_then(|e| e.2);
-    phases
-        .entries
-        .push(("write", chunk_seconds * (1.0 - build_share), build_peak));
 
     let seconds = started.elapsed().as_secs_f64();
     let peak_rss = phases.peak();
@@ -393,6 +436,7 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
             "max_imbalance": manifest.max_imbalance,
             "nnz_imbalance": nnz_imbalance,
             "halo_rows_max": halo_rows_max,
+            "build": build.name(),
             "seconds": seconds,
             "phase_seconds": phases.seconds_json(),
             "phase_peak_rss_bytes": phases.peaks_json(),
@@ -430,6 +474,59 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
         }
     }
     Ok(())
+}
+
+/// Drops the graph's edge arrays (the chunks need only the node data from here on).
+fn release_edges(graph: &mut distspmm_core::graph::Graph) {
+    graph.src = Vec::new();
+    graph.dst = Vec::new();
+    graph.weights = None;
+}
+
+/// Builds and writes every chunk from `builder` (the phases `build` and `write`).
+fn write_chunks(
+    args: &Args,
+    bars: &MultiProgress,
+    phases: &mut PhaseLog,
+    builder: &impl ChunkSource,
+    written: WriteOptions,
+    method: &Method,
+) -> anyhow::Result<Manifest> {
+    let phase = Phase::start(bars, "building and writing chunks");
+    let progress = bars.add(ProgressBar::new(u64::from(args.parts)));
+    progress.set_style(
+        ProgressStyle::with_template("  {bar:30} {pos}/{len} chunks").expect("static template"),
+    );
+    let options = WriteOptions {
+        force: args.force,
+        normalization: args.partitioning.normalize.name().into(),
+        command_line: std::env::args().collect(),
+        progress: progress.clone(),
+        ..written
+    };
+    let manifest = write_chunk_dir(&args.out, builder, &options)
+        .map_err(|err| explain_rerun(err, method))
+        .with_context(|| format!("cannot write the chunks into {}", args.out.display()))?;
+    progress.finish_and_clear();
+    let chunk_seconds = phase.done();
+    // Chunks are built and written part by part (in parallel for the in-memory builder): split
+    // the phase's wall time in the proportion of the summed per-part times.
+    let (build, write) = (
+        options.timings.build_seconds(),
+        options.timings.write_seconds(),
+    );
+    let build_share = if build + write > 0.0 {
+        build / (build + write)
+    } else {
+        0.5
+    };
+    phases.record("build", chunk_seconds * build_share);
+    // Build and write interleave, so both share the one peak just recorded.
+    let build_peak = phases.entries.last().and_then(|e| e.2);
+    phases
+        .entries
+        .push(("write", chunk_seconds * (1.0 - build_share), build_peak));
+    Ok(manifest)
 }
 
 fn load_map(path: &std::path::Path, parts: u32, nodes: usize) -> anyhow::Result<Partition> {

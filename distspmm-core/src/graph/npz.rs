@@ -426,7 +426,7 @@ impl Arrays for NpyDir<'_> {
         read: impl FnOnce(&mut dyn Read, &NpyHeader) -> Result<T, GraphErrorKind>,
     ) -> Result<T, GraphError> {
         let at = |kind| GraphError::in_array(name, kind);
-        let file = File::open(self.dir.join(format!("{name}.npy")))
+        let file = chunk_format::open_regular(self.dir.join(format!("{name}.npy")))
             .map_err(|e| at(GraphErrorKind::Io(e)))?;
         let size = file
             .metadata()
