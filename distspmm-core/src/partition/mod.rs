@@ -717,7 +717,7 @@ mod tests {
     fn nonzero_balance_evens_out_the_work_of_a_power_law_graph() {
         let g = crate::graph::generate::rmat(12, 16, 7).unwrap();
         let adj = Adjacency::from_edges(g.num_nodes, &g.src, &g.dst).unwrap();
-        let row_nnz = |v: usize| (adj.xadj()[v + 1] - adj.xadj()[v] + 1) as u64;
+        let row_nnz = |v: usize| adj.xadj()[v + 1] - adj.xadj()[v] + 1;
         let by = |balance| {
             let o = MetisOptions {
                 balance,
