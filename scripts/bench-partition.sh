@@ -39,7 +39,7 @@ if [ -f "$CORA" ]; then
   echo "|---|---|---|---|---|"
   for P in 2 4 8; do
     line=$("$BIN" partition --input "$CORA" --parts "$P" --out "$WORK/cora-$P" \
-      --write-metis-graph "$WORK/cora.graph" --seed 1 --imbalance 1.03 --json)
+      --write-metis-graph "$WORK/cora.graph" --method metis --seed 1 --imbalance 1.03 --json)
     gpmetis -seed=1 -ufactor=30 "$WORK/cora.graph" "$P" >"$WORK/gp-cora-$P.txt"
     printf '| %s | %s | %s | %.3f | %s |\n' "$P" "$(echo "$line" | json_field edge_cut)" \
       "$(gp_cut "$WORK/gp-cora-$P.txt")" "$(echo "$line" | json_field max_imbalance)" \
@@ -53,7 +53,7 @@ for S in "${SCALES[@]}"; do
   G="$WORK/rmat$S.npz"
   "$BIN" generate rmat --scale "$S" --edge-factor 16 --seed 1 --out "$G" --json >/dev/null
   # The METIS graph once (not timed), then alternate the two programs REPS times.
-  "$BIN" partition --input "$G" --parts 4 --out "$WORK/r$S" --write-metis-graph "$WORK/rmat$S.graph" --json >/dev/null
+  "$BIN" partition --input "$G" --parts 4 --out "$WORK/r$S" --write-metis-graph "$WORK/rmat$S.graph" --method metis --json >/dev/null
   echo
   echo "## RMAT scale $S, P = 4 (load average before: $(cut -d' ' -f1 /proc/loadavg))"
   echo "| run | gpmetis wall s | gpmetis CPU s (METIS) | gpmetis peak MiB | distspmm wall s | distspmm CPU s | distspmm peak MiB | wall ratio | edge cut (distspmm / gpmetis) |"
@@ -61,7 +61,7 @@ for S in "${SCALES[@]}"; do
   for r in $(seq "$REPS"); do
     /usr/bin/time -f "%e %M %U %S" -o "$WORK/gp.time" gpmetis -seed=1 -ufactor=30 "$WORK/rmat$S.graph" 4 >"$WORK/gp.txt"
     /usr/bin/time -f "%e %M %U %S" -o "$WORK/ours.time" "$BIN" partition --input "$G" --parts 4 \
-      --out "$WORK/r$S" --seed 1 --json >"$WORK/ours.json"
+      --out "$WORK/r$S" --method metis --seed 1 --json >"$WORK/ours.json"
     read -r gw gm gu gs <"$WORK/gp.time"
     read -r ow om ou os <"$WORK/ours.time"
     gcpu=$(sed -n 's/.*Partitioning:[[:space:]]*\([0-9.]*\) sec.*/\1/p' "$WORK/gp.txt")

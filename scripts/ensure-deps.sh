@@ -9,7 +9,7 @@
 #                          has no CPU-only torch. No pip cache: the venv is the cache.
 set -euo pipefail
 
-APT_PACKAGES=(libopenmpi-dev openmpi-bin libmetis-dev libclang-dev clang pkg-config cmake g++ python3-venv)
+APT_PACKAGES=(libopenmpi-dev openmpi-bin libmetis-dev libtbb-dev libclang-dev clang pkg-config cmake g++ python3-venv)
 
 sudo_if_needed() {
   if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The main job end to end on the built-in default graph:
-#   generate a contextual stochastic block model graph → METIS-partition it into 2 chunks →
+#   generate a contextual stochastic block model graph → partition it (KaMinPar) into 2 chunks →
 #   mpirun -n 2 distspmm train (2-layer GCN, halo schedule) → prints the accuracy.
 # Installs what it needs on a fresh Debian machine (see scripts/ensure-deps.sh).
 #   RANKS=4 EPOCHS=100 ./scripts/quickstart.sh   to change the defaults
@@ -22,7 +22,7 @@ BIN="${CARGO_TARGET_DIR:-$PWD/target}/release/distspmm"
 echo "==> generating the default CSBM graph"
 "$BIN" generate csbm --seed 7 --out "$WORK/csbm.npz" --force
 
-echo "==> partitioning into $RANKS parts with METIS"
+echo "==> partitioning into $RANKS parts with KaMinPar"
 "$BIN" partition --input "$WORK/csbm.npz" --parts "$RANKS" --out "$WORK/chunks" --force
 
 # Share the cores between the ranks: each rank's kernels use this many threads.

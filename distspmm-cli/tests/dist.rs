@@ -63,7 +63,8 @@ fn rmat(dir: &Path) -> PathBuf {
     path
 }
 
-/// Partitions `graph` into `parts` parts (METIS) under `dir`.
+/// Partitions `graph` into `parts` parts (the default method, KaMinPar, on one thread so that
+/// `plan --input` can repeat it) under `dir`.
 fn partition(graph: &Path, parts: usize, dir: &Path) -> PathBuf {
     let out = dir.join(format!(
         "{}-{parts}",
@@ -77,6 +78,8 @@ fn partition(graph: &Path, parts: usize, dir: &Path) -> PathBuf {
         &parts.to_string(),
         "--out",
         s(&out),
+        "--threads",
+        "1",
         "--json",
     ]);
     out
@@ -145,6 +148,8 @@ fn plan_predicts_the_bytes_bench_dist_measures() {
             s(&graph),
             "--parts",
             &p.to_string(),
+            "--threads",
+            "1",
             "--features",
             "16",
             "--json",

@@ -82,13 +82,14 @@ fn cora_end_to_end_at_2_4_8_parts() {
         );
 
         // Balancing non-zeros instead of nodes: the work per part within METIS's tolerance,
-        // recorded in the method (a different partition run).
+        // recorded in the method (a different partition run). METIS: KaMinPar's bound on
+        // weighted nodes is looser by up to the heaviest node (tested in distspmm-core).
         let out_nnz = tmp.path().join(format!("cora-{parts}-nnz"));
         let w = one_json(&ok(&partition(
             &cora,
             &p,
             &out_nnz,
-            &["--json", "--balance", "nnz"],
+            &["--json", "--balance", "nnz", "--method", "metis"],
         )));
         let work = w["nnz_imbalance"].as_f64().unwrap();
         assert!(work <= 1.05, "nnz imbalance {work} with --balance nnz");
@@ -111,10 +112,10 @@ fn refuses_to_overwrite_another_partition_without_force() {
     let tmp = tempfile::tempdir().unwrap();
     let g = small_graph(tmp.path());
     let out = tmp.path().join("chunks");
-    let first = ok(&partition(&g, "2", &out, &[]));
+    let first = ok(&partition(&g, "2", &out, &["--threads", "1"]));
     assert!(first.contains("2 parts"), "{first}");
-    // The same partition again is fine.
-    ok(&partition(&g, "2", &out, &["--json"]));
+    // The same partition again is fine (KaMinPar, the default, repeats itself on one thread).
+    ok(&partition(&g, "2", &out, &["--json", "--threads", "1"]));
     let err = fails(&partition(&g, "3", &out, &[]));
     assert!(
         err.contains("different partition") && err.contains("--force"),
@@ -203,4 +204,229 @@ fn inspect_rejects_corrupted_and_foreign_chunks() {
 
     std::fs::write(&victim, &original).unwrap();
     ok(&["inspect", s(&a)]);
+}
+
+#[cfg(feature = "kaminpar")]
+#[test]
+fn kaminpar_partitions_cora_and_the_run_reports_its_phases() {
+    let Some(cora) = cora() else { return };
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("cora-kaminpar");
+    let v = one_json(&ok(&partition(
+        &cora,
+        "4",
+        &out,
+        &[
+            "--json",
+            "--method",
+            "kaminpar",
+            "--threads",
+            "1",
+            "--seed",
+            "3",
+        ],
+    )));
+    assert!(
+        v["method"]
+            .as_str()
+            .unwrap()
+            .starts_with("kaminpar:seed=3:"),
+        "{v}"
+    );
+    let cut = v["edge_cut"].as_u64().unwrap();
+    assert!(cut > 0 && cut < 10556 / 4, "edge cut {cut}");
+    let imbalance = v["max_imbalance"].as_f64().unwrap();
+    assert!((1.0..=1.05).contains(&imbalance), "imbalance {imbalance}");
+    let phases = v["phase_seconds"].as_object().unwrap();
+    for phase in ["load", "partition", "normalise", "halo", "build", "write"] {
+        assert!(phases[phase].as_f64().unwrap() >= 0.0, "{phase} in {v}");
+    }
+    let peak = v["peak_rss_bytes"].as_u64().unwrap();
+    // Cora's features alone are 2708 × 1433 f32 (15.5 MB).
+    assert!(peak > 15_000_000, "peak RSS {peak}");
+    let report = one_json(&ok(&["inspect", s(&out), "--json"]));
+    assert_eq!(report["valid"], true);
+    assert_eq!(report["edge_cut"], cut);
+
+    // One thread and the same seed: the same partition (the same fingerprint), so rerunning
+    // into the directory needs no --force.
+    ok(&partition(
+        &cora,
+        "4",
+        &out,
+        &["--method", "kaminpar", "--threads", "1", "--seed", "3"],
+    ));
+    // A tolerance tighter than KaMinPar's 3% is refused with the way out.
+    let err = fails(&partition(
+        &cora,
+        "4",
+        &out,
+        &["--method", "kaminpar", "--imbalance", "1.01"],
+    ));
+    assert!(err.contains("--method metis"), "{err}");
+}
+
+/// KaMinPar is the default method; options it cannot honour are refused by name.
+#[cfg(feature = "kaminpar")]
+#[test]
+fn kaminpar_is_the_default_and_metis_only_options_say_so() {
+    let tmp = tempfile::tempdir().unwrap();
+    let g = small_graph(tmp.path());
+    let out = tmp.path().join("out");
+    let v = one_json(&ok(&partition(&g, "2", &out, &["--json"])));
+    assert!(
+        v["method"].as_str().unwrap().starts_with("kaminpar:"),
+        "{v}"
+    );
+    assert_eq!(
+        v["edge_cut"], 1,
+        "the two 6-cycles are split at their bridge: {v}"
+    );
+    let err = fails(&partition(
+        &g,
+        "2",
+        &out,
+        &["--objective", "vol", "--force"],
+    ));
+    assert!(err.contains("--method metis"), "{err}");
+    let err = fails(&partition(
+        &g,
+        "2",
+        &out,
+        &["--method", "metis", "--threads", "2", "--force"],
+    ));
+    assert!(
+        err.contains("--threads") && err.contains("kaminpar"),
+        "{err}"
+    );
+    ok(&partition(
+        &g,
+        "2",
+        &out,
+        &["--method", "metis", "--objective", "vol", "--force"],
+    ));
+}
+
+/// A rerun whose KaMinPar partition (on more than one thread) differs from the directory's
+/// says why and how to get a reproducible one.
+#[cfg(feature = "kaminpar")]
+#[test]
+fn a_racy_rerun_says_to_use_one_thread() {
+    let Some(cora) = cora() else { return };
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("cora");
+    // Another run's partition is in the directory (a random one, which KaMinPar never gives).
+    ok(&partition(&cora, "4", &out, &["--method", "random"]));
+    let err = fails(&partition(&cora, "4", &out, &["--threads", "2"]));
+    assert!(
+        err.contains("different partition") && err.contains("--threads 1"),
+        "{err}"
+    );
+    let err = fails(&partition(&cora, "4", &out, &["--threads", "1"]));
+    assert!(
+        err.contains("different partition") && !err.contains("--threads 1"),
+        "{err}"
+    );
+}
+
+#[test]
+fn the_run_reports_its_phases_and_releases_nothing_it_reports() {
+    let Some(cora) = cora() else { return };
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("cora-phases");
+    let v = one_json(&ok(&partition(
+        &cora,
+        "2",
+        &out,
+        &["--json", "--method", "metis"],
+    )));
+    let phases = v["phase_seconds"].as_object().unwrap();
+    for phase in ["load", "partition", "normalise", "halo", "build", "write"] {
+        assert!(phases[phase].as_f64().unwrap() >= 0.0, "{phase} in {v}");
+        assert!(v["phase_peak_rss_bytes"][phase].as_u64().is_some(), "{v}");
+    }
+    let peak = v["peak_rss_bytes"].as_u64().unwrap();
+    // Cora's features alone are 2708 × 1433 f32 (15.5 MB).
+    assert!(peak > 15_000_000, "peak RSS {peak}");
+    // The edge arrays are released before the chunks are built; the manifest still counts them.
+    assert_eq!(v["edges"], 10556);
+    let report = one_json(&ok(&["inspect", s(&out), "--json"]));
+    assert_eq!(report["valid"], true);
+    let text = ok(&partition(&cora, "2", &out, &["--method", "metis"]));
+    assert!(text.contains("phases: load "), "{text}");
+}
+
+#[cfg(not(feature = "kaminpar"))]
+#[test]
+fn kaminpar_without_the_feature_says_how_to_get_it() {
+    let tmp = tempfile::tempdir().unwrap();
+    let g = small_graph(tmp.path());
+    let out = tmp.path().join("out");
+    let err = fails(&partition(&g, "2", &out, &["--method", "kaminpar"]));
+    assert!(err.contains("--features kaminpar"), "{err}");
+    assert!(!out.join("manifest.json").exists());
+}
+
+#[test]
+fn bounded_build_writes_the_in_memory_chunks_and_verify_passes() {
+    let Some(cora) = cora() else { return };
+    let tmp = tempfile::tempdir().unwrap();
+    let (mem, bounded) = (tmp.path().join("mem"), tmp.path().join("bounded"));
+    let a = one_json(&ok(&partition(
+        &cora,
+        "3",
+        &mem,
+        &["--json", "--method", "metis", "--build", "in-memory"],
+    )));
+    assert_eq!(a["build"], "in-memory");
+    let b = one_json(&ok(&partition(
+        &cora,
+        "3",
+        &bounded,
+        &["--json", "--method", "metis", "--build", "bounded"],
+    )));
+    assert_eq!(b["build"], "bounded");
+    for key in ["nnz", "edges", "edge_cut", "halo_rows_max"] {
+        assert_eq!(a[key], b[key], "{key}");
+    }
+    for phase in ["load", "partition", "normalise", "halo", "build", "write"] {
+        assert!(
+            b["phase_seconds"][phase].as_f64().unwrap() >= 0.0,
+            "{phase} in {b}"
+        );
+    }
+    // The same chunk files, byte for byte, and no work directory left beside them.
+    for p in 0..3 {
+        let name = format!("part-{p:05}.chunk");
+        let (x, y) = (
+            std::fs::read(mem.join(&name)).unwrap(),
+            std::fs::read(bounded.join(&name)).unwrap(),
+        );
+        assert!(x == y, "{name} differs");
+    }
+    let left: Vec<String> = std::fs::read_dir(tmp.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .filter(|n| n.contains("buckets") || n.contains("staging"))
+        .collect();
+    assert!(left.is_empty(), "{left:?}");
+    let v = one_json(&ok(&[
+        "verify",
+        "--chunks",
+        s(&bounded),
+        "--local-ranks",
+        "3",
+        "--json",
+    ]));
+    assert_eq!(v["pass"], true, "{v}");
+    let report = one_json(&ok(&["inspect", s(&bounded), "--json"]));
+    assert_eq!(report["valid"], true);
+    // `auto` on a graph this small builds in memory.
+    let c = one_json(&ok(&partition(
+        &cora,
+        "3",
+        &mem,
+        &["--json", "--method", "metis"],
+    )));
+    assert_eq!(c["build"], "in-memory");
 }

@@ -24,6 +24,8 @@
 use core::fmt;
 use core::ops::Range;
 use core::str::FromStr;
+use std::string::String;
+use std::vec::Vec;
 
 use crate::sparse::par::{for_each_block, grain_for};
 use crate::sparse::{assemble, CsrOwned, TripletSource};
@@ -221,24 +223,7 @@ pub fn adjacency(
             .saturating_add(n.saturating_mul(48)),
         MEMORY_HINT,
     )?;
-    let diagonal = match norm {
-        Normalization::None => None,
-        _ => {
-            // `add_remaining_self_loops`: 1 unless the input has a self loop, whose weight is
-            // kept.
-            let mut diag = crate::memory::try_filled(num_nodes, 1.0f32, what(), MEMORY_HINT)?;
-            let mut seen = crate::memory::try_filled(num_nodes, false, what(), MEMORY_HINT)?;
-            for (e, (&u, &v)) in src.iter().zip(dst).enumerate() {
-                if u == v {
-                    let w = weights.map_or(1.0, |w| w[e]);
-                    let d = &mut diag[v as usize];
-                    *d = if seen[v as usize] { *d + w } else { w };
-                    seen[v as usize] = true;
-                }
-            }
-            Some(diag)
-        }
-    };
+    let diagonal = self_loops(num_nodes, src, dst, weights, norm, &what)?;
     let entries = Entries {
         src,
         dst,
@@ -246,79 +231,153 @@ pub fn adjacency(
         diagonal: diagonal.as_deref(),
     };
     let (indptr, indices, mut data) =
-        assemble(num_nodes, &entries).map_err(|failed| crate::memory::MemoryError {
-            what: what(),
-            bytes: failed.bytes,
-            available: None,
-            hint: MEMORY_HINT,
-        })?;
+        assemble(num_nodes, &entries).map_err(|failed| assembly_failed(what(), failed.bytes))?;
     drop(diagonal);
-    // Every weight is finite, so a non-finite entry is a sum of duplicates that overflowed.
-    if let Some(k) = data.iter().position(|w| !w.is_finite()) {
-        let dst = indptr.partition_point(|&start| start as usize <= k) - 1;
+    if let Some((row, src)) = first_overflow(&indptr, &indices, &data) {
         return Err(NormalizeError::WeightOverflow {
-            src: indices[k],
-            dst: dst as u32,
+            src,
+            dst: row as u32,
         });
     }
-
     if norm != Normalization::None {
-        // The weighted degrees, then (in place) their inverse powers.
-        let mut inv = crate::memory::try_filled(num_nodes, 0.0f64, what(), MEMORY_HINT)?;
-        for (v, d) in inv.iter_mut().enumerate() {
-            let (s, e) = (indptr[v] as usize, indptr[v + 1] as usize);
-            *d = data[s..e].iter().map(|&w| f64::from(w)).sum();
-        }
-        if let Some((node, &degree)) = inv.iter().enumerate().find(|(_, &d)| d < 0.0) {
-            return Err(NormalizeError::NegativeDegree { node, degree });
-        }
-        for d in &mut inv {
-            *d = match (*d > 0.0, norm) {
-                (false, _) => 0.0,
-                (true, Normalization::Gcn) => 1.0 / d.sqrt(),
-                (true, _) => 1.0 / *d,
-            };
-        }
-        let scale_rows = |rows: Range<usize>, values: &mut [f32]| {
-            let base = indptr[rows.start] as usize;
-            for v in rows {
-                let (s, e) = (indptr[v] as usize - base, indptr[v + 1] as usize - base);
-                let cols = &indices[s + base..e + base];
-                for (w, &u) in values[s..e].iter_mut().zip(cols) {
-                    let factor = match norm {
-                        Normalization::Gcn => inv[v] * inv[u as usize],
-                        _ => inv[v],
-                    };
-                    *w = (f64::from(*w) * factor) as f32;
-                }
-            }
-        };
-        let total = indptr[num_nodes] + num_nodes as u64;
-        for_each_block(
-            &indptr,
-            0..num_nodes,
-            1,
-            grain_for(total, 1 << 16),
-            &mut data[..],
-            &scale_rows,
-        );
+        let mut inv = row_degrees(&indptr, &data, &what)?;
+        invert_degrees(&mut inv, norm)?;
+        scale_rows(&indptr, &indices, &mut data, &inv, &inv, norm);
         // Finite weights over a positive degree can still leave f32 when the degree is tiny.
-        if let Some(k) = data.iter().position(|w| !w.is_finite()) {
-            let dst = indptr.partition_point(|&start| start as usize <= k) - 1;
+        if let Some((row, src)) = first_overflow(&indptr, &indices, &data) {
             return Err(NormalizeError::ScaledOverflow {
-                src: indices[k],
-                dst: dst as u32,
+                src,
+                dst: row as u32,
             });
         }
     }
-
     // The assembled arrays are sorted and in range by construction; `new` re-checks them in
     // linear time rather than trusting that with `unsafe`.
     Ok(CsrOwned::new(num_nodes, num_nodes, indptr, indices, data)
         .expect("assembled adjacency arrays satisfy the CSR invariants"))
 }
 
-fn check_edges(
+// The steps of [`adjacency`], also run part by part by the bounded-memory chunk builder
+// (`chunk::bounded`), which must give exactly the same values: one home for each rule.
+
+/// The error for an assembly whose allocation of `bytes` was refused.
+pub(crate) fn assembly_failed(what: String, bytes: u64) -> NormalizeError {
+    crate::memory::MemoryError {
+        what,
+        bytes,
+        available: None,
+        hint: MEMORY_HINT,
+    }
+    .into()
+}
+
+/// The diagonal of `A + I` under `norm` (`None` for [`Normalization::None`], which adds no
+/// loops): as `add_remaining_self_loops`, 1 unless the input has self loops, whose weights are
+/// summed in edge order. Allocated fallibly (for `what`).
+pub(crate) fn self_loops(
+    num_nodes: usize,
+    src: &[u32],
+    dst: &[u32],
+    weights: Option<&[f32]>,
+    norm: Normalization,
+    what: &dyn Fn() -> String,
+) -> Result<Option<Vec<f32>>, NormalizeError> {
+    if norm == Normalization::None {
+        return Ok(None);
+    }
+    let mut diag = crate::memory::try_filled(num_nodes, 1.0f32, what(), MEMORY_HINT)?;
+    let mut seen = crate::memory::try_filled(num_nodes, false, what(), MEMORY_HINT)?;
+    for (e, (&u, &v)) in src.iter().zip(dst).enumerate() {
+        if u == v {
+            let w = weights.map_or(1.0, |w| w[e]);
+            let d = &mut diag[v as usize];
+            *d = if seen[v as usize] { *d + w } else { w };
+            seen[v as usize] = true;
+        }
+    }
+    Ok(Some(diag))
+}
+
+/// The first entry (row, column), in row order, whose value is not finite: before scaling (every
+/// weight being finite) a sum of duplicates that overflowed, after it a weight over a tiny degree.
+pub(crate) fn first_overflow(
+    indptr: &[u64],
+    indices: &[u32],
+    data: &[f32],
+) -> Option<(usize, u32)> {
+    let k = data.iter().position(|w| !w.is_finite())?;
+    let row = indptr.partition_point(|&start| start as usize <= k) - 1;
+    Some((row, indices[k]))
+}
+
+/// Each row's sum (its node's weighted degree in `A + I`), in f64, in column order; allocated
+/// fallibly (for `what`).
+pub(crate) fn row_degrees(
+    indptr: &[u64],
+    data: &[f32],
+    what: &dyn Fn() -> String,
+) -> Result<Vec<f64>, NormalizeError> {
+    let mut degree = crate::memory::try_filled(indptr.len() - 1, 0.0f64, what(), MEMORY_HINT)?;
+    for (d, w) in degree.iter_mut().zip(indptr.windows(2)) {
+        *d = data[w[0] as usize..w[1] as usize]
+            .iter()
+            .map(|&x| f64::from(x))
+            .sum();
+    }
+    Ok(degree)
+}
+
+/// Turns the degrees, in place, into the per-node factors `D^-1/2` ([`Normalization::Gcn`]) or
+/// `D^-1` (otherwise), 0 for degree 0; a negative degree is an error naming the first such node.
+pub(crate) fn invert_degrees(
+    degree: &mut [f64],
+    norm: Normalization,
+) -> Result<(), NormalizeError> {
+    if let Some((node, &degree)) = degree.iter().enumerate().find(|(_, &d)| d < 0.0) {
+        return Err(NormalizeError::NegativeDegree { node, degree });
+    }
+    for d in degree {
+        *d = match (*d > 0.0, norm) {
+            (false, _) => 0.0,
+            (true, Normalization::Gcn) => 1.0 / d.sqrt(),
+            (true, _) => 1.0 / *d,
+        };
+    }
+    Ok(())
+}
+
+/// Scales the rows `(indptr, indices, data)` in place, in parallel: entry (i, u) by
+/// `row_inv[i] · col_inv[u]` ([`Normalization::Gcn`]) or by `row_inv[i]` (otherwise), in f64,
+/// rounded once to f32. `row_inv` has one factor per row of these arrays, `col_inv` one per
+/// column id.
+pub(crate) fn scale_rows(
+    indptr: &[u64],
+    indices: &[u32],
+    data: &mut [f32],
+    row_inv: &[f64],
+    col_inv: &[f64],
+    norm: Normalization,
+) {
+    let nrows = indptr.len() - 1;
+    let scale = |rows: Range<usize>, values: &mut [f32]| {
+        let base = indptr[rows.start] as usize;
+        for v in rows {
+            let (s, e) = (indptr[v] as usize - base, indptr[v + 1] as usize - base);
+            let cols = &indices[s + base..e + base];
+            for (w, &u) in values[s..e].iter_mut().zip(cols) {
+                let factor = match norm {
+                    Normalization::Gcn => row_inv[v] * col_inv[u as usize],
+                    _ => row_inv[v],
+                };
+                *w = (f64::from(*w) * factor) as f32;
+            }
+        }
+    };
+    let total = indptr[nrows] + nrows as u64;
+    for_each_block(indptr, 0..nrows, 1, grain_for(total, 1 << 16), data, &scale);
+}
+
+pub(crate) fn check_edges(
     num_nodes: usize,
     src: &[u32],
     dst: &[u32],

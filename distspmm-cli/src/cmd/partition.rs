@@ -5,10 +5,13 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
-use distspmm_core::chunk::{write_chunk_dir, ChunkBuilder, DirLock, WriteOptions};
+use distspmm_core::chunk::{
+    write_chunk_dir, BoundedBuilder, ChunkBuilder, ChunkDirError, ChunkSource, DirLock,
+    EdgeBuckets, Manifest, WriteOptions,
+};
 use distspmm_core::normalize::{self, Normalization};
 use distspmm_core::partition::{
-    self, Adjacency, Balance, Method, MetisOptions, Objective, Partition,
+    self, Adjacency, Balance, KaminparOptions, Method, MetisOptions, Objective, Partition,
 };
 use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
 
@@ -40,6 +43,52 @@ pub struct Args {
     /// Print one JSON line instead of the summary (and no progress bars).
     #[arg(long)]
     json: bool,
+    /// How the chunks are built: `in-memory` normalises the whole Â at once; `bounded` buckets
+    /// the edges by part into files beside --out and holds one part's rows at a time; `auto`
+    /// takes in-memory when its estimated working set fits in the available memory.
+    #[arg(long, value_enum, default_value_t = BuildArg::Auto)]
+    build: BuildArg,
+}
+
+/// How the chunks are built.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum BuildArg {
+    /// In memory when it fits, bounded otherwise.
+    Auto,
+    /// The whole normalised Â in memory, parts built in parallel.
+    InMemory,
+    /// Edges bucketed by part on disk, one part's rows in memory at a time.
+    Bounded,
+}
+
+/// Bytes per non-zero of Â (counted as edges + nodes) that the in-memory build is taken to hold
+/// at its peak: 32.8 measured on RMAT-20 at P = 4 (docs/performance.md, "Partition memory:
+/// the two chunk builders"), rounded up for node data and skewed parts.
+const IN_MEMORY_BYTES_PER_NNZ: u64 = 40;
+
+impl BuildArg {
+    /// The builder to use for a graph of `nodes` and `edges`: `auto` takes the in-memory one
+    /// when its estimated working set fits in half of `available` (or `available` is unknown).
+    fn resolve(self, nodes: usize, edges: usize, available: Option<u64>) -> BuildArg {
+        match self {
+            BuildArg::Auto => {
+                let need = IN_MEMORY_BYTES_PER_NNZ.saturating_mul((nodes + edges) as u64);
+                match available {
+                    Some(a) if need > a / 2 => BuildArg::Bounded,
+                    _ => BuildArg::InMemory,
+                }
+            }
+            other => other,
+        }
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            BuildArg::Auto => "auto",
+            BuildArg::InMemory => "in-memory",
+            BuildArg::Bounded => "bounded",
+        }
+    }
 }
 
 /// How a graph is partitioned and normalised: the options `distspmm partition` and
@@ -47,27 +96,32 @@ pub struct Args {
 #[derive(Debug, clap::Args)]
 pub struct PartitionOptions {
     /// How nodes are assigned to parts.
-    #[arg(long, value_enum, default_value_t = MethodArg::Metis)]
+    #[arg(long, value_enum, default_value_t = MethodArg::Kaminpar)]
     pub method: MethodArg,
-    /// Seed for METIS or the random permutation.
+    /// Seed for METIS, KaMinPar or the random permutation.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
-    /// METIS imbalance tolerance: largest part ≤ this × mean part size (1.03 = METIS ufactor 30).
+    /// Imbalance tolerance: largest part ≤ this × mean part size (1.03 = METIS ufactor 30;
+    /// KaMinPar always keeps 1.03, so it accepts 1.03 or more).
     #[arg(long, default_value_t = 1.03)]
     pub imbalance: f64,
-    /// METIS objective: edge cut or communication volume.
+    /// Threads KaMinPar partitions with (default: all cores). Its result is reproducible for a
+    /// fixed seed only with --threads 1 (more threads race in its label propagation).
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
+    pub threads: Option<u32>,
+    /// METIS objective: edge cut or communication volume (`vol` needs --method metis).
     #[arg(long, value_enum, default_value_t = ObjectiveArg::Cut)]
     pub objective: ObjectiveArg,
     /// Normalisation of Â: gcn (D^-1/2 (A+I) D^-1/2), row (D^-1 (A+I)) or none.
     #[arg(long, default_value = "gcn")]
     pub normalize: Normalization,
-    /// What METIS balances: nodes per part, or non-zeros of Â per part (vertex weight =
-    /// degree + 1), which evens out the SpMM work on power-law graphs.
+    /// What the partitioner balances: nodes per part, or non-zeros of Â per part (vertex
+    /// weight = degree + 1), which evens out the SpMM work on power-law graphs.
     #[arg(long, value_enum, default_value_t = BalanceArg::Nodes)]
     pub balance: BalanceArg,
 }
 
-/// What METIS balances.
+/// What the partitioner balances.
 #[derive(Debug, Clone, Copy, clap::ValueEnum)]
 pub enum BalanceArg {
     /// Nodes per part.
@@ -77,9 +131,23 @@ pub enum BalanceArg {
 }
 
 impl PartitionOptions {
-    /// The partitioning method these options describe.
-    pub fn method(&self) -> Method {
-        match self.method {
+    /// The partitioning method these options describe; an error for an option the chosen
+    /// method cannot honour (`--objective vol` without METIS, `--threads` without KaMinPar).
+    pub fn method(&self) -> anyhow::Result<Method> {
+        if matches!(self.objective, ObjectiveArg::Vol) && !matches!(self.method, MethodArg::Metis) {
+            bail!(
+                "--objective vol is a METIS objective: add --method metis (KaMinPar, the \
+                 default, minimises the edge cut)"
+            );
+        }
+        if self.threads.is_some() && !matches!(self.method, MethodArg::Kaminpar) {
+            bail!("--threads sets KaMinPar's threads: drop it, or use --method kaminpar");
+        }
+        let balance = match self.balance {
+            BalanceArg::Nodes => Balance::Nodes,
+            BalanceArg::Nnz => Balance::Nonzeros,
+        };
+        Ok(match self.method {
             MethodArg::Metis => Method::Metis(MetisOptions {
                 seed: self.seed,
                 imbalance: self.imbalance,
@@ -87,22 +155,41 @@ impl PartitionOptions {
                     ObjectiveArg::Cut => Objective::Cut,
                     ObjectiveArg::Vol => Objective::Volume,
                 },
-                balance: match self.balance {
-                    BalanceArg::Nodes => Balance::Nodes,
-                    BalanceArg::Nnz => Balance::Nonzeros,
-                },
+                balance,
+            }),
+            MethodArg::Kaminpar => Method::Kaminpar(KaminparOptions {
+                seed: self.seed,
+                imbalance: self.imbalance,
+                threads: self.threads.map_or(0, |t| t as usize),
+                balance,
             }),
             MethodArg::Contiguous => Method::Contiguous,
             MethodArg::Random => Method::Random { seed: self.seed },
-        }
+        })
+    }
+}
+
+/// A rerun with the same options that found a different partition in the directory: with more
+/// than one thread KaMinPar does not repeat its partition, which is worth saying.
+fn explain_rerun(err: ChunkDirError, method: &Method) -> anyhow::Error {
+    let racy = matches!(method, Method::Kaminpar(k) if k.effective_threads() > 1);
+    match err {
+        ChunkDirError::DifferentPartition { .. } if racy => anyhow::anyhow!(
+            "{err} (KaMinPar with more than one thread does not give the same partition twice: \
+             add --threads 1 for reproducible runs)"
+        ),
+        err => err.into(),
     }
 }
 
 /// Partitioning methods.
 #[derive(Debug, Clone, Copy, clap::ValueEnum)]
 pub enum MethodArg {
-    /// METIS multilevel k-way.
+    /// METIS multilevel k-way (one thread; at most 2^31 - 1 adjacency entries).
     Metis,
+    /// KaMinPar deep multilevel k-way (the default: parallel, 64-bit edge ids, about half
+    /// METIS's memory per edge).
+    Kaminpar,
     /// Contiguous id ranges.
     Contiguous,
     /// Balanced random assignment (a locality-free baseline).
@@ -140,7 +227,8 @@ impl Phase {
         }
     }
 
-    fn done(self) {
+    /// Ends the phase; returns its wall time in seconds.
+    fn done(self) -> f64 {
         let seconds = self.started.elapsed().as_secs_f64();
         let message = self.bar.message();
         tracing::info!(phase = %message, seconds, "phase done");
@@ -148,6 +236,81 @@ impl Phase {
             .set_style(ProgressStyle::with_template("  {msg}").expect("static template"));
         self.bar
             .finish_with_message(format!("{message}: {seconds:.2} s"));
+        seconds
+    }
+}
+
+/// Time and peak resident memory of each phase of a `partition` run.
+#[derive(Debug, Default)]
+struct PhaseLog {
+    entries: Vec<(&'static str, f64, Option<u64>)>,
+}
+
+impl PhaseLog {
+    /// Records a phase that just ended: its seconds and the peak RSS since the last reset,
+    /// then resets the peak so the next phase measures its own.
+    fn record(&mut self, name: &'static str, seconds: f64) {
+        self.entries.push((name, seconds, memory::peak_rss_bytes()));
+        memory::reset_peak_rss();
+    }
+
+    fn seconds_json(&self) -> serde_json::Value {
+        self.entries
+            .iter()
+            .map(|&(name, seconds, _)| (name.to_string(), serde_json::json!(seconds)))
+            .collect::<serde_json::Map<_, _>>()
+            .into()
+    }
+
+    fn peaks_json(&self) -> serde_json::Value {
+        self.entries
+            .iter()
+            .map(|&(name, _, peak)| (name.to_string(), serde_json::json!(peak)))
+            .collect::<serde_json::Map<_, _>>()
+            .into()
+    }
+
+    /// The run's peak: the largest phase peak.
+    fn peak(&self) -> Option<u64> {
+        self.entries.iter().filter_map(|e| e.2).max()
+    }
+
+    fn summary(&self) -> String {
+        let mut out = String::from("phases:");
+        for &(name, seconds, peak) in &self.entries {
+            out.push_str(&format!(" {name} {seconds:.2} s"));
+            if let Some(peak) = peak {
+                out.push_str(&format!(" (peak {})", memory::gib(peak)));
+            }
+            out.push(',');
+        }
+        out.pop();
+        out
+    }
+}
+
+/// Resident-memory readings from `/proc/self` (Linux); `None` elsewhere.
+pub(crate) mod memory {
+    /// The peak resident set size (VmHWM) of this process since it started or since the last
+    /// [`reset_peak_rss`], in bytes.
+    pub fn peak_rss_bytes() -> Option<u64> {
+        let status = std::fs::read_to_string("/proc/self/status").ok()?;
+        let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+        let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+        Some(kib * 1024)
+    }
+
+    /// Resets the peak to the current resident size (Linux's `clear_refs` 5), so the next
+    /// reading covers only what follows. Without it readings are cumulative.
+    pub fn reset_peak_rss() {
+        if let Err(err) = std::fs::write("/proc/self/clear_refs", "5") {
+            tracing::debug!(%err, "cannot reset the peak RSS; phase peaks are cumulative");
+        }
+    }
+
+    /// Bytes as GiB with two decimals.
+    pub fn gib(bytes: u64) -> String {
+        format!("{:.2} GiB", bytes as f64 / (1u64 << 30) as f64)
     }
 }
 
@@ -168,33 +331,70 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
         DirLock::acquire(&args.out)
             .with_context(|| format!("cannot write the chunks into {}", args.out.display()))?,
     );
+    let method = args.partitioning.method()?;
+    let mut phases = PhaseLog::default();
+    memory::reset_peak_rss();
 
     let phase = Phase::start(&bars, "loading the graph");
-    let graph = distspmm_core::graph::load(&args.input).context("cannot read the input graph")?;
-    phase.done();
+    let mut graph =
+        distspmm_core::graph::load(&args.input).context("cannot read the input graph")?;
+    phases.record("load", phase.done());
 
-    let label = match args.partition_map {
-        Some(_) => "reading the partition map",
-        None => "partitioning",
+    let (partition, edge_cut) = {
+        let label = match args.partition_map {
+            Some(_) => "reading the partition map",
+            None => "partitioning",
+        };
+        let phase = Phase::start(&bars, label);
+        let adjacency = Adjacency::from_edges(graph.num_nodes, &graph.src, &graph.dst)?;
+        if let Some(path) = &args.write_metis_graph {
+            adjacency
+                .write_metis_graph(path)
+                .context("cannot write the METIS graph file")?;
+        }
+        let partition = match &args.partition_map {
+            Some(path) => load_map(path, args.parts, graph.num_nodes)?,
+            None => partition::partition(&adjacency, args.parts, &method)?,
+        };
+        let edge_cut = partition.edge_cut(&adjacency)?;
+        drop(adjacency);
+        phases.record("partition", phase.done());
+        (partition, edge_cut)
     };
-    let phase = Phase::start(&bars, label);
-    let adjacency = Adjacency::from_edges(graph.num_nodes, &graph.src, &graph.dst)?;
-    if let Some(path) = &args.write_metis_graph {
-        adjacency
-            .write_metis_graph(path)
-            .context("cannot write the METIS graph file")?;
-    }
-    // METIS runs on one core: normalise Â on the others meanwhile.
-    let (a_hat, partitioned) = std::thread::scope(|scope| {
-        let partitioning = scope.spawn(|| -> anyhow::Result<(Partition, u64)> {
-            let partition = match &args.partition_map {
-                Some(path) => load_map(path, args.parts, graph.num_nodes)?,
-                None => partition::partition(&adjacency, args.parts, &args.partitioning.method())?,
-            };
-            let edge_cut = partition.edge_cut(&adjacency)?;
-            phase.done();
-            Ok((partition, edge_cut))
-        });
+
+    let build = args.build.resolve(
+        graph.num_nodes,
+        graph.num_edges(),
+        distspmm_core::memory::available(),
+    );
+    tracing::info!(build = build.name(), "chunk builder");
+    // What the manifest records that the builders no longer know once the edges are released.
+    let written = WriteOptions {
+        edge_cut: Some(edge_cut),
+        edges: Some(graph.num_edges() as u64),
+        lock: Some(lock.clone()),
+        ..WriteOptions::default()
+    };
+    let manifest = if build == BuildArg::Bounded {
+        let phase = Phase::start(&bars, "bucketing the edges by part");
+        let buckets = EdgeBuckets::write(
+            &lock,
+            &partition,
+            &graph.src,
+            &graph.dst,
+            graph.weights.as_deref(),
+            args.partitioning.normalize,
+        )
+        .with_context(|| format!("cannot normalise {}", args.input.display()))?;
+        release_edges(&mut graph);
+        phases.record("normalise", phase.done());
+
+        let phase = Phase::start(&bars, "normalising part by part and finding the halos");
+        let builder = BoundedBuilder::new(&graph, &partition, buckets)
+            .with_context(|| format!("cannot normalise {}", args.input.display()))?;
+        phases.record("halo", phase.done());
+        write_chunks(args, &bars, &mut phases, &builder, written, &method)?
+    } else {
         let phase = Phase::start(&bars, "normalising Â");
         let a_hat = normalize::adjacency(
             graph.num_nodes,
@@ -203,37 +403,20 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
             graph.weights.as_deref(),
             args.partitioning.normalize,
         )
-        .with_context(|| format!("cannot normalise {}", args.input.display()));
-        phase.done();
-        let partitioned = partitioning
-            .join()
-            .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
-        (a_hat, partitioned)
-    });
-    drop(adjacency);
-    let (partition, edge_cut) = partitioned?;
-    let a_hat = a_hat?;
+        .with_context(|| format!("cannot normalise {}", args.input.display()))?;
+        // From here on only Â and the node data are needed: release the edge arrays (8 bytes
+        // per edge, 12 with weights) before the chunks are built.
+        release_edges(&mut graph);
+        phases.record("normalise", phase.done());
 
-    let phase = Phase::start(&bars, "building and writing chunks");
-    let builder = ChunkBuilder::new(&graph, a_hat.view(), &partition)?;
-    let progress = bars.add(ProgressBar::new(u64::from(args.parts)));
-    progress.set_style(
-        ProgressStyle::with_template("  {bar:30} {pos}/{len} chunks").expect("static template"),
-    );
-    let options = WriteOptions {
-        force: args.force,
-        normalization: args.partitioning.normalize.name().into(),
-        command_line: std::env::args().collect(),
-        edge_cut: Some(edge_cut),
-        progress: progress.clone(),
-        lock: Some(lock),
+        let phase = Phase::start(&bars, "renumbering and finding the halos");
+        let builder = ChunkBuilder::new(&graph, a_hat.view(), &partition)?;
+        phases.record("halo", phase.done());
+        write_chunks(args, &bars, &mut phases, &builder, written, &method)?
     };
-    let manifest = write_chunk_dir(&args.out, &builder, &options)
-        .with_context(|| format!("cannot write the chunks into {}", args.out.display()))?;
-    progress.finish_and_clear();
-    phase.done();
 
     let seconds = started.elapsed().as_secs_f64();
+    let peak_rss = phases.peak();
     let halo_rows_max = manifest.halo_rows.iter().copied().max().unwrap_or(0);
     // The SpMM work per rank follows the non-zeros: max over mean (1 = perfect).
     let nnz_max = manifest.chunks.iter().map(|c| c.nnz).max().unwrap_or(0);
@@ -247,11 +430,17 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
             "parts": manifest.parts,
             "nodes": manifest.nodes,
             "edges": manifest.edges,
+            "nnz": manifest.nnz,
+            "method": manifest.partition_method,
             "edge_cut": manifest.edge_cut,
             "max_imbalance": manifest.max_imbalance,
             "nnz_imbalance": nnz_imbalance,
             "halo_rows_max": halo_rows_max,
+            "build": build.name(),
             "seconds": seconds,
+            "phase_seconds": phases.seconds_json(),
+            "phase_peak_rss_bytes": phases.peaks_json(),
+            "peak_rss_bytes": peak_rss,
         });
         println!("{line}");
     } else {
@@ -279,8 +468,65 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
             bytes as f64 / (1024.0 * 1024.0),
             args.out.display()
         );
+        match peak_rss {
+            Some(peak) => println!("{}; peak memory {}", phases.summary(), memory::gib(peak)),
+            None => println!("{}", phases.summary()),
+        }
     }
     Ok(())
+}
+
+/// Drops the graph's edge arrays (the chunks need only the node data from here on).
+fn release_edges(graph: &mut distspmm_core::graph::Graph) {
+    graph.src = Vec::new();
+    graph.dst = Vec::new();
+    graph.weights = None;
+}
+
+/// Builds and writes every chunk from `builder` (the phases `build` and `write`).
+fn write_chunks(
+    args: &Args,
+    bars: &MultiProgress,
+    phases: &mut PhaseLog,
+    builder: &impl ChunkSource,
+    written: WriteOptions,
+    method: &Method,
+) -> anyhow::Result<Manifest> {
+    let phase = Phase::start(bars, "building and writing chunks");
+    let progress = bars.add(ProgressBar::new(u64::from(args.parts)));
+    progress.set_style(
+        ProgressStyle::with_template("  {bar:30} {pos}/{len} chunks").expect("static template"),
+    );
+    let options = WriteOptions {
+        force: args.force,
+        normalization: args.partitioning.normalize.name().into(),
+        command_line: std::env::args().collect(),
+        progress: progress.clone(),
+        ..written
+    };
+    let manifest = write_chunk_dir(&args.out, builder, &options)
+        .map_err(|err| explain_rerun(err, method))
+        .with_context(|| format!("cannot write the chunks into {}", args.out.display()))?;
+    progress.finish_and_clear();
+    let chunk_seconds = phase.done();
+    // Chunks are built and written part by part (in parallel for the in-memory builder): split
+    // the phase's wall time in the proportion of the summed per-part times.
+    let (build, write) = (
+        options.timings.build_seconds(),
+        options.timings.write_seconds(),
+    );
+    let build_share = if build + write > 0.0 {
+        build / (build + write)
+    } else {
+        0.5
+    };
+    phases.record("build", chunk_seconds * build_share);
+    // Build and write interleave, so both share the one peak just recorded.
+    let build_peak = phases.entries.last().and_then(|e| e.2);
+    phases
+        .entries
+        .push(("write", chunk_seconds * (1.0 - build_share), build_peak));
+    Ok(manifest)
 }
 
 fn load_map(path: &std::path::Path, parts: u32, nodes: usize) -> anyhow::Result<Partition> {

@@ -163,7 +163,7 @@ fn from_graph(input: &Path, parts: u32, options: &PartitionOptions) -> anyhow::R
     )
     .with_context(|| format!("cannot normalise {}", input.display()))?;
     let adjacency = Adjacency::from_edges(n, &graph.src, &graph.dst)?;
-    let method = options.method();
+    let method = options.method()?;
     let partition = partition::partition(&adjacency, parts, &method)?;
     drop(adjacency);
     let renumbering = partition.renumbering();

@@ -53,57 +53,15 @@ impl HaloLists {
         renumbering: &Renumbering,
         location: &[u64],
     ) -> Self {
-        let parts = renumbering.parts() as usize;
-        let offsets = renumbering.offsets();
-        let mut bitmap: Vec<AtomicU64> = (0..renumbering.num_nodes().div_ceil(64))
-            .map(|_| AtomicU64::new(0))
-            .collect();
-        let mut recv_offsets = Vec::with_capacity(parts);
-        let mut recv = Vec::with_capacity(parts);
-        for p in 0..parts as u32 {
-            renumbering
-                .part_nodes(p)
-                .par_iter()
-                .with_min_len(ROW_GRAIN)
-                .for_each(|&old| {
-                    for &col in a_hat.row(old as usize).0 {
-                        let (q, local) = split_location(location[col as usize]);
-                        if q != p {
-                            let new = offsets[q as usize] as usize + local as usize;
-                            bitmap[new / 64].fetch_or(1u64 << (new % 64), Ordering::Relaxed);
-                        }
-                    }
-                });
-            let mut offsets_p = Vec::with_capacity(parts + 1);
-            offsets_p.push(0u64);
-            let mut recv_p = Vec::new();
-            for q in 0..parts {
-                let (start, end) = (offsets[q] as usize, offsets[q + 1] as usize);
-                if q != p as usize && start < end {
-                    let first = start / 64;
-                    for (k, slot) in bitmap[first..=(end - 1) / 64].iter_mut().enumerate() {
-                        let base = (first + k) * 64;
-                        // Only this part's range: a boundary word is shared.
-                        let word = slot.get_mut();
-                        let mut bits = *word & range_mask(base, start, end);
-                        *word &= !bits;
-                        while bits != 0 {
-                            let id = base + bits.trailing_zeros() as usize;
-                            bits &= bits - 1;
-                            recv_p.push((id - start) as u32);
-                        }
-                    }
-                }
-                offsets_p.push(recv_p.len() as u64);
-            }
-            recv_offsets.push(offsets_p);
-            recv.push(recv_p);
+        let mut scan = HaloScan::new(renumbering.num_nodes());
+        for p in 0..renumbering.parts() {
+            let rows = RowsOfWhole {
+                a_hat,
+                nodes: renumbering.part_nodes(p),
+            };
+            scan.add_part(renumbering.offsets(), location, p, &rows);
         }
-        Self {
-            parts,
-            recv_offsets,
-            recv,
-        }
+        scan.finish()
     }
 
     /// Number of parts.
@@ -126,6 +84,128 @@ impl HaloLists {
     pub fn send_rows(&self, p: usize) -> u64 {
         (0..self.parts).map(|r| self.recv(r, p).len() as u64).sum()
     }
+}
+
+/// One part's rows of Â: local row i is the part's i-th node in renumbered order, its columns
+/// original node ids, sorted, with their values.
+pub(super) trait PartRows: Sync {
+    /// Rows (the part's node count).
+    fn nrows(&self) -> usize;
+    /// Local row `i`: columns (original ids, increasing) and values.
+    fn row(&self, i: usize) -> (&[u32], &[f32]);
+}
+
+/// Part rows read from the whole Â (original ids).
+struct RowsOfWhole<'r, 'a> {
+    a_hat: &'r CsrView<'a, f32>,
+    nodes: &'r [u32],
+}
+
+impl PartRows for RowsOfWhole<'_, '_> {
+    fn nrows(&self) -> usize {
+        self.nodes.len()
+    }
+
+    fn row(&self, i: usize) -> (&[u32], &[f32]) {
+        self.a_hat.row(self.nodes[i] as usize)
+    }
+}
+
+/// Finds the halo receive lists part by part, in order `0..P`: one shared N-bit bitmap over
+/// the new ids, each part's rows marked in parallel, then scanned peer range by peer range (so
+/// the lists come out sorted and the bitmap is left clear). Time O(nnz_p + N/64) per part.
+pub(super) struct HaloScan {
+    bitmap: Vec<AtomicU64>,
+    recv_offsets: Vec<Vec<u64>>,
+    recv: Vec<Vec<u32>>,
+}
+
+impl HaloScan {
+    pub(super) fn new(num_nodes: usize) -> Self {
+        Self {
+            bitmap: (0..num_nodes.div_ceil(64))
+                .map(|_| AtomicU64::new(0))
+                .collect(),
+            recv_offsets: Vec::new(),
+            recv: Vec::new(),
+        }
+    }
+
+    /// Adds part `p` (the next one), given the part offsets, every original node's packed
+    /// location (see [`locations`]) and the part's rows.
+    pub(super) fn add_part(
+        &mut self,
+        offsets: &[u64],
+        location: &[u64],
+        p: u32,
+        rows: &impl PartRows,
+    ) {
+        debug_assert_eq!(self.recv.len(), p as usize);
+        let parts = offsets.len() - 1;
+        let bitmap = &self.bitmap;
+        (0..rows.nrows())
+            .into_par_iter()
+            .with_min_len(ROW_GRAIN)
+            .for_each(|i| {
+                for &col in rows.row(i).0 {
+                    let (q, local) = split_location(location[col as usize]);
+                    if q != p {
+                        let new = offsets[q as usize] as usize + local as usize;
+                        bitmap[new / 64].fetch_or(1u64 << (new % 64), Ordering::Relaxed);
+                    }
+                }
+            });
+        let mut offsets_p = Vec::with_capacity(parts + 1);
+        offsets_p.push(0u64);
+        let mut recv_p = Vec::new();
+        for q in 0..parts {
+            let (start, end) = (offsets[q] as usize, offsets[q + 1] as usize);
+            if q != p as usize && start < end {
+                let first = start / 64;
+                for (k, slot) in self.bitmap[first..=(end - 1) / 64].iter_mut().enumerate() {
+                    let base = (first + k) * 64;
+                    // Only this part's range: a boundary word is shared.
+                    let word = slot.get_mut();
+                    let mut bits = *word & range_mask(base, start, end);
+                    *word &= !bits;
+                    while bits != 0 {
+                        let id = base + bits.trailing_zeros() as usize;
+                        bits &= bits - 1;
+                        recv_p.push((id - start) as u32);
+                    }
+                }
+            }
+            offsets_p.push(recv_p.len() as u64);
+        }
+        self.recv_offsets.push(offsets_p);
+        self.recv.push(recv_p);
+    }
+
+    /// The lists of all parts added.
+    pub(super) fn finish(self) -> HaloLists {
+        HaloLists {
+            parts: self.recv.len(),
+            recv_offsets: self.recv_offsets,
+            recv: self.recv,
+        }
+    }
+}
+
+/// A chunk stores local rows and compacted columns (its rows plus its halo) as `u32`: checks
+/// that part `p`'s `rows + halo` fit `max`.
+pub(super) fn check_part_fits(
+    p: u32,
+    rows: u64,
+    halo: u64,
+    max: u64,
+) -> Result<(), ChunkBuildError> {
+    if rows.saturating_add(halo) > max {
+        return Err(ChunkBuildError::Mismatch(std::format!(
+            "part {p} has {rows} rows and {halo} halo rows, more local ids than the chunk \
+             format's u32 holds ({max}); partition into more parts"
+        )));
+    }
+    Ok(())
 }
 
 /// The bits of the 64-bit word covering ids `base..base+64` that fall in `start..end`
@@ -153,7 +233,7 @@ fn transpose_tasks() -> usize {
 
 /// Where every original node went, packed as `part << 32 | local id in the part`: one random
 /// access per non-zero instead of two (part map, then renumbering).
-fn locations(partition: &Partition, renumbering: &Renumbering) -> Vec<u64> {
+pub(super) fn locations(partition: &Partition, renumbering: &Renumbering) -> Vec<u64> {
     let offsets = renumbering.offsets();
     partition
         .part_of()
@@ -163,7 +243,7 @@ fn locations(partition: &Partition, renumbering: &Renumbering) -> Vec<u64> {
         .collect()
 }
 
-fn split_location(location: u64) -> (u32, u32) {
+pub(super) fn split_location(location: u64) -> (u32, u32) {
     ((location >> 32) as u32, location as u32)
 }
 
@@ -249,38 +329,24 @@ fn transpose_into(
         });
 }
 
-/// Everything needed to build any part's chunk: the graph's node data, Â, the partition, its
-/// renumbering and halo lists.
+/// What every part's chunk shares, whatever holds Â: the graph's node data, the partition,
+/// its renumbering, every node's location and the sizes the chunks record.
 #[derive(Debug)]
-pub struct ChunkBuilder<'a> {
+pub(super) struct Layout<'a> {
     graph: &'a Graph,
-    a_hat: CsrView<'a, f32>,
     partition: &'a Partition,
     renumbering: Renumbering,
     location: Vec<u64>,
-    halo: HaloLists,
     fingerprint: [u8; 16],
     feature_dim: u32,
     num_classes: u32,
 }
 
-impl<'a> ChunkBuilder<'a> {
-    /// Checks that the graph, Â (`N × N`, rows = aggregating nodes, original ids) and the
-    /// partition agree, renumbers and computes the halo lists.
-    pub fn new(
-        graph: &'a Graph,
-        a_hat: CsrView<'a, f32>,
-        partition: &'a Partition,
-    ) -> Result<Self, ChunkBuildError> {
+impl<'a> Layout<'a> {
+    /// Checks that the graph and the partition agree and renumbers.
+    pub(super) fn new(graph: &'a Graph, partition: &'a Partition) -> Result<Self, ChunkBuildError> {
         graph.validate()?;
         let n = graph.num_nodes;
-        if a_hat.nrows() != n || a_hat.ncols() != n {
-            return Err(ChunkBuildError::Mismatch(std::format!(
-                "Â is {}×{} but the graph has {n} nodes",
-                a_hat.nrows(),
-                a_hat.ncols()
-            )));
-        }
         if partition.num_nodes() != n {
             return Err(ChunkBuildError::Mismatch(std::format!(
                 "the partition covers {} nodes but the graph has {n}",
@@ -299,72 +365,70 @@ impl<'a> ChunkBuilder<'a> {
                 graph.num_classes()
             ))
         })?;
-        let started = std::time::Instant::now();
         let renumbering = partition.renumbering();
         let location = locations(partition, &renumbering);
-        let halo = HaloLists::compute_with_locations(&a_hat, &renumbering, &location);
-        tracing::debug!(
-            seconds = started.elapsed().as_secs_f64(),
-            "renumbered and found the halo lists"
-        );
         Ok(Self {
             graph,
-            a_hat,
             partition,
             renumbering,
             location,
-            halo,
             fingerprint: partition.fingerprint(),
             feature_dim,
             num_classes,
         })
     }
 
-    /// The graph whose node data the chunks carry.
-    pub fn graph(&self) -> &Graph {
+    pub(super) fn graph(&self) -> &'a Graph {
         self.graph
     }
 
-    /// The partition.
-    pub fn partition(&self) -> &Partition {
+    pub(super) fn partition(&self) -> &'a Partition {
         self.partition
     }
 
-    /// The renumbering (part p owns new ids `offsets[p]..offsets[p+1]`).
-    pub fn renumbering(&self) -> &Renumbering {
+    pub(super) fn renumbering(&self) -> &Renumbering {
         &self.renumbering
     }
 
-    /// The halo lists.
-    pub fn halo(&self) -> &HaloLists {
-        &self.halo
+    /// Every original node's `part << 32 | local id`.
+    pub(super) fn location(&self) -> &[u64] {
+        &self.location
     }
 
-    /// The partition fingerprint every chunk carries.
-    pub fn fingerprint(&self) -> [u8; 16] {
+    pub(super) fn fingerprint(&self) -> [u8; 16] {
         self.fingerprint
     }
 
-    /// Feature columns (0 without features).
-    pub fn feature_dim(&self) -> u32 {
+    pub(super) fn feature_dim(&self) -> u32 {
         self.feature_dim
     }
 
-    /// Classes (0 without labels).
-    pub fn num_classes(&self) -> u32 {
+    pub(super) fn num_classes(&self) -> u32 {
         self.num_classes
     }
 
-    /// Non-zeros of Â.
-    pub fn nnz(&self) -> u64 {
-        self.a_hat.nnz() as u64
+    /// Checks that every part's rows and halo fit the chunk's u32 local ids.
+    pub(super) fn check_fits(&self, halo: &HaloLists) -> Result<(), ChunkBuildError> {
+        for p in 0..self.partition.parts() {
+            let rows = self.renumbering.part_nodes(p).len() as u64;
+            check_part_fits(p, rows, halo.halo_rows(p as usize), u64::from(u32::MAX))?;
+        }
+        Ok(())
     }
 
-    /// Builds part `p`'s chunk. `scratch` is an `N`-entry work array (any contents), reused
-    /// across calls to avoid an allocation per part. Time O(nnz_p + B·n_p + H + send rows).
-    pub fn build_with_scratch(&self, p: u32, scratch: &mut Vec<u32>) -> PartChunk {
+    /// Builds part `p`'s chunk from its rows of Â and the halo lists. `scratch` is an
+    /// `N`-entry work array (any contents), reused across calls to avoid an allocation per
+    /// part. Time O(nnz_p + B·n_p + H + send rows).
+    pub(super) fn build_part(
+        &self,
+        halo: &HaloLists,
+        p: u32,
+        rows: &impl PartRows,
+        scratch: &mut Vec<u32>,
+    ) -> PartChunk {
         let parts = self.partition.parts() as usize;
         let n = self.partition.num_nodes();
+        debug_assert_eq!(rows.nrows(), self.renumbering.part_nodes(p).len());
         let offsets = self.renumbering.offsets();
         let p_us = p as usize;
         let part_nodes = self.renumbering.part_nodes(p);
@@ -378,7 +442,7 @@ impl<'a> ChunkBuilder<'a> {
             let ncols = if q == p_us {
                 n_p
             } else {
-                self.halo.recv(p_us, q).len()
+                halo.recv(p_us, q).len()
             };
             if q == p_us || ncols > 0 {
                 *slot = block_src.len() as u32;
@@ -392,22 +456,17 @@ impl<'a> ChunkBuilder<'a> {
         scratch.resize(n, 0);
         for q in (0..parts).filter(|&q| q != p_us) {
             let base = offsets[q] as usize;
-            for (k, &local) in self.halo.recv(p_us, q).iter().enumerate() {
+            for (k, &local) in halo.recv(p_us, q).iter().enumerate() {
                 scratch[base + local as usize] = k as u32;
             }
         }
         let scratch: &[u32] = scratch;
         let diagonal = block_of[p_us] as usize;
-        let (indptr, a_cols, a_vals) =
-            (self.a_hat.indptr(), self.a_hat.indices(), self.a_hat.data());
-        let row_entries =
-            |old: u32| indptr[old as usize] as usize..indptr[old as usize + 1] as usize;
-
         // p's entries of Â, concatenated in local row order, cut into runs of rows for tasks.
         let mut entry_start = Vec::with_capacity(n_p + 1);
         entry_start.push(0u64);
-        for &old in part_nodes {
-            entry_start.push(entry_start[entry_start.len() - 1] + row_entries(old).len() as u64);
+        for i in 0..n_p {
+            entry_start.push(entry_start[i] + rows.row(i).0.len() as u64);
         }
         let nnz = entry_start[n_p] as usize;
         let runs = row_runs(&entry_start);
@@ -431,8 +490,8 @@ impl<'a> ChunkBuilder<'a> {
             .zip(runs.par_windows(2))
             .for_each(|((located, counts), w)| {
                 let mut k = 0;
-                for (i, &old) in part_nodes[run_rows(w)].iter().enumerate() {
-                    for &col in &a_cols[row_entries(old)] {
+                for (i, r) in run_rows(w).enumerate() {
+                    for &col in rows.row(r).0 {
                         let (q, local) = split_location(self.location[col as usize]);
                         let q = q as usize;
                         let (b, c) = if q == p_us {
@@ -487,8 +546,8 @@ impl<'a> ChunkBuilder<'a> {
             .for_each(|((mut cols, mut vals), w)| {
                 let mut cursor = std::vec![0usize; nblocks];
                 let mut k = entry_start[w[0]] as usize;
-                for &old in &part_nodes[run_rows(w)] {
-                    for &v in &a_vals[row_entries(old)] {
+                for r in run_rows(w) {
+                    for &v in rows.row(r).1 {
                         let (b, c) = split_location(located[k]);
                         k += 1;
                         let b = b as usize;
@@ -530,14 +589,14 @@ impl<'a> ChunkBuilder<'a> {
         }
 
         // Halo lists: receive from q as computed; send to r what r receives from p.
-        let recv_offsets = self.halo.recv_offsets[p_us].clone();
-        let recv = self.halo.recv[p_us].clone();
+        let recv_offsets = halo.recv_offsets[p_us].clone();
+        let recv = halo.recv[p_us].clone();
         let mut send_offsets = Vec::with_capacity(parts + 1);
         send_offsets.push(0u64);
         let mut send = Vec::new();
         for r in 0..parts {
             if r != p_us {
-                send.extend_from_slice(self.halo.recv(r, p_us));
+                send.extend_from_slice(halo.recv(r, p_us));
             }
             send_offsets.push(send.len() as u64);
         }
@@ -597,6 +656,100 @@ impl<'a> ChunkBuilder<'a> {
             masks,
             original_ids,
         }
+    }
+}
+
+/// Everything needed to build any part's chunk from the whole Â in memory: the graph's node
+/// data, Â, the partition, its renumbering and halo lists. (`chunk::BoundedBuilder` builds the
+/// same chunks holding one part's rows at a time.)
+#[derive(Debug)]
+pub struct ChunkBuilder<'a> {
+    layout: Layout<'a>,
+    a_hat: CsrView<'a, f32>,
+    halo: HaloLists,
+}
+
+impl<'a> ChunkBuilder<'a> {
+    /// Checks that the graph, Â (`N × N`, rows = aggregating nodes, original ids) and the
+    /// partition agree, renumbers and computes the halo lists.
+    pub fn new(
+        graph: &'a Graph,
+        a_hat: CsrView<'a, f32>,
+        partition: &'a Partition,
+    ) -> Result<Self, ChunkBuildError> {
+        let n = graph.num_nodes;
+        if a_hat.nrows() != n || a_hat.ncols() != n {
+            graph.validate()?;
+            return Err(ChunkBuildError::Mismatch(std::format!(
+                "Â is {}×{} but the graph has {n} nodes",
+                a_hat.nrows(),
+                a_hat.ncols()
+            )));
+        }
+        let started = std::time::Instant::now();
+        let layout = Layout::new(graph, partition)?;
+        let halo =
+            HaloLists::compute_with_locations(&a_hat, layout.renumbering(), layout.location());
+        layout.check_fits(&halo)?;
+        tracing::debug!(
+            seconds = started.elapsed().as_secs_f64(),
+            "renumbered and found the halo lists"
+        );
+        Ok(Self {
+            layout,
+            a_hat,
+            halo,
+        })
+    }
+
+    /// The graph whose node data the chunks carry.
+    pub fn graph(&self) -> &Graph {
+        self.layout.graph
+    }
+
+    /// The partition.
+    pub fn partition(&self) -> &Partition {
+        self.layout.partition
+    }
+
+    /// The renumbering (part p owns new ids `offsets[p]..offsets[p+1]`).
+    pub fn renumbering(&self) -> &Renumbering {
+        &self.layout.renumbering
+    }
+
+    /// The halo lists.
+    pub fn halo(&self) -> &HaloLists {
+        &self.halo
+    }
+
+    /// The partition fingerprint every chunk carries.
+    pub fn fingerprint(&self) -> [u8; 16] {
+        self.layout.fingerprint
+    }
+
+    /// Feature columns (0 without features).
+    pub fn feature_dim(&self) -> u32 {
+        self.layout.feature_dim
+    }
+
+    /// Classes (0 without labels).
+    pub fn num_classes(&self) -> u32 {
+        self.layout.num_classes
+    }
+
+    /// Non-zeros of Â.
+    pub fn nnz(&self) -> u64 {
+        self.a_hat.nnz() as u64
+    }
+
+    /// Builds part `p`'s chunk. `scratch` is an `N`-entry work array (any contents), reused
+    /// across calls to avoid an allocation per part. Time O(nnz_p + B·n_p + H + send rows).
+    pub fn build_with_scratch(&self, p: u32, scratch: &mut Vec<u32>) -> PartChunk {
+        let rows = RowsOfWhole {
+            a_hat: &self.a_hat,
+            nodes: self.layout.renumbering.part_nodes(p),
+        };
+        self.layout.build_part(&self.halo, p, &rows, scratch)
     }
 
     /// Builds part `p`'s chunk (allocating its own scratch array).

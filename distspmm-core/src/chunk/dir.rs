@@ -16,11 +16,78 @@ use super::manifest::{
     encode_hex, format_checksum, parse_checksum, Manifest, ManifestChunk, ManifestFile,
     MANIFEST_FILE, MANIFEST_FORMAT, MANIFEST_VERSION, PARTITION_MAP_FILE,
 };
-use super::{ChunkBuilder, ChunkDirError};
+use super::{ChunkBuilder, ChunkDirError, HaloLists, PartChunk};
+use crate::partition::Renumbering;
 
 /// File name of part `p`'s chunk.
 pub fn chunk_file_name(p: u32) -> String {
     std::format!("part-{p:05}.chunk")
+}
+
+/// What [`write_chunk_dir`] builds the chunks from: [`ChunkBuilder`] (the whole Â in memory,
+/// parts built in parallel) or [`BoundedBuilder`](super::BoundedBuilder) (one part's rows at a
+/// time). Both give the same chunks.
+pub trait ChunkSource: Sync {
+    /// The partition.
+    fn partition(&self) -> &Partition;
+    /// Its renumbering.
+    fn renumbering(&self) -> &Renumbering;
+    /// The halo lists of every part.
+    fn halo(&self) -> &HaloLists;
+    /// The partition fingerprint every chunk carries.
+    fn fingerprint(&self) -> [u8; 16];
+    /// Feature columns (0 without features).
+    fn feature_dim(&self) -> u32;
+    /// Classes (0 without labels).
+    fn num_classes(&self) -> u32;
+    /// Non-zeros of Â.
+    fn nnz(&self) -> u64;
+    /// The graph's directed edge count (when [`WriteOptions::edges`] does not give it).
+    fn edges(&self) -> u64;
+    /// The partition's edge cut (when [`WriteOptions::edge_cut`] does not give it).
+    fn edge_cut(&self) -> Result<u64, ChunkDirError>;
+    /// Whether parts may be built at the same time (more memory, less time).
+    fn parts_in_parallel(&self) -> bool;
+    /// Builds part `p`'s chunk; `scratch` is a work array reused across calls.
+    fn build_part(&self, p: u32, scratch: &mut Vec<u32>) -> Result<PartChunk, ChunkDirError>;
+}
+
+impl ChunkSource for ChunkBuilder<'_> {
+    fn partition(&self) -> &Partition {
+        ChunkBuilder::partition(self)
+    }
+    fn renumbering(&self) -> &Renumbering {
+        ChunkBuilder::renumbering(self)
+    }
+    fn halo(&self) -> &HaloLists {
+        ChunkBuilder::halo(self)
+    }
+    fn fingerprint(&self) -> [u8; 16] {
+        ChunkBuilder::fingerprint(self)
+    }
+    fn feature_dim(&self) -> u32 {
+        ChunkBuilder::feature_dim(self)
+    }
+    fn num_classes(&self) -> u32 {
+        ChunkBuilder::num_classes(self)
+    }
+    fn nnz(&self) -> u64 {
+        ChunkBuilder::nnz(self)
+    }
+    fn edges(&self) -> u64 {
+        self.graph().num_edges() as u64
+    }
+    fn edge_cut(&self) -> Result<u64, ChunkDirError> {
+        let g = self.graph();
+        let adjacency = Adjacency::from_edges(g.num_nodes, &g.src, &g.dst)?;
+        Ok(ChunkBuilder::partition(self).edge_cut(&adjacency)?)
+    }
+    fn parts_in_parallel(&self) -> bool {
+        true
+    }
+    fn build_part(&self, p: u32, scratch: &mut Vec<u32>) -> Result<PartChunk, ChunkDirError> {
+        Ok(self.build_with_scratch(p, scratch))
+    }
 }
 
 /// What [`write_chunk_dir`] needs besides the chunks themselves.
@@ -37,9 +104,40 @@ pub struct WriteOptions {
     pub edge_cut: Option<u64>,
     /// Advanced by one per chunk written.
     pub progress: indicatif::ProgressBar,
+    /// Time spent building and writing chunks, summed over the parts (they run in parallel).
+    pub timings: std::sync::Arc<WriteTimings>,
+    /// The graph's directed edge count for the manifest when the caller has released the
+    /// graph's edge arrays (chunks need only Â and the node data); the graph's own otherwise.
+    pub edges: Option<u64>,
     /// The directory's lock, if the caller took it already (to hold it over a longer run, as
     /// `distspmm partition` does from the start); otherwise [`write_chunk_dir`] takes it.
     pub lock: Option<std::sync::Arc<DirLock>>,
+}
+
+/// Seconds [`write_chunk_dir`] spent building chunks in memory and writing them, each summed
+/// over the parts (which run in parallel, so the sums can exceed the wall time).
+#[derive(Debug, Default)]
+pub struct WriteTimings {
+    build_nanos: std::sync::atomic::AtomicU64,
+    write_nanos: std::sync::atomic::AtomicU64,
+}
+
+impl WriteTimings {
+    /// Seconds spent building chunks, summed over parts.
+    pub fn build_seconds(&self) -> f64 {
+        self.build_nanos.load(std::sync::atomic::Ordering::Relaxed) as f64 * 1e-9
+    }
+
+    /// Seconds spent writing chunk files, summed over parts.
+    pub fn write_seconds(&self) -> f64 {
+        self.write_nanos.load(std::sync::atomic::Ordering::Relaxed) as f64 * 1e-9
+    }
+
+    fn add(&self, build: std::time::Duration, write: std::time::Duration) {
+        use std::sync::atomic::Ordering::Relaxed;
+        self.build_nanos.fetch_add(build.as_nanos() as u64, Relaxed);
+        self.write_nanos.fetch_add(write.as_nanos() as u64, Relaxed);
+    }
 }
 
 impl Default for WriteOptions {
@@ -50,6 +148,8 @@ impl Default for WriteOptions {
             command_line: Vec::new(),
             edge_cut: None,
             progress: indicatif::ProgressBar::hidden(),
+            timings: std::sync::Arc::default(),
+            edges: None,
             lock: None,
         }
     }
@@ -71,6 +171,9 @@ fn io_error(path: &Path) -> impl FnOnce(std::io::Error) -> ChunkDirError + '_ {
 pub struct DirLock {
     file: std::fs::File,
     path: PathBuf,
+    /// The locked directory's parent and name.
+    parent: PathBuf,
+    name: std::ffi::OsString,
 }
 
 impl DirLock {
@@ -108,12 +211,26 @@ impl DirLock {
                 ChunkDirError::Io { path, source }
             });
         }
-        Ok(Self { file, path })
+        Ok(Self {
+            file,
+            path,
+            parent,
+            name,
+        })
     }
 
     /// The lock file.
     pub fn path(&self) -> &Path {
         &self.path
+    }
+
+    /// A fresh work directory `.<name>.buckets-<pid>` beside the locked directory, after
+    /// removing those that killed writers left (this lock says none is in use).
+    pub(super) fn scratch_dir(&self) -> Result<ScratchDir, ChunkDirError> {
+        remove_stale(&self.parent, &self.name, BUCKETS)?;
+        let path = sibling(&self.parent, &self.name, BUCKETS);
+        std::fs::create_dir(&path).map_err(io_error(&path))?;
+        Ok(ScratchDir { path })
     }
 }
 
@@ -160,7 +277,7 @@ fn split_dir(dir: &Path) -> Result<(PathBuf, std::ffi::OsString), ChunkDirError>
 /// refuses unless `options.force`; the same fingerprint is always fine.
 pub fn write_chunk_dir(
     dir: &Path,
-    builder: &ChunkBuilder<'_>,
+    builder: &(impl ChunkSource + ?Sized),
     options: &WriteOptions,
 ) -> Result<Manifest, ChunkDirError> {
     let _own_lock;
@@ -202,11 +319,8 @@ pub fn write_chunk_dir(
         });
     }
     let (parent, name) = split_dir(dir)?;
-    remove_stale_staging(&parent, &name)?;
-    let mut staging_name = std::ffi::OsString::from(".");
-    staging_name.push(&name);
-    staging_name.push(std::format!(".staging-{}", std::process::id()));
-    let staging = parent.join(staging_name);
+    remove_stale(&parent, &name, STAGING)?;
+    let staging = sibling(&parent, &name, STAGING);
     std::fs::create_dir(&staging).map_err(io_error(&staging))?;
     let written = write_files(&staging, builder, partition, fingerprint, options);
     let manifest = match written {
@@ -225,7 +339,7 @@ pub fn write_chunk_dir(
 /// Writes the partition map, the chunks and the manifest into the (empty) directory `dir`.
 fn write_files(
     dir: &Path,
-    builder: &ChunkBuilder<'_>,
+    builder: &(impl ChunkSource + ?Sized),
     partition: &Partition,
     fingerprint: String,
     options: &WriteOptions,
@@ -242,39 +356,46 @@ fn write_files(
     drop(map_bytes);
 
     options.progress.set_length(u64::from(parts));
-    let chunks: Vec<ManifestChunk> = (0..parts)
-        .into_par_iter()
-        .map_init(Vec::new, |scratch, p| {
-            let started = std::time::Instant::now();
-            let chunk = builder.build_with_scratch(p, scratch);
-            let built = started.elapsed().as_secs_f64();
-            let file = chunk_file_name(p);
-            let summary = write_chunk(dir.join(&file), &chunk.contents())?;
-            tracing::debug!(
-                part = p,
-                build_seconds = built,
-                write_seconds = started.elapsed().as_secs_f64() - built,
-                bytes = summary.bytes_written,
-                "chunk written"
-            );
-            options.progress.inc(1);
-            Ok(ManifestChunk {
-                part: p,
-                file,
-                bytes: summary.bytes_written,
-                checksum: format_checksum(summary.file_checksum),
-                nodes: chunk.num_local_nodes() as u64,
-                nnz: chunk.nnz() as u64,
-            })
+    let one = |scratch: &mut Vec<u32>, p: u32| {
+        let started = std::time::Instant::now();
+        let chunk = builder.build_part(p, scratch)?;
+        let built = started.elapsed();
+        let file = chunk_file_name(p);
+        let summary = write_chunk(dir.join(&file), &chunk.contents())?;
+        let written = started.elapsed() - built;
+        options.timings.add(built, written);
+        tracing::debug!(
+            part = p,
+            build_seconds = built.as_secs_f64(),
+            write_seconds = written.as_secs_f64(),
+            bytes = summary.bytes_written,
+            "chunk written"
+        );
+        options.progress.inc(1);
+        Ok(ManifestChunk {
+            part: p,
+            file,
+            bytes: summary.bytes_written,
+            checksum: format_checksum(summary.file_checksum),
+            nodes: chunk.num_local_nodes() as u64,
+            nnz: chunk.nnz() as u64,
         })
-        .collect::<Result<_, ChunkDirError>>()?;
+    };
+    let chunks: Vec<ManifestChunk> = if builder.parts_in_parallel() {
+        (0..parts)
+            .into_par_iter()
+            .map_init(Vec::new, one)
+            .collect::<Result<_, ChunkDirError>>()?
+    } else {
+        let mut scratch = Vec::new();
+        (0..parts)
+            .map(|p| one(&mut scratch, p))
+            .collect::<Result<_, ChunkDirError>>()?
+    };
 
     let edge_cut = match options.edge_cut {
         Some(cut) => cut,
-        None => {
-            let g = builder.graph();
-            partition.edge_cut(&Adjacency::from_edges(g.num_nodes, &g.src, &g.dst)?)?
-        }
+        None => builder.edge_cut()?,
     };
     let mut manifest = Manifest {
         format: MANIFEST_FORMAT.into(),
@@ -283,7 +404,7 @@ fn write_files(
         distspmm_version: env!("CARGO_PKG_VERSION").into(),
         parts,
         nodes: partition.num_nodes() as u64,
-        edges: builder.graph().num_edges() as u64,
+        edges: options.edges.unwrap_or_else(|| builder.edges()),
         nnz: builder.nnz(),
         feature_dim: builder.feature_dim(),
         classes: builder.num_classes(),
@@ -309,13 +430,28 @@ fn write_files(
     Ok(manifest)
 }
 
-/// Removes staging directories `.<name>.staging-<pid>` that killed writers of `parent/name`
-/// left (the caller holds the directory's lock, so no live writer owns one).
-fn remove_stale_staging(parent: &Path, name: &std::ffi::OsStr) -> Result<(), ChunkDirError> {
+/// The staging directory's kind: `.<name>.staging-<pid>`.
+const STAGING: &str = "staging";
+/// The bounded builder's work directory's kind: `.<name>.buckets-<pid>`.
+const BUCKETS: &str = "buckets";
+
+/// `.<name>.<kind>-<pid>` beside `dir` (in `parent`), the name of this process's directory of
+/// that kind.
+fn sibling(parent: &Path, name: &std::ffi::OsStr, kind: &str) -> PathBuf {
+    let mut sibling = std::ffi::OsString::from(".");
+    sibling.push(name);
+    sibling.push(std::format!(".{kind}-{}", std::process::id()));
+    parent.join(sibling)
+}
+
+/// Removes the directories `.<name>.<kind>-<pid>` (staging or bucket directories) that killed
+/// writers of `parent/name` left (the caller holds the directory's lock, so no live writer owns
+/// one).
+fn remove_stale(parent: &Path, name: &std::ffi::OsStr, kind: &str) -> Result<(), ChunkDirError> {
     let Some(name) = name.to_str() else {
         return Ok(());
     };
-    let prefix = std::format!(".{name}.staging-");
+    let prefix = std::format!(".{name}.{kind}-");
     for entry in std::fs::read_dir(parent).map_err(io_error(parent))? {
         let entry = entry.map_err(io_error(parent))?;
         let file_name = entry.file_name();
@@ -325,11 +461,33 @@ fn remove_stale_staging(parent: &Path, name: &std::ffi::OsStr) -> Result<(), Chu
             .is_some_and(|pid| !pid.is_empty() && pid.bytes().all(|b| b.is_ascii_digit()));
         if stale {
             let path = entry.path();
-            tracing::info!(path = %path.display(), "removing a staging directory left by an interrupted writer");
+            tracing::info!(path = %path.display(), "removing a {kind} directory left by an interrupted writer");
             std::fs::remove_dir_all(&path).map_err(io_error(&path))?;
         }
     }
     Ok(())
+}
+
+/// A work directory `.<name>.buckets-<pid>` beside a chunk directory (on the same file system,
+/// so it has the output's space), removed with its files when dropped.
+#[derive(Debug)]
+pub(super) struct ScratchDir {
+    path: PathBuf,
+}
+
+impl ScratchDir {
+    /// The directory.
+    pub(super) fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
+impl Drop for ScratchDir {
+    fn drop(&mut self) {
+        if let Err(err) = std::fs::remove_dir_all(&self.path) {
+            tracing::warn!(path = %self.path.display(), %err, "cannot remove a work directory");
+        }
+    }
 }
 
 /// Whether `name` is one of a chunk directory's own files (or a temporary of one), which a new

@@ -10,8 +10,11 @@
 //! manifest), checks them together and reassembles Â.
 //!
 //! Time and memory are linear in the non-zeros of Â (plus P·N/64 bitmap words for the halo
-//! scan); parts are built in parallel.
+//! scan); parts are built in parallel. [`BoundedBuilder`] builds the same chunks from edges
+//! bucketed by part into files ([`EdgeBuckets`]), never holding more than one part's rows of
+//! Â; both feed [`write_chunk_dir`] through [`ChunkSource`].
 
+mod bounded;
 mod build;
 mod dir;
 mod manifest;
@@ -19,10 +22,11 @@ mod manifest;
 use std::path::PathBuf;
 use std::string::String;
 
+pub use bounded::{BoundedBuilder, EdgeBuckets};
 pub use build::{ChunkBuilder, HaloLists, PartChunk};
 pub use dir::{
     check_consistency, chunk_file_name, reassemble, stale_temporary_of, write_chunk_dir, ChunkDir,
-    DirLock, WriteOptions,
+    ChunkSource, DirLock, WriteOptions, WriteTimings,
 };
 pub use manifest::{
     fingerprint_hex, Manifest, ManifestChunk, ManifestFile, MANIFEST_FILE, MANIFEST_FORMAT,
@@ -112,6 +116,9 @@ pub enum ChunkDirError {
     /// Building the chunks failed.
     #[error(transparent)]
     Build(#[from] ChunkBuildError),
+    /// The edges cannot be normalised (the bounded-memory builder normalises part by part).
+    #[error(transparent)]
+    Normalize(#[from] crate::normalize::NormalizeError),
     /// The partition map could not be written or read.
     #[error(transparent)]
     Partition(#[from] crate::partition::PartitionError),

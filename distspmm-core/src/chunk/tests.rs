@@ -399,6 +399,18 @@ fn range_mask_selects_exactly_the_range() {
 }
 
 #[test]
+fn a_part_whose_local_ids_overflow_u32_asks_for_more_parts() {
+    assert!(build::check_part_fits(0, 10, 5, 15).is_ok());
+    let err = build::check_part_fits(3, 10, 6, 15).unwrap_err();
+    let text = std::format!("{err}");
+    assert!(
+        text.contains("part 3") && text.contains("more parts"),
+        "{text}"
+    );
+    assert!(build::check_part_fits(0, u64::MAX, 1, u64::from(u32::MAX)).is_err());
+}
+
+#[test]
 fn a_second_writer_is_refused_while_the_first_holds_the_lock() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("chunks");
@@ -467,4 +479,196 @@ fn a_rewrite_swaps_in_a_complete_directory_and_leaves_no_staging() {
             "partition.map"
         ]
     );
+}
+
+/// Random graphs for the bounded builder: weights (some duplicates, self loops and isolated
+/// nodes at these sizes), features, labels, masks.
+fn weighted_graph(n: usize, edges: &[(u32, u32, u8)], weighted: bool, seed: u32) -> Graph {
+    let (g, _) = graph_and_a_hat(
+        n,
+        &edges.iter().map(|&(u, v, _)| (u, v)).collect::<Vec<_>>(),
+        (seed % 3) as usize,
+        seed,
+    );
+    let mut g = g;
+    // Weights in (0, 2] with uneven bits, so the order of f32 sums matters.
+    g.weights = weighted.then(|| edges.iter().map(|e| f32::from(e.2) / 7.0 + 0.1).collect());
+    g
+}
+
+/// Every part's chunk by the in-memory builder (over `normalize::adjacency`) and by the
+/// bounded builder (over edge buckets in a work directory beside `out`), encoded.
+fn both_builders(
+    g: &Graph,
+    part: &Partition,
+    norm: crate::normalize::Normalization,
+    out: &Path,
+) -> (Vec<AlignedBuf>, Vec<AlignedBuf>) {
+    let a_hat =
+        crate::normalize::adjacency(g.num_nodes, &g.src, &g.dst, g.weights.as_deref(), norm)
+            .unwrap();
+    let in_memory = encode_all(&ChunkBuilder::new(g, a_hat.view(), part).unwrap());
+    let lock = DirLock::acquire(out).unwrap();
+    let buckets =
+        EdgeBuckets::write(&lock, part, &g.src, &g.dst, g.weights.as_deref(), norm).unwrap();
+    assert_eq!(buckets.edges(), g.num_edges() as u64);
+    // The bounded builder needs only the node data once the edges are bucketed.
+    let mut nodes_only = g.clone();
+    nodes_only.src = Vec::new();
+    nodes_only.dst = Vec::new();
+    nodes_only.weights = None;
+    let bounded = BoundedBuilder::new(&nodes_only, part, buckets).unwrap();
+    assert_eq!(bounded.nnz(), a_hat.nnz() as u64);
+    assert_eq!(
+        ChunkSource::halo(&bounded),
+        ChunkBuilder::new(g, a_hat.view(), part).unwrap().halo()
+    );
+    let mut scratch = Vec::new();
+    let chunks = (0..part.parts())
+        .map(|p| encode(&bounded.build_part(p, &mut scratch).unwrap().contents()).unwrap())
+        .collect();
+    (in_memory, chunks)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(48))]
+    #[test]
+    fn bounded_chunks_are_byte_identical_to_in_memory_ones(
+        n in 1usize..40,
+        parts_raw in 1u32..=6,
+        edges in proptest::collection::vec((0u32..40, 0u32..40, 0u8..20), 0..160),
+        weighted in any::<bool>(),
+        norm in 0usize..3,
+        method in 0usize..2,
+        seed in 0u32..1000,
+    ) {
+        let parts = parts_raw.min(n as u32);
+        let edges: Vec<(u32, u32, u8)> =
+            edges.iter().map(|&(u, v, w)| (u % n as u32, v % n as u32, w)).collect();
+        let g = weighted_graph(n, &edges, weighted, seed);
+        let norm = [
+            crate::normalize::Normalization::Gcn,
+            crate::normalize::Normalization::Row,
+            crate::normalize::Normalization::None,
+        ][norm];
+        let adj = Adjacency::from_edges(n, &g.src, &g.dst).unwrap();
+        let method = [Method::Random { seed: u64::from(seed) }, Method::Contiguous][method];
+        let part = partition(&adj, parts, &method).unwrap();
+        let tmp = tempfile::tempdir().unwrap();
+        let (in_memory, bounded) = both_builders(&g, &part, norm, &tmp.path().join("out"));
+        prop_assert_eq!(in_memory.len(), bounded.len());
+        for (p, (a, b)) in in_memory.iter().zip(&bounded).enumerate() {
+            prop_assert!(a.as_bytes() == b.as_bytes(), "part {} differs", p);
+        }
+        // The work directory is gone with the builder.
+        let left: Vec<_> = std::fs::read_dir(tmp.path()).unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .filter(|name| name.contains("buckets"))
+            .collect();
+        prop_assert!(left.is_empty(), "left {:?}", left);
+    }
+}
+
+#[test]
+fn bounded_directory_matches_the_in_memory_one() {
+    let tmp = tempfile::tempdir().unwrap();
+    let edges: Vec<(u32, u32, u8)> = ring(30)
+        .into_iter()
+        .chain([(3, 3), (3, 3), (7, 9), (7, 9)])
+        .enumerate()
+        .map(|(k, (u, v))| (u, v, (k % 11) as u8))
+        .collect();
+    let g = weighted_graph(32, &edges, true, 4);
+    let adj = Adjacency::from_edges(32, &g.src, &g.dst).unwrap();
+    let part = partition(&adj, 4, &Method::Metis(MetisOptions::default())).unwrap();
+    let norm = crate::normalize::Normalization::Gcn;
+    let a_hat =
+        crate::normalize::adjacency(32, &g.src, &g.dst, g.weights.as_deref(), norm).unwrap();
+    let options = WriteOptions {
+        edge_cut: Some(part.edge_cut(&adj).unwrap()),
+        ..WriteOptions::default()
+    };
+    let mem_dir = tmp.path().join("mem");
+    let mem = write_chunk_dir(
+        &mem_dir,
+        &ChunkBuilder::new(&g, a_hat.view(), &part).unwrap(),
+        &options,
+    )
+    .unwrap();
+    let out = tmp.path().join("bounded");
+    let lock = std::sync::Arc::new(DirLock::acquire(&out).unwrap());
+    // A work directory a killed run left is removed.
+    let stale = tmp.path().join(".bounded.buckets-4000000000");
+    std::fs::create_dir(&stale).unwrap();
+    std::fs::write(stale.join("bucket-00000"), b"old").unwrap();
+    let buckets =
+        EdgeBuckets::write(&lock, &part, &g.src, &g.dst, g.weights.as_deref(), norm).unwrap();
+    assert!(!stale.exists());
+    let builder = BoundedBuilder::new(&g, &part, buckets).unwrap();
+    let options = WriteOptions {
+        lock: Some(lock),
+        ..options
+    };
+    let bounded = write_chunk_dir(&out, &builder, &options).unwrap();
+    assert_eq!(bounded.nnz, mem.nnz);
+    assert_eq!(bounded.edges, mem.edges);
+    assert_eq!(bounded.chunks, mem.chunks);
+    assert_eq!(bounded.halo_rows, mem.halo_rows);
+    ChunkDir::open(&out).unwrap().validate_all().unwrap();
+    drop(builder);
+    let names: Vec<String> = std::fs::read_dir(tmp.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    assert!(!names.iter().any(|n| n.contains("buckets")), "{names:?}");
+
+    // Without the edge cut the bounded builder says what to give.
+    let lock = DirLock::acquire(&tmp.path().join("again")).unwrap();
+    let buckets =
+        EdgeBuckets::write(&lock, &part, &g.src, &g.dst, g.weights.as_deref(), norm).unwrap();
+    drop(lock);
+    let builder = BoundedBuilder::new(&g, &part, buckets).unwrap();
+    let err = write_chunk_dir(
+        &tmp.path().join("again"),
+        &builder,
+        &WriteOptions::default(),
+    )
+    .unwrap_err();
+    assert!(std::format!("{err}").contains("edge_cut"), "{err}");
+}
+
+#[test]
+fn bounded_builder_reports_normalisation_errors_as_normalize_does() {
+    let tmp = tempfile::tempdir().unwrap();
+    let big = 3e38f32;
+    // Overflowing duplicates in both parts: the first in row order is named (row 1, in part 1,
+    // before row 2, in part 0).
+    let mut g = Graph::from_edges(4, std::vec![0, 0, 3, 3], std::vec![2, 2, 1, 1]);
+    g.weights = Some(std::vec![big, big, big, big]);
+    let part = Partition::new(2, std::vec![0, 1, 0, 1], "x").unwrap();
+    let norm = crate::normalize::Normalization::Gcn;
+    let want =
+        crate::normalize::adjacency(4, &g.src, &g.dst, g.weights.as_deref(), norm).unwrap_err();
+    let lock = DirLock::acquire(&tmp.path().join("out")).unwrap();
+    let buckets =
+        EdgeBuckets::write(&lock, &part, &g.src, &g.dst, g.weights.as_deref(), norm).unwrap();
+    match BoundedBuilder::new(&g, &part, buckets) {
+        Err(ChunkDirError::Normalize(got)) => assert_eq!(got, want),
+        other => panic!("{other:?}"),
+    }
+    // A negative degree.
+    g.weights = Some(std::vec![1.0, 1.0, -5.0, 1.0]);
+    let want =
+        crate::normalize::adjacency(4, &g.src, &g.dst, g.weights.as_deref(), norm).unwrap_err();
+    let buckets =
+        EdgeBuckets::write(&lock, &part, &g.src, &g.dst, g.weights.as_deref(), norm).unwrap();
+    match BoundedBuilder::new(&g, &part, buckets) {
+        Err(ChunkDirError::Normalize(got)) => assert_eq!(got, want),
+        other => panic!("{other:?}"),
+    }
+    // Bad edges: found before anything is written.
+    assert!(matches!(
+        EdgeBuckets::write(&lock, &part, &[0, 9], &[1, 2], None, norm),
+        Err(ChunkDirError::Normalize(_))
+    ));
 }

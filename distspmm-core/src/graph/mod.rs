@@ -8,7 +8,8 @@
 //! `Â[v][u] ≠ 0`, so row v of Â lists v's in-neighbours. Undirected graphs store both directions.
 //!
 //! Readers ([`load`] dispatches on the file extension):
-//! - [`npz`]: NumPy `.npz` in PyTorch Geometric's field names (also the writer, [`npz::write_npz`]);
+//! - [`npz`]: NumPy `.npz` in PyTorch Geometric's field names (also the writer, [`npz::write_npz`]),
+//!   or a directory of `.npy` files in the same names ([`npz::read_npy_dir`]);
 //! - [`mtx`]: Matrix Market coordinate files;
 //! - [`metis`]: METIS `.graph` files;
 //! - [`edgelist`]: whitespace- or comma-separated edge lists (`.txt`, `.tsv`, `.csv`, `.el`);
@@ -342,9 +343,9 @@ impl Format {
     }
 }
 
-/// Reads a graph file, choosing the reader by extension (see [`Format::from_path`]), and
-/// validates it, including that what it declares fits in memory ([`working_set_bytes`]).
-/// Errors name the file and the line or array at fault.
+/// Reads a graph file, choosing the reader by extension (see [`Format::from_path`]; a directory
+/// is read as `.npy` files, [`npz::read_npy_dir`]), and validates it, including that what it
+/// declares fits in memory ([`working_set_bytes`]). Errors name the file and the line or array at fault.
 ///
 /// Edge lists are read with [`edgelist::EdgeListOptions::default`] (0-based ids, node count =
 /// largest id + 1); call [`edgelist::read_edgelist`] directly for other settings.
@@ -364,6 +365,9 @@ pub fn load(path: impl AsRef<Path>) -> Result<Graph, GraphError> {
 }
 
 fn load_inner(path: &Path) -> Result<Graph, GraphError> {
+    if path.is_dir() {
+        return npz::read_npy_dir(path);
+    }
     let Some((format, gz)) = Format::from_path(path) else {
         let ext = path
             .extension()

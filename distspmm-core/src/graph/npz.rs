@@ -1,4 +1,5 @@
-//! NumPy `.npz` graphs in PyTorch Geometric's field names: reader and writer.
+//! NumPy `.npz` graphs in PyTorch Geometric's field names: reader and writer; also a
+//! directory of `.npy` files in the same names ([`read_npy_dir`], e.g. an unzipped `.npz`).
 //!
 //! An `.npz` is a zip of `.npy` files (stored or deflate-compressed). The arrays read, by the
 //! names `numpy.savez` gives them (`<name>.npy`):
@@ -359,9 +360,82 @@ fn decode_floats(dtype: Dtype, bytes: &[u8], out: &mut Vec<f32>) -> Result<(), G
     }
 }
 
+/// Where the named `.npy` arrays of a graph come from: an `.npz` archive or a directory.
+trait Arrays {
+    /// Whether array `name` is present.
+    fn has(&self, name: &str) -> bool;
+
+    /// Opens array `name`, checks its dtype and header, and hands the body reader to `read`.
+    fn with_array<T>(
+        &mut self,
+        name: &str,
+        allowed: &[Dtype],
+        read: impl FnOnce(&mut dyn Read, &NpyHeader) -> Result<T, GraphErrorKind>,
+    ) -> Result<T, GraphError>;
+}
+
+/// Reads the header of an array stored in `size` bytes and checks its dtype and that the
+/// shape accounts for exactly those bytes.
+fn checked_header(
+    r: &mut dyn Read,
+    size: u64,
+    allowed: &[Dtype],
+) -> Result<NpyHeader, GraphErrorKind> {
+    let header = read_npy_header(r)?;
+    if !allowed.contains(&header.dtype) {
+        let expected = allowed_names(allowed);
+        return Err(GraphErrorKind::Dtype {
+            found: header.dtype.descr().to_string(),
+            expected,
+        });
+    }
+    let bytes = header
+        .count()
+        .and_then(|c| c.checked_mul(header.dtype.size() as u64))
+        .and_then(|b| b.checked_add(header.prefix_len));
+    if bytes != Some(size) {
+        return Err(GraphErrorKind::LengthMismatch(format!(
+            "shape {:?} of {} needs {} bytes with the header, the entry has {size}",
+            header.shape,
+            header.dtype.descr(),
+            bytes.map_or_else(|| "too many".to_string(), |b| b.to_string()),
+        )));
+    }
+    Ok(header)
+}
+
 /// The zip archive under the reader, with errors mapped to [`GraphError`].
 struct Npz<R> {
     archive: ZipArchive<R>,
+}
+
+/// A directory holding `<name>.npy` files.
+struct NpyDir<'a> {
+    dir: &'a Path,
+}
+
+impl Arrays for NpyDir<'_> {
+    fn has(&self, name: &str) -> bool {
+        self.dir.join(format!("{name}.npy")).is_file()
+    }
+
+    fn with_array<T>(
+        &mut self,
+        name: &str,
+        allowed: &[Dtype],
+        read: impl FnOnce(&mut dyn Read, &NpyHeader) -> Result<T, GraphErrorKind>,
+    ) -> Result<T, GraphError> {
+        let at = |kind| GraphError::in_array(name, kind);
+        let file = chunk_format::open_regular(self.dir.join(format!("{name}.npy")))
+            .map_err(|e| at(GraphErrorKind::Io(e)))?;
+        let size = file
+            .metadata()
+            .map_err(|e| at(GraphErrorKind::Io(e)))?
+            .len();
+        let mut r = BufReader::with_capacity(1 << 16, file);
+        let header = checked_header(&mut r, size, allowed).map_err(at)?;
+        read(&mut r, &header).map_err(at)
+    }
 }
 
 fn zip_error(e: ZipError) -> GraphErrorKind {
@@ -376,14 +450,15 @@ impl<R: Read + Seek> Npz<R> {
         let archive = ZipArchive::new(reader).map_err(zip_error)?;
         Ok(Npz { archive })
     }
+}
 
+impl<R: Read + Seek> Arrays for Npz<R> {
     fn has(&self, name: &str) -> bool {
         self.archive
             .index_for_name(&format!("{name}.npy"))
             .is_some()
     }
 
-    /// Opens array `name`, checks its dtype and header, and hands the body reader to `read`.
     fn with_array<T>(
         &mut self,
         name: &str,
@@ -395,27 +470,8 @@ impl<R: Read + Seek> Npz<R> {
             .archive
             .by_name(&format!("{name}.npy"))
             .map_err(|e| at(zip_error(e)))?;
-        let header = read_npy_header(&mut entry).map_err(at)?;
-        if !allowed.contains(&header.dtype) {
-            let expected = allowed_names(allowed);
-            return Err(at(GraphErrorKind::Dtype {
-                found: header.dtype.descr().to_string(),
-                expected,
-            }));
-        }
-        let bytes = header
-            .count()
-            .and_then(|c| c.checked_mul(header.dtype.size() as u64))
-            .and_then(|b| b.checked_add(header.prefix_len));
-        if bytes != Some(entry.size()) {
-            return Err(at(GraphErrorKind::LengthMismatch(format!(
-                "shape {:?} of {} needs {} bytes with the header, the entry has {}",
-                header.shape,
-                header.dtype.descr(),
-                bytes.map_or_else(|| "too many".to_string(), |b| b.to_string()),
-                entry.size()
-            ))));
-        }
+        let size = entry.size();
+        let header = checked_header(&mut entry, size, allowed).map_err(at)?;
         read(&mut entry, &header).map_err(at)
     }
 }
@@ -446,7 +502,7 @@ fn vec_with_capacity<T>(n: u64) -> Result<Vec<T>, GraphErrorKind> {
     Ok(v)
 }
 
-fn read_archive<R: Read + Seek>(mut npz: Npz<R>) -> Result<Graph, GraphError> {
+fn read_archive(mut npz: impl Arrays) -> Result<Graph, GraphError> {
     let declared = if npz.has("num_nodes") {
         Some(npz.with_array("num_nodes", INTS, |r, h| {
             if h.count() != Some(1) || h.shape.len() > 1 {
@@ -653,6 +709,15 @@ pub fn read_npz(path: impl AsRef<Path>) -> Result<Graph, GraphError> {
         read_archive(Npz::open(BufReader::with_capacity(1 << 16, file))?)
     };
     inner().map_err(|e| e.in_file(path))
+}
+
+/// Reads a graph from a directory of `.npy` files named as in an `.npz` (`edge_index.npy`,
+/// `x.npy`, `y.npy`, masks, …; e.g. `unzip graph.npz -d graph/`), streamed like the archive's
+/// members: each array is decoded in 64 KiB pieces into its target vector. Errors name the
+/// directory and the array.
+pub fn read_npy_dir(path: impl AsRef<Path>) -> Result<Graph, GraphError> {
+    let path = path.as_ref();
+    read_archive(NpyDir { dir: path }).map_err(|e| e.in_file(path))
 }
 
 /// The `.npy` header (format 1.0) for `dtype` and `shape`, padded to a multiple of 64 bytes.

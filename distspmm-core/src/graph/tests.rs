@@ -292,6 +292,23 @@ mod properties {
             prop_assert_eq!(read_npz_bytes(&bytes).unwrap(), g);
         }
 
+        /// The `.npy` members of an `.npz`, unzipped into a directory, read back as the same
+        /// graph through the directory reader (and through `load`).
+        #[test]
+        fn npy_directory_agrees_with_the_archive(g in graphs()) {
+            let bytes = write_npz_bytes(&g).unwrap();
+            let dir = tempfile::tempdir().unwrap();
+            let mut zip = zip::ZipArchive::new(std::io::Cursor::new(&bytes)).unwrap();
+            for i in 0..zip.len() {
+                let mut member = zip.by_index(i).unwrap();
+                let mut out = std::fs::File::create(dir.path().join(member.name())).unwrap();
+                std::io::copy(&mut member, &mut out).unwrap();
+            }
+            let from_archive = read_npz_bytes(&bytes).unwrap();
+            prop_assert_eq!(&npz::read_npy_dir(dir.path()).unwrap(), &from_archive);
+            prop_assert_eq!(load(dir.path()).unwrap(), from_archive);
+        }
+
         #[test]
         fn edgelist_round_trip(g in graphs(), csv in any::<bool>(), header in any::<bool>()) {
             let sep = if csv { "," } else { "\t" };

@@ -1,26 +1,27 @@
-//! The symmetric, loop-free, duplicate-free adjacency METIS partitions, built from a directed edge
-//! list in linear time.
+//! The symmetric, loop-free, duplicate-free adjacency the partitioners take, built from a directed
+//! edge list in linear time. Row offsets are 64-bit and neighbour ids 32-bit, so any graph whose
+//! nodes fit `u32` fits, however many edges it has; METIS's 32-bit `idx_t` is checked where METIS
+//! is called.
 
 use std::io::Write;
 use std::path::Path;
 use std::vec::Vec;
 
-use metis::Idx;
 use rayon::prelude::*;
 
 use super::{split_lengths, PartitionError};
 
-/// Undirected structure of a graph in METIS's CSR layout (`xadj`, `adjncy` as [`metis::Idx`]):
+/// Undirected structure of a graph in CSR (`xadj` as `u64` offsets, `adjncy` as `u32` node ids):
 /// both directions of every edge, no self loops, no duplicates. Edge weights are ignored —
-/// the partitioner balances nodes and minimises cut edges.
+/// the partitioner balances nodes (or non-zeros) and minimises cut edges.
 ///
 /// Neighbours within a row keep the order in which their edges first appear in the input, so
 /// the same edge list always gives the same adjacency (and METIS, with the same seed, the same
 /// partition).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Adjacency {
-    xadj: Vec<Idx>,
-    adjncy: Vec<Idx>,
+    xadj: Vec<u64>,
+    adjncy: Vec<u32>,
 }
 
 impl Adjacency {
@@ -29,8 +30,7 @@ impl Adjacency {
     /// Linear time and memory: a counting sort by endpoint, then an in-place per-row dedup with a
     /// last-seen marker. The rows are split into one range per thread; each task reads every
     /// edge and writes only its own rows, so the tasks need no synchronisation. Fails when an
-    /// id is out of range, the arrays differ in length, or the node or adjacency-entry count
-    /// does not fit METIS's index type.
+    /// id is out of range, the arrays differ in length, or the node count exceeds `u32`.
     pub fn from_edges(num_nodes: usize, src: &[u32], dst: &[u32]) -> Result<Self, PartitionError> {
         if src.len() != dst.len() {
             return Err(PartitionError::EdgeLengthMismatch {
@@ -38,7 +38,9 @@ impl Adjacency {
                 dst: dst.len(),
             });
         }
-        to_idx(num_nodes as u64, "node count")?;
+        if num_nodes > u32::MAX as usize {
+            return Err(PartitionError::TooManyNodes(num_nodes as u64));
+        }
         let n = num_nodes;
         if let Some(edge) = src
             .par_iter()
@@ -73,20 +75,14 @@ impl Adjacency {
                     }
                 }
             });
-        // The pre-dedup entry count bounds the final one; check it against Idx first so that
-        // every position below fits.
         let region_len: Vec<usize> = bounds
             .windows(2)
             .map(|w| degree[w[0]..w[1]].iter().sum())
             .collect();
-        to_idx(
-            region_len.iter().sum::<usize>() as u64,
-            "adjacency entry count (twice the edges)",
-        )?;
 
         // Scatter each task's rows into its own region, then dedup them in place (the degrees
         // become the deduplicated row lengths) and compact to the region's front.
-        let mut adjncy: Vec<Idx> = std::vec![0; region_len.iter().sum()];
+        let mut adjncy: Vec<u32> = std::vec![0; region_len.iter().sum()];
         let kept: Vec<usize> = split_lengths(&mut adjncy, region_len.iter().copied())
             .into_par_iter()
             .zip(split_lengths(
@@ -105,11 +101,11 @@ impl Adjacency {
                 }
                 for (&u, &v) in edges() {
                     if mine(u) {
-                        region[cursor[u as usize - lo]] = v as Idx;
+                        region[cursor[u as usize - lo]] = v;
                         cursor[u as usize - lo] += 1;
                     }
                     if mine(v) {
-                        region[cursor[v as usize - lo]] = u as Idx;
+                        region[cursor[v as usize - lo]] = u;
                         cursor[v as usize - lo] += 1;
                     }
                 }
@@ -145,11 +141,11 @@ impl Adjacency {
         }
         adjncy.truncate(write);
         adjncy.shrink_to_fit();
-        let mut xadj: Vec<Idx> = Vec::with_capacity(n + 1);
+        let mut xadj: Vec<u64> = Vec::with_capacity(n + 1);
         xadj.push(0);
-        let mut at: Idx = 0;
+        let mut at = 0u64;
         for &d in &degree {
-            at += d as Idx;
+            at += d as u64;
             xadj.push(at);
         }
         Ok(Self { xadj, adjncy })
@@ -166,17 +162,17 @@ impl Adjacency {
     }
 
     /// Row offsets, `num_nodes + 1` entries.
-    pub fn xadj(&self) -> &[Idx] {
+    pub fn xadj(&self) -> &[u64] {
         &self.xadj
     }
 
     /// Neighbour lists, concatenated.
-    pub fn adjncy(&self) -> &[Idx] {
+    pub fn adjncy(&self) -> &[u32] {
         &self.adjncy
     }
 
     /// The neighbours of `node`.
-    pub fn neighbours(&self, node: usize) -> &[Idx] {
+    pub fn neighbours(&self, node: usize) -> &[u32] {
         &self.adjncy[self.xadj[node] as usize..self.xadj[node + 1] as usize]
     }
 
@@ -235,26 +231,18 @@ fn row_tasks(num_nodes: usize) -> usize {
         .max(1)
 }
 
-fn to_idx(value: u64, what: &'static str) -> Result<Idx, PartitionError> {
-    Idx::try_from(value).map_err(|_| PartitionError::TooLargeForMetis {
-        what,
-        value,
-        max: Idx::MAX as u64,
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use proptest::prelude::*;
     use std::collections::BTreeSet;
 
-    fn reference(n: usize, src: &[u32], dst: &[u32]) -> Vec<BTreeSet<Idx>> {
+    fn reference(n: usize, src: &[u32], dst: &[u32]) -> Vec<BTreeSet<u32>> {
         let mut rows = std::vec![BTreeSet::new(); n];
         for (&u, &v) in src.iter().zip(dst) {
             if u != v {
-                rows[u as usize].insert(v as Idx);
-                rows[v as usize].insert(u as Idx);
+                rows[u as usize].insert(v);
+                rows[v as usize].insert(u);
             }
         }
         rows
@@ -275,7 +263,7 @@ mod tests {
             let mut total = 0;
             for (node, row) in want.iter().enumerate() {
                 let got = adj.neighbours(node);
-                let got_set: BTreeSet<Idx> = got.iter().copied().collect();
+                let got_set: BTreeSet<u32> = got.iter().copied().collect();
                 prop_assert_eq!(got.len(), got_set.len(), "duplicates in row {}", node);
                 prop_assert_eq!(&got_set, row);
                 total += row.len();

@@ -8,6 +8,7 @@
 //! the number of undirected cut edges (or METIS's communication volume).
 
 mod adjacency;
+mod kaminpar;
 mod map_file;
 mod renumber;
 
@@ -15,6 +16,7 @@ use std::path::PathBuf;
 use std::string::String;
 use std::vec::Vec;
 
+pub use self::kaminpar::{KaminparOptions, KAMINPAR_IMBALANCE};
 pub use adjacency::Adjacency;
 pub(crate) use map_file::{sync_parent_dir, write_atomically};
 pub use map_file::{MAP_MAGIC, MAP_VERSION};
@@ -61,7 +63,7 @@ pub enum PartitionError {
     /// A count does not fit METIS's index type (`idx_t`, 32-bit in Debian's libmetis).
     #[error(
         "the graph's {what} ({value}) exceeds METIS's index type (max {max}); \
-         use --method contiguous or random, or a METIS built with 64-bit idx_t"
+         use --method kaminpar (64-bit edge ids), or a METIS built with 64-bit idx_t"
     )]
     TooLargeForMetis {
         /// Which quantity.
@@ -69,6 +71,22 @@ pub enum PartitionError {
         /// Its value.
         value: u64,
         /// The largest value METIS accepts.
+        max: u64,
+    },
+    /// The graph has more nodes than node ids (`u32`) can name.
+    #[error("the graph has {0} nodes, more than the 4294967295 that 32-bit node ids can name")]
+    TooManyNodes(u64),
+    /// The total node weight for `--balance nnz` overflows a partitioner's 32-bit weights.
+    #[error(
+        "the total vertex weight for --balance nnz ({total}, non-zeros + nodes) exceeds \
+         {partitioner}'s 32-bit node weights (max {max}); use --balance nodes"
+    )]
+    WeightsTooLarge {
+        /// The partitioner.
+        partitioner: &'static str,
+        /// Non-zeros + nodes.
+        total: u64,
+        /// The largest total it accepts.
         max: u64,
     },
     /// METIS takes its seed as an `idx_t`.
@@ -85,6 +103,9 @@ pub enum PartitionError {
         crate::graph::show_float(*.0)
     )]
     InvalidImbalance(f64),
+    /// KaMinPar refused the options or failed.
+    #[error("KaMinPar: {0}")]
+    Kaminpar(String),
     /// METIS rejected the input or failed.
     #[error("METIS failed: {0}")]
     Metis(String),
@@ -190,6 +211,8 @@ impl MetisOptions {
 pub enum Method {
     /// METIS multilevel k-way.
     Metis(MetisOptions),
+    /// KaMinPar deep multilevel k-way (parallel, 64-bit edge ids).
+    Kaminpar(KaminparOptions),
     /// Part p gets original ids `⌊pN/P⌋..⌊(p+1)N/P⌋` (no locality beyond the input order).
     Contiguous,
     /// A seeded random permutation split into P equal ranges: balanced, locality-free — the
@@ -214,6 +237,17 @@ impl Method {
                     Objective::Volume => "vol",
                 },
                 // Absent for node balance, so tags (and fingerprints) of earlier runs stand.
+                match o.balance {
+                    Balance::Nodes => "",
+                    Balance::Nonzeros => ":balance=nnz",
+                }
+            ),
+            // The thread count is part of the tag: with more than one thread the result depends
+            // on it (and varies between runs).
+            Method::Kaminpar(o) => std::format!(
+                "kaminpar:seed={}:imbalance=1.03:threads={}{}",
+                o.seed,
+                o.effective_threads(),
                 match o.balance {
                     Balance::Nodes => "",
                     Balance::Nonzeros => ":balance=nnz",
@@ -371,8 +405,9 @@ fn check_parts(parts: u32, nodes: usize) -> Result<(), PartitionError> {
 
 /// Splits the graph's nodes into `parts` parts with `method`.
 ///
-/// P = 1 puts every node in part 0 without calling METIS; P > N is an error. METIS needs the
-/// node and adjacency-entry counts to fit its `idx_t`; contiguous and random have no such limit.
+/// P = 1 puts every node in part 0 without calling a partitioner; P > N is an error. METIS needs
+/// the node and adjacency-entry counts to fit its `idx_t`; KaMinPar, contiguous and random have
+/// no such limit.
 pub fn partition(
     adjacency: &Adjacency,
     parts: u32,
@@ -386,6 +421,11 @@ pub fn partition(
         Method::Contiguous => contiguous(n, parts),
         Method::Random { seed } => random(n, parts, *seed),
         Method::Metis(options) => metis_kway(adjacency, parts, options)?,
+        Method::Kaminpar(options) => {
+            let mut part_of = kaminpar::kaminpar_kway(adjacency, parts, options)?;
+            fill_empty_parts(adjacency, parts, &mut part_of);
+            part_of
+        }
     };
     Partition::new(parts, part_of, tag)
 }
@@ -414,18 +454,46 @@ fn random(n: usize, parts: u32, seed: u64) -> Vec<u32> {
 }
 
 /// Vertex weights for [`Balance::Nonzeros`]: degree + 1 (the self loop), checked to sum within
-/// `idx_t` (METIS adds them up).
-fn nonzero_weights(adjacency: &Adjacency) -> Result<Vec<metis::Idx>, PartitionError> {
+/// `max` (METIS's and KaMinPar's weights are 32-bit and summed by the partitioner).
+pub(crate) fn nonzero_weights(
+    adjacency: &Adjacency,
+    max: u64,
+    partitioner: &'static str,
+) -> Result<Vec<i32>, PartitionError> {
     let xadj = adjacency.xadj();
-    let total = xadj.last().map_or(0, |&e| e as u64) + adjacency.num_nodes() as u64;
-    if total > metis::Idx::MAX as u64 {
-        return Err(PartitionError::TooLargeForMetis {
-            what: "total vertex weight (non-zeros + nodes) for --balance nnz",
-            value: total,
-            max: metis::Idx::MAX as u64,
+    let total = xadj.last().copied().unwrap_or(0) + adjacency.num_nodes() as u64;
+    if total > max {
+        return Err(match partitioner {
+            "METIS" => PartitionError::TooLargeForMetis {
+                what: "total vertex weight (non-zeros + nodes) for --balance nnz",
+                value: total,
+                max,
+            },
+            _ => PartitionError::WeightsTooLarge {
+                partitioner,
+                total,
+                max,
+            },
         });
     }
-    Ok(xadj.windows(2).map(|w| w[1] - w[0] + 1).collect())
+    Ok(xadj.windows(2).map(|w| (w[1] - w[0] + 1) as i32).collect())
+}
+
+/// Checks that the graph fits METIS's 32-bit `idx_t`: its node count and its adjacency entries
+/// (twice the undirected edges, the length of `adjncy`) must not exceed `max`.
+pub(crate) fn check_metis_size(nodes: u64, entries: u64, max: u64) -> Result<(), PartitionError> {
+    for (what, value) in [
+        ("node count", nodes),
+        (
+            "adjacency entry count (twice the undirected edges)",
+            entries,
+        ),
+    ] {
+        if value > max {
+            return Err(PartitionError::TooLargeForMetis { what, value, max });
+        }
+    }
+    Ok(())
 }
 
 fn metis_kway(
@@ -447,13 +515,23 @@ fn metis_kway(
         Objective::Cut => ObjType::Cut,
         Objective::Volume => ObjType::Vol,
     };
+    let max = metis::Idx::MAX as u64;
+    check_metis_size(
+        adjacency.num_nodes() as u64,
+        adjacency.adjncy().len() as u64,
+        max,
+    )?;
+    // Both fit idx_t (checked above): offsets narrow losslessly, and node ids below N ≤ idx_t's
+    // maximum have the same bits as i32, so the neighbour array is reinterpreted, not copied.
+    let xadj: Vec<metis::Idx> = adjacency.xadj().iter().map(|&e| e as metis::Idx).collect();
+    let adjncy: &[metis::Idx] = bytemuck::cast_slice(adjacency.adjncy());
     let mut part: Vec<metis::Idx> = std::vec![0; adjacency.num_nodes()];
     let vwgt = match options.balance {
         Balance::Nodes => None,
-        Balance::Nonzeros => Some(nonzero_weights(adjacency)?),
+        Balance::Nonzeros => Some(nonzero_weights(adjacency, max, "METIS")?),
     };
     let started = std::time::Instant::now();
-    let mut graph = metis::Graph::new(1, nparts, adjacency.xadj(), adjacency.adjncy())
+    let mut graph = metis::Graph::new(1, nparts, &xadj, adjncy)
         .map_err(|e| PartitionError::Metis(std::format!("{e}")))?;
     if let Some(vwgt) = &vwgt {
         graph = graph.set_vwgt(vwgt);
@@ -485,7 +563,7 @@ fn metis_kway(
     Ok(part_of)
 }
 
-/// METIS can leave a part empty on tiny graphs (a triangle into 2 parts, say). A rank without
+/// METIS and KaMinPar can leave a part empty on tiny graphs (a triangle into 2 parts, say). A rank without
 /// rows is useless, so each empty part takes one node of the currently largest part: the one
 /// with the fewest neighbours inside that part, so the fewest edges are newly cut. Needs
 /// P ≤ N, which [`partition`] checks; a no-op when no part is empty.
@@ -767,6 +845,130 @@ mod tests {
             Partition::new(3, std::vec![0, 1], "x"),
             Err(PartitionError::TooManyParts { .. })
         ));
+    }
+
+    #[test]
+    fn metis_size_limit_names_kaminpar() {
+        let max = i32::MAX as u64;
+        assert!(check_metis_size(1000, max, max).is_ok());
+        let err = check_metis_size(1000, max + 1, max).unwrap_err();
+        assert!(
+            matches!(err, PartitionError::TooLargeForMetis { value, .. } if value == max + 1),
+            "{err:?}"
+        );
+        assert!(std::format!("{err}").contains("--method kaminpar"), "{err}");
+        let err = check_metis_size(max + 1, 0, max).unwrap_err();
+        assert!(std::format!("{err}").contains("node count"), "{err}");
+    }
+
+    #[test]
+    fn kaminpar_refuses_a_tighter_imbalance_than_it_keeps() {
+        for bad in [1.0, 1.01, f64::NAN] {
+            let o = KaminparOptions {
+                imbalance: bad,
+                ..KaminparOptions::default()
+            };
+            assert!(o.validate().is_err(), "{bad}");
+        }
+        let loose = KaminparOptions {
+            imbalance: 1.2,
+            ..KaminparOptions::default()
+        };
+        assert!(loose.validate().is_ok());
+        let big_seed = KaminparOptions {
+            seed: 1 << 40,
+            ..KaminparOptions::default()
+        };
+        assert!(big_seed.validate().is_err());
+    }
+
+    fn kaminpar(threads: usize, seed: u64, balance: Balance) -> Method {
+        Method::Kaminpar(KaminparOptions {
+            seed,
+            threads,
+            balance,
+            ..KaminparOptions::default()
+        })
+    }
+
+    /// KaMinPar's bound on a part: (1 + 0.03) · ⌈W/P⌉ of the balanced weight, relaxed to
+    /// ⌈W/P⌉ + the heaviest node when nodes are weighted (its `setup_max_block_weight`: a part
+    /// may have to take one hub whole).
+    fn kaminpar_bound(total: u64, parts: u32, heaviest: u64) -> u64 {
+        let perfect = total.div_ceil(u64::from(parts));
+        let eps = (perfect as f64 * KAMINPAR_IMBALANCE).floor() as u64;
+        if heaviest > 1 {
+            eps.max(perfect + heaviest)
+        } else {
+            eps
+        }
+    }
+
+    #[cfg(feature = "kaminpar")]
+    #[test]
+    fn kaminpar_separates_two_cliques_and_balances_nonzeros() {
+        let (n, src, dst) = two_cliques(8);
+        let adj = Adjacency::from_edges(n, &src, &dst).unwrap();
+        let p = partition(&adj, 2, &kaminpar(1, 1, Balance::Nodes)).unwrap();
+        assert_eq!(p.edge_cut(&adj).unwrap(), 1);
+        assert_eq!(p.method(), "kaminpar:seed=1:imbalance=1.03:threads=1");
+
+        let g = crate::graph::generate::rmat(12, 16, 7).unwrap();
+        let adj = Adjacency::from_edges(g.num_nodes, &g.src, &g.dst).unwrap();
+        let row_nnz = |v: usize| adj.xadj()[v + 1] - adj.xadj()[v] + 1;
+        let total: u64 = (0..adj.num_nodes()).map(row_nnz).sum();
+        let nodes = partition(&adj, 4, &kaminpar(2, 1, Balance::Nodes)).unwrap();
+        let nnz = partition(&adj, 4, &kaminpar(2, 1, Balance::Nonzeros)).unwrap();
+        let mut work = std::vec![0u64; 4];
+        for (v, &q) in nnz.part_of().iter().enumerate() {
+            work[q as usize] += row_nnz(v);
+        }
+        let heaviest = (0..adj.num_nodes()).map(row_nnz).max().unwrap();
+        assert!(
+            *work.iter().max().unwrap() <= kaminpar_bound(total, 4, heaviest),
+            "{work:?}"
+        );
+        assert!(weighted_imbalance(&nodes, row_nnz) > weighted_imbalance(&nnz, row_nnz));
+        assert!(nnz.method().ends_with(":balance=nnz"));
+        // A cut well below a random split's (which cuts about 3/4 of the edges), and close to
+        // METIS's on the same graph (RMAT graphs have no small cut: METIS cuts about half).
+        let random = partition(&adj, 4, &Method::Random { seed: 1 }).unwrap();
+        let metis = partition(&adj, 4, &Method::Metis(MetisOptions::default())).unwrap();
+        let (ours, random, metis) = (
+            nodes.edge_cut(&adj).unwrap(),
+            random.edge_cut(&adj).unwrap(),
+            metis.edge_cut(&adj).unwrap(),
+        );
+        assert!(ours * 4 < random * 3, "kaminpar {ours}, random {random}");
+        assert!(ours * 10 < metis * 11, "kaminpar {ours}, metis {metis}");
+    }
+
+    #[cfg(feature = "kaminpar")]
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(24))]
+        #[test]
+        fn kaminpar_gives_a_valid_balanced_reproducible_partition(
+            n in 2usize..300,
+            parts_raw in 2u32..9,
+            edges in proptest::collection::vec((0u32..300, 0u32..300), 0..1200),
+            seed in 0u64..1000,
+        ) {
+            let parts = parts_raw.min(n as u32);
+            let (src, dst): (Vec<u32>, Vec<u32>) =
+                edges.iter().map(|&(u, v)| (u % n as u32, v % n as u32)).unzip();
+            let adj = Adjacency::from_edges(n, &src, &dst).unwrap();
+            let method = kaminpar(1, seed, Balance::Nodes);
+            let p = partition(&adj, parts, &method).unwrap();
+            prop_assert_eq!(p.num_nodes(), n);
+            prop_assert!(p.part_of().iter().all(|&x| x < parts));
+            let sizes = p.part_sizes();
+            prop_assert!(sizes.iter().all(|&s| s > 0), "empty part: {:?}", sizes);
+            let bound = kaminpar_bound(n as u64, parts, 1).max((n as u64).div_ceil(u64::from(parts)));
+            prop_assert!(sizes.iter().all(|&s| s <= bound), "sizes {:?}, bound {}", sizes, bound);
+            // One thread and a fixed seed: the same map again.
+            let again = partition(&adj, parts, &method).unwrap();
+            prop_assert_eq!(p.part_of(), again.part_of());
+        }
     }
 
     proptest! {
