@@ -115,14 +115,10 @@ fn checksum(state: &serde_json::Value) -> Result<String> {
     Ok(format!("{:016x}", xxhash_rust::xxh3::xxh3_64(&bytes)))
 }
 
-/// The temporary a checkpoint is written to before its rename (one per process).
-fn temporary_in(dir: &Path) -> PathBuf {
-    dir.join(format!(".{FILE_NAME}.tmp-{}", std::process::id()))
-}
-
-/// Checks that checkpoints can be written into `dir` (created if missing) by creating and
-/// removing the temporary a [`save`] writes first, so that an unwritable location is an error
-/// before the first epoch rather than when the first checkpoint is due.
+/// Checks that checkpoints can be written into `dir` (created if missing) by creating the
+/// temporary a [`save`] writes first (through the same atomic write) and dropping it unwritten,
+/// which removes it, so that an unwritable location is an error before the first epoch rather
+/// than when the first checkpoint is due.
 pub fn check_writable(dir: &Path) -> Result<()> {
     let fail = || {
         format!(
@@ -131,9 +127,9 @@ pub fn check_writable(dir: &Path) -> Result<()> {
         )
     };
     std::fs::create_dir_all(dir).with_context(fail)?;
-    let probe = temporary_in(dir);
-    std::fs::File::create(&probe).with_context(fail)?;
-    std::fs::remove_file(&probe).with_context(fail)
+    let probe = chunk_format::atomic::AtomicFile::create(path_in(dir)).with_context(fail)?;
+    drop(probe);
+    Ok(())
 }
 
 /// Writes `state` atomically into `dir` (created if missing).
