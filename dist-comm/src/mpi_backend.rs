@@ -4,20 +4,12 @@
 //! discard them) — together with `MPI_ERRORS_RETURN` on our communicator, a failing call becomes
 //! a [`CommError::Mpi`] instead of an abort. rsmpi provides initialisation/finalisation
 //! ([`Universe`]), the datatype handles and the reduction operation handles.
-//!
-//! **Large messages.** MPI-3 counts are C `int`s, so one call carries at most `i32::MAX`
-//! elements. Longer buffers are split: broadcasts, all-reduces and all-gathers into consecutive
-//! calls over pieces; an all-to-all whose counts or displacements do not fit (on any rank: the
-//! ranks agree first) into point-to-point pieces on a private communicator; a send or receive
-//! into several requests that complete together. [`MAX_COUNT_ENV`] lowers the limit so the
-//! split paths run on small messages (the `mpirun` tests do).
 
 use std::cell::RefCell;
 use std::ffi::{c_char, c_int};
 use std::fmt;
 use std::marker::PhantomData;
 use std::ptr::NonNull;
-use std::sync::OnceLock;
 
 use mpi::collective::SystemOperation;
 use mpi::datatype::Equivalence;
@@ -48,10 +40,6 @@ pub struct MpiComm {
     /// Reused scratch for the send side of an all-reduce (8-byte aligned words; rsmpi does not
     /// expose `MPI_IN_PLACE`, whose value differs between MPI libraries).
     reduce_scratch: RefCell<Vec<u64>>,
-    /// A second duplicate for the point-to-point pieces of split all-to-alls (so they never
-    /// match a caller's own messages), made the first time one is needed (all ranks need it
-    /// together); freed before `comm`.
-    split_comm: std::cell::Cell<ffi::MPI_Comm>,
     /// Present when this handle initialised MPI: dropping it calls `MPI_Finalize`. Declared
     /// after `comm`, and `Drop` frees `comm` first.
     universe: Option<Universe>,
@@ -110,41 +98,6 @@ fn operation(op: ReduceOp) -> ffi::MPI_Op {
 /// A length as an MPI count.
 fn count(what: &'static str, n: usize) -> Result<c_int, CommError> {
     c_int::try_from(n).map_err(|_| CommError::CountOverflow { what, value: n })
-}
-
-/// Environment variable that lowers the element count of one MPI call below `i32::MAX` (a
-/// positive integer), so that tests run the split paths on small messages. Read once.
-pub const MAX_COUNT_ENV: &str = "DIST_COMM_MPI_MAX_COUNT";
-
-/// The most elements one MPI call carries: `i32::MAX`, or [`MAX_COUNT_ENV`]'s value if smaller.
-pub fn max_count() -> usize {
-    static LIMIT: OnceLock<usize> = OnceLock::new();
-    *LIMIT.get_or_init(|| {
-        let limit = i32::MAX as usize;
-        match std::env::var(MAX_COUNT_ENV) {
-            Ok(v) => match v.trim().parse::<usize>() {
-                Ok(n) if n >= 1 => n.min(limit),
-                _ => {
-                    tracing::warn!(value = %v, "{MAX_COUNT_ENV} is not a positive integer; ignored");
-                    limit
-                }
-            },
-            Err(_) => limit,
-        }
-    })
-}
-
-/// `(offset, length)` of the consecutive pieces of at most `limit` elements that cover
-/// `0..len`; a single empty piece for `len = 0` (an empty message is still one message).
-fn pieces(len: usize, limit: usize) -> impl Iterator<Item = (usize, usize)> {
-    let limit = limit.max(1);
-    let n = len.div_ceil(limit).max(1);
-    (0..n).map(move |i| (i * limit, limit.min(len - (i * limit).min(len))))
-}
-
-/// A piece's length as a C int (pieces are at most [`max_count`] ≤ `i32::MAX` long).
-fn piece_count(len: usize) -> c_int {
-    len as c_int
 }
 
 fn comm_null() -> ffi::MPI_Comm {
@@ -330,7 +283,6 @@ impl MpiComm {
             size: 0,
             counts: RefCell::new(Vec::new()),
             reduce_scratch: RefCell::new(Vec::new()),
-            split_comm: std::cell::Cell::new(comm_null()),
             universe,
             _not_send: PhantomData,
         };
@@ -383,14 +335,6 @@ impl MpiComm {
 
 impl Drop for MpiComm {
     fn drop(&mut self) {
-        let mut split = self.split_comm.get();
-        if split != comm_null() && !mpi::environment::is_finalized() {
-            // SAFETY: `split` is our own duplicate, still valid since MPI is not finalised.
-            let rc = unsafe { ffi::MPI_Comm_free(&mut split) };
-            if let Err(e) = check(rc, "MPI_Comm_free") {
-                tracing::warn!(%e, "freeing the split-message communicator failed");
-            }
-        }
         if self.comm != comm_null() && !mpi::environment::is_finalized() {
             // SAFETY: `comm` is our own duplicate, still valid since MPI is not finalised.
             let rc = unsafe { ffi::MPI_Comm_free(&mut self.comm) };
@@ -430,105 +374,69 @@ impl Group for MpiComm {
 impl Broadcast for MpiComm {
     fn broadcast<T: Element>(&self, buf: &mut [T], root: usize) -> Result<(), CommError> {
         check_rank("root", root, self.size)?;
-        // Every rank passes the same length, so all split it alike.
-        for (offset, len) in pieces(buf.len(), max_count()) {
-            let piece = &mut buf[offset..offset + len];
-            // SAFETY: `piece` is valid for `len` (≤ i32::MAX) elements of T's MPI type and
-            // exclusively borrowed for the blocking call; the root is in range.
-            let rc = unsafe {
-                ffi::MPI_Bcast(
-                    piece.as_mut_ptr().cast(),
-                    piece_count(len),
-                    datatype(T::KIND),
-                    root as c_int,
-                    self.comm,
-                )
-            };
-            check(rc, "MPI_Bcast")?;
-        }
-        Ok(())
+        let n = count("broadcast length", buf.len())?;
+        // SAFETY: `buf` is valid for `n` elements of T's MPI type and exclusively borrowed for
+        // the blocking call; the root is in range.
+        let rc = unsafe {
+            ffi::MPI_Bcast(
+                buf.as_mut_ptr().cast(),
+                n,
+                datatype(T::KIND),
+                root as c_int,
+                self.comm,
+            )
+        };
+        check(rc, "MPI_Bcast")
     }
 }
 
 impl AllReduce for MpiComm {
     fn all_reduce<T: Reducible>(&self, buf: &mut [T], op: ReduceOp) -> Result<(), CommError> {
+        let n = count("all_reduce length", buf.len())?;
         let mut scratch = self.reduce_scratch.borrow_mut();
-        let limit = max_count();
-        for (offset, len) in pieces(buf.len(), limit) {
-            let piece = &mut buf[offset..offset + len];
-            let words = size_of_val(piece).div_ceil(8);
-            if scratch.len() < words {
-                scratch.resize(words, 0);
-            }
-            let send: &mut [T] =
-                &mut bytemuck::cast_slice_mut::<u64, T>(&mut scratch[..words])[..len];
-            send.copy_from_slice(piece);
-            // SAFETY: `send` and `piece` are distinct valid buffers of `len` (≤ i32::MAX)
-            // elements of T's MPI type; the call is blocking.
-            let rc = unsafe {
-                ffi::MPI_Allreduce(
-                    send.as_ptr().cast(),
-                    piece.as_mut_ptr().cast(),
-                    piece_count(len),
-                    datatype(T::KIND),
-                    operation(op),
-                    self.comm,
-                )
-            };
-            check(rc, "MPI_Allreduce")?;
+        let words = size_of_val(buf).div_ceil(8);
+        if scratch.len() < words {
+            scratch.resize(words, 0);
         }
-        Ok(())
+        let send: &mut [T] =
+            &mut bytemuck::cast_slice_mut::<u64, T>(&mut scratch[..words])[..buf.len()];
+        send.copy_from_slice(buf);
+        // SAFETY: `send` and `buf` are distinct valid buffers of `n` elements of T's MPI type;
+        // the call is blocking.
+        let rc = unsafe {
+            ffi::MPI_Allreduce(
+                send.as_ptr().cast(),
+                buf.as_mut_ptr().cast(),
+                n,
+                datatype(T::KIND),
+                operation(op),
+                self.comm,
+            )
+        };
+        check(rc, "MPI_Allreduce")
     }
 }
 
 impl AllGather for MpiComm {
     fn all_gather<T: Element>(&self, send: &[T], recv: &mut [T]) -> Result<(), CommError> {
         check_all_gather(send.len(), recv.len(), self.size)?;
+        let n = count("all_gather length", send.len())?;
+        count("all_gather receive length", recv.len())?;
         let dt = datatype(T::KIND);
-        let limit = max_count();
-        let n = send.len();
-        if recv.len() <= limit {
-            // SAFETY: `send` holds `n` elements, `recv` holds `n * size` (checked) ≤ i32::MAX,
-            // both of T's MPI type, distinct, and the call is blocking.
-            let rc = unsafe {
-                ffi::MPI_Allgather(
-                    send.as_ptr().cast(),
-                    piece_count(n),
-                    dt,
-                    recv.as_mut_ptr().cast(),
-                    piece_count(n),
-                    dt,
-                    self.comm,
-                )
-            };
-            return check(rc, "MPI_Allgather");
-        }
-        // Pieces of the send buffer small enough that all ranks' together fit one call,
-        // gathered into a staging buffer and copied to their places in `recv`.
-        let piece = (limit / self.size).max(1);
-        let mut staging: Vec<T> = vec![T::zeroed(); piece * self.size];
-        for (offset, len) in pieces(n, piece) {
-            // SAFETY: `send[offset..]` holds `len` elements, `staging` holds `len * size` ≤
-            // i32::MAX (`piece * size ≤ limit`, or `size` when the limit is below the group
-            // size, which is far below i32::MAX), both of T's MPI type, distinct; blocking.
-            let rc = unsafe {
-                ffi::MPI_Allgather(
-                    send[offset..].as_ptr().cast(),
-                    piece_count(len),
-                    dt,
-                    staging.as_mut_ptr().cast(),
-                    piece_count(len),
-                    dt,
-                    self.comm,
-                )
-            };
-            check(rc, "MPI_Allgather")?;
-            for r in 0..self.size {
-                recv[r * n + offset..r * n + offset + len]
-                    .copy_from_slice(&staging[r * len..(r + 1) * len]);
-            }
-        }
-        Ok(())
+        // SAFETY: `send` holds `n` elements, `recv` holds `n * size` (checked), both of T's MPI
+        // type, distinct, and the call is blocking.
+        let rc = unsafe {
+            ffi::MPI_Allgather(
+                send.as_ptr().cast(),
+                n,
+                dt,
+                recv.as_mut_ptr().cast(),
+                n,
+                dt,
+                self.comm,
+            )
+        };
+        check(rc, "MPI_Allgather")
     }
 }
 
@@ -543,13 +451,8 @@ impl AllToAllV for MpiComm {
         let p = self.size;
         send_layout.check("all_to_all_v send", p, send.len(), false)?;
         recv_layout.check("all_to_all_v receive", p, recv.len(), true)?;
-        // Every count and displacement fits an int when the extents do; whether any rank's do
-        // not is agreed first, so that all ranks take the same path.
-        let limit = max_count();
-        let local_split = send_layout.extent() > limit || recv_layout.extent() > limit;
-        if self.any_rank(local_split)? {
-            return self.all_to_all_v_split(send, send_layout, recv, recv_layout, limit);
-        }
+        count("all_to_all_v send extent", send_layout.extent())?;
+        count("all_to_all_v receive extent", recv_layout.extent())?;
         let mut ints = self.counts.borrow_mut();
         ints.clear();
         for layout in [send_layout, recv_layout] {
@@ -579,163 +482,19 @@ impl AllToAllV for MpiComm {
     }
 }
 
-impl MpiComm {
-    /// Whether `flag` holds on any rank (a max-reduction of one byte; collective).
-    fn any_rank(&self, flag: bool) -> Result<bool, CommError> {
-        let send = u8::from(flag);
-        let mut result = 0u8;
-        // SAFETY: one-element buffers of MPI_UINT8_T, distinct; blocking.
-        let rc = unsafe {
-            ffi::MPI_Allreduce(
-                std::ptr::from_ref(&send).cast(),
-                std::ptr::from_mut(&mut result).cast(),
-                1,
-                datatype(ElementKind::U8),
-                operation(ReduceOp::Max),
-                self.comm,
-            )
-        };
-        check(rc, "MPI_Allreduce")?;
-        Ok(result != 0)
-    }
-
-    /// The private communicator for split messages, duplicated on first use (collective: every
-    /// rank reaches it in the same all-to-all).
-    fn split_comm(&self) -> Result<ffi::MPI_Comm, CommError> {
-        let existing = self.split_comm.get();
-        if existing != comm_null() {
-            return Ok(existing);
-        }
-        let mut dup = comm_null();
-        // SAFETY: `self.comm` is valid; valid out-pointer.
-        let rc = unsafe { ffi::MPI_Comm_dup(self.comm, &mut dup) };
-        check(rc, "MPI_Comm_dup")?;
-        self.split_comm.set(dup);
-        // SAFETY: `dup` is the valid duplicate; the error handler constant is predefined.
-        let rc = unsafe { ffi::MPI_Comm_set_errhandler(dup, ffi::RSMPI_ERRORS_RETURN) };
-        check(rc, "MPI_Comm_set_errhandler")?;
-        Ok(dup)
-    }
-
-    /// An all-to-all as point-to-point pieces of at most `limit` elements: for every peer, its
-    /// block of `recv` as consecutive receives and its block of `send` as consecutive sends
-    /// (messages between two ranks on one communicator and tag arrive in order).
-    fn all_to_all_v_split<T: Element>(
-        &self,
-        send: &[T],
-        send_layout: &BlockLayout,
-        recv: &mut [T],
-        recv_layout: &BlockLayout,
-        limit: usize,
-    ) -> Result<(), CommError> {
-        let comm = self.split_comm()?;
-        let dt = datatype(T::KIND);
-        let total: usize = (0..self.size)
-            .map(|r| {
-                pieces(recv_layout.counts()[r], limit).count()
-                    + pieces(send_layout.counts()[r], limit).count()
-            })
-            .sum();
-        let n = count("split all_to_all_v requests", total)?;
-        let mut requests: Vec<ffi::MPI_Request> = Vec::with_capacity(total);
-        let recv_ptr = recv.as_mut_ptr();
-        let mut posted = Ok(());
-        for r in 0..self.size {
-            let base = recv_layout.displs()[r];
-            for (offset, len) in pieces(recv_layout.counts()[r], limit) {
-                let mut request = request_null();
-                // SAFETY: the layout was checked against `recv` (its block `base..base+count`
-                // lies inside, blocks are disjoint), so `base + offset .. + len` is in bounds
-                // and written by this receive alone; `recv` stays exclusively borrowed until
-                // every request below has completed.
-                let rc = unsafe {
-                    ffi::MPI_Irecv(
-                        recv_ptr.add(base + offset).cast(),
-                        piece_count(len),
-                        dt,
-                        r as c_int,
-                        0,
-                        comm,
-                        &mut request,
-                    )
-                };
-                posted = check(rc, "MPI_Irecv");
-                if posted.is_err() {
-                    break;
-                }
-                requests.push(request);
-            }
-        }
-        if posted.is_ok() {
-            'peers: for r in 0..self.size {
-                let block = &send[send_layout.block(r)];
-                for (offset, len) in pieces(block.len(), limit) {
-                    let mut request = request_null();
-                    // SAFETY: `block[offset..offset + len]` is in bounds and stays borrowed
-                    // (shared) until every request has completed below.
-                    let rc = unsafe {
-                        ffi::MPI_Isend(
-                            block[offset..].as_ptr().cast(),
-                            piece_count(len),
-                            dt,
-                            r as c_int,
-                            0,
-                            comm,
-                            &mut request,
-                        )
-                    };
-                    posted = check(rc, "MPI_Isend");
-                    if posted.is_err() {
-                        break 'peers;
-                    }
-                    requests.push(request);
-                }
-            }
-        }
-        if posted.is_err() {
-            // Posting failed part-way: the receives posted may never be matched, so cancel them
-            // before waiting (a cancelled or completed request both finish the wait).
-            for request in &mut requests {
-                // SAFETY: an active request of this call (sends ignore a cancel that comes too
-                // late; MPI allows cancelling any active request).
-                let rc = unsafe { ffi::MPI_Cancel(request) };
-                if let Err(e) = check(rc, "MPI_Cancel") {
-                    tracing::warn!(%e, "cancelling a split all-to-all piece failed");
-                }
-            }
-        }
-        let posted_count = piece_count(requests.len().min(n as usize));
-        // SAFETY: `requests` holds `posted_count` (≤ n) active or cancelled requests whose
-        // buffers are borrowed for this call; MPI_STATUSES_IGNORE is a valid statuses argument.
-        let rc = unsafe {
-            ffi::MPI_Waitall(
-                posted_count,
-                requests.as_mut_ptr(),
-                ffi::RSMPI_STATUSES_IGNORE,
-            )
-        };
-        posted?;
-        check(rc, "MPI_Waitall")
-    }
-}
-
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Direction {
     Send,
     Receive,
 }
 
-/// One posted request's buffer, held as a raw pointer while MPI owns it. A buffer longer than
-/// [`max_count`] goes as several MPI requests, `requests[first..first + pieces]`, one per
-/// consecutive piece; the request completes when all of them have.
+/// One posted request's buffer, held as a raw pointer while MPI owns it.
 struct Posted<T> {
     peer: usize,
     tag: Tag,
     direction: Direction,
     ptr: NonNull<T>,
     len: usize,
-    first: usize,
-    pieces: usize,
     done: bool,
 }
 
@@ -768,100 +527,11 @@ impl<T: Element> fmt::Debug for MpiExchange<'_, T> {
 }
 
 impl<'a, T: Element> MpiExchange<'a, T> {
-    /// Posts `len` elements at `ptr` to or from `peer` as one request per piece of at most
-    /// [`max_count`] elements.
-    ///
-    /// # Safety
-    /// `ptr` is valid for `len` elements for `'a` (readable for a send; for a receive, writable
-    /// and used by nothing else until the request finishes).
-    unsafe fn post(
-        &mut self,
-        direction: Direction,
-        peer: usize,
-        tag: Tag,
-        ptr: NonNull<T>,
-        len: usize,
-    ) -> Result<RequestId, CommError> {
-        let first = self.requests.len();
-        for (offset, piece) in pieces(len, max_count()) {
-            let mut request = request_null();
-            // SAFETY: `offset + piece ≤ len`, so the piece lies in the caller's buffer, valid
-            // as the caller guarantees; the peer and tag were checked; the exchange's Drop
-            // completes the request before the borrow ends.
-            let rc = unsafe {
-                let at = ptr.as_ptr().add(offset).cast();
-                match direction {
-                    Direction::Send => ffi::MPI_Isend(
-                        at,
-                        piece_count(piece),
-                        datatype(T::KIND),
-                        peer as c_int,
-                        c_int::from(tag),
-                        self.comm.comm,
-                        &mut request,
-                    ),
-                    Direction::Receive => ffi::MPI_Irecv(
-                        at,
-                        piece_count(piece),
-                        datatype(T::KIND),
-                        peer as c_int,
-                        c_int::from(tag),
-                        self.comm.comm,
-                        &mut request,
-                    ),
-                }
-            };
-            let call = match direction {
-                Direction::Send => "MPI_Isend",
-                Direction::Receive => "MPI_Irecv",
-            };
-            if let Err(e) = check(rc, call) {
-                // The pieces already posted stay pending as a request of their own, so that
-                // Drop cancels or completes them.
-                if self.requests.len() > first {
-                    self.push_posted(direction, peer, tag, ptr, len, first);
-                }
-                return Err(e);
-            }
-            self.requests.push(request);
-        }
-        Ok(self.push_posted(direction, peer, tag, ptr, len, first))
-    }
-
-    fn push_posted(
-        &mut self,
-        direction: Direction,
-        peer: usize,
-        tag: Tag,
-        ptr: NonNull<T>,
-        len: usize,
-        first: usize,
-    ) -> RequestId {
-        self.posted.push(Posted {
-            peer,
-            tag,
-            direction,
-            ptr,
-            len,
-            first,
-            pieces: self.requests.len() - first,
-            done: false,
-        });
+    fn push(&mut self, request: ffi::MPI_Request, posted: Posted<T>) -> RequestId {
+        self.requests.push(request);
+        self.posted.push(posted);
         self.pending += 1;
         RequestId(self.posted.len() - 1)
-    }
-
-    /// The MPI requests of posted request `i`.
-    fn requests_of(&mut self, i: usize) -> &mut [ffi::MPI_Request] {
-        let (first, pieces) = (self.posted[i].first, self.posted[i].pieces);
-        &mut self.requests[first..first + pieces]
-    }
-
-    /// Marks request `i` failed (its MPI requests are complete or freed by the failed call).
-    fn fail(&mut self, i: usize, e: CommError) -> CommError {
-        self.posted[i].done = true;
-        self.pending -= 1;
-        e
     }
 
     fn check_id(&self, id: RequestId) -> Result<(), CommError> {
@@ -871,12 +541,11 @@ impl<'a, T: Element> MpiExchange<'a, T> {
         }
     }
 
-    /// Marks request `i` finished (MPI has released its buffer: every piece has completed,
-    /// `statuses` holds one status per piece) and hands the buffer back.
+    /// Marks request `i` finished (MPI has released its buffer) and hands the buffer back.
     fn finish(
         &mut self,
         i: usize,
-        statuses: &[ffi::MPI_Status],
+        status: &ffi::MPI_Status,
     ) -> Result<Completion<'a, T>, CommError> {
         let posted = &mut self.posted[i];
         if posted.done {
@@ -896,25 +565,16 @@ impl<'a, T: Element> MpiExchange<'a, T> {
                 data: unsafe { std::slice::from_raw_parts(ptr.as_ptr(), len) },
             }),
             Direction::Receive => {
-                // Every piece must have received exactly its length.
-                let (mut total, mut exact) = (0usize, true);
-                for (status, (_, piece)) in statuses.iter().zip(pieces(len, max_count())) {
-                    let mut received: c_int = 0;
-                    // SAFETY: `status` was filled by MPI for this receive's piece; valid
-                    // out-pointer.
-                    let rc =
-                        unsafe { ffi::MPI_Get_count(status, datatype(T::KIND), &mut received) };
-                    check(rc, "MPI_Get_count")?;
-                    let got = usize::try_from(received).unwrap_or(0);
-                    exact &= received != undefined() && got == piece;
-                    total += got;
-                }
-                if !exact {
+                let mut received: c_int = 0;
+                // SAFETY: `status` was filled by MPI for this receive; valid out-pointer.
+                let rc = unsafe { ffi::MPI_Get_count(status, datatype(T::KIND), &mut received) };
+                check(rc, "MPI_Get_count")?;
+                if received == undefined() || usize::try_from(received) != Ok(len) {
                     return Err(CommError::MessageLength {
                         peer,
                         tag,
                         expected: len,
-                        actual: total,
+                        actual: usize::try_from(received).unwrap_or(0),
                     });
                 }
                 Ok(Completion::Received {
@@ -932,49 +592,27 @@ impl<'a, T: Element> MpiExchange<'a, T> {
 
     /// Cancels pending receives and waits for every pending request; errors are logged only.
     fn abandon(&mut self) {
-        for posted in &mut self.posted {
+        for (request, posted) in self.requests.iter_mut().zip(&mut self.posted) {
             if posted.done {
                 continue;
             }
-            for request in &mut self.requests[posted.first..posted.first + posted.pieces] {
-                if posted.direction == Direction::Receive && *request != request_null() {
-                    // SAFETY: `request` is an active request of this exchange.
-                    let rc = unsafe { ffi::MPI_Cancel(request) };
-                    if let Err(e) = check(rc, "MPI_Cancel") {
-                        tracing::warn!(%e, "cancelling a pending receive failed");
-                    }
+            if posted.direction == Direction::Receive {
+                // SAFETY: `request` is an active request of this exchange.
+                let rc = unsafe { ffi::MPI_Cancel(request) };
+                if let Err(e) = check(rc, "MPI_Cancel") {
+                    tracing::warn!(%e, "cancelling a pending receive failed");
                 }
-                let mut status = empty_status();
-                // SAFETY: `request` is active (or already null, which MPI_Wait accepts); its
-                // buffer is still borrowed by this exchange.
-                let rc = unsafe { ffi::MPI_Wait(request, &mut status) };
-                if let Err(e) = check(rc, "MPI_Wait") {
-                    tracing::warn!(%e, "completing an abandoned request failed");
-                }
+            }
+            let mut status = empty_status();
+            // SAFETY: `request` is active (or already null, which MPI_Wait accepts); its buffer
+            // is still borrowed by this exchange.
+            let rc = unsafe { ffi::MPI_Wait(request, &mut status) };
+            if let Err(e) = check(rc, "MPI_Wait") {
+                tracing::warn!(%e, "completing an abandoned request failed");
             }
             posted.done = true;
         }
         self.pending = 0;
-    }
-
-    /// Waits for every piece of request `i` (MPI_Waitall) and finishes it.
-    fn wait_pieces(&mut self, i: usize) -> Result<Completion<'a, T>, CommError> {
-        let pieces = self.posted[i].pieces;
-        let mut statuses = vec![empty_status(); pieces];
-        let requests = self.requests_of(i);
-        // SAFETY: `requests` holds `pieces` requests of this exchange, active or null (pieces
-        // already completed); `statuses` has room for as many.
-        let rc = unsafe {
-            ffi::MPI_Waitall(
-                piece_count(pieces),
-                requests.as_mut_ptr(),
-                statuses.as_mut_ptr(),
-            )
-        };
-        if let Err(e) = check(rc, "MPI_Waitall") {
-            return Err(self.fail(i, e));
-        }
-        self.finish(i, &statuses)
     }
 }
 
@@ -990,51 +628,94 @@ impl<'a, T: Element> Exchange<'a, T> for MpiExchange<'a, T> {
     fn isend(&mut self, dest: usize, tag: Tag, buf: &'a [T]) -> Result<RequestId, CommError> {
         check_rank("destination", dest, self.comm.size)?;
         check_tag(tag)?;
-        let len = buf.len();
+        let n = count("isend length", buf.len())?;
+        let mut request = request_null();
         // SAFETY: `buf` stays borrowed (shared) for `'a`, which outlives this exchange, whose
-        // Drop completes the request; MPI only reads a send buffer.
-        unsafe { self.post(Direction::Send, dest, tag, NonNull::from(buf).cast(), len) }
+        // Drop completes the request; the destination and tag are valid.
+        let rc = unsafe {
+            ffi::MPI_Isend(
+                buf.as_ptr().cast(),
+                n,
+                datatype(T::KIND),
+                dest as c_int,
+                c_int::from(tag),
+                self.comm.comm,
+                &mut request,
+            )
+        };
+        check(rc, "MPI_Isend")?;
+        let posted = Posted {
+            peer: dest,
+            tag,
+            direction: Direction::Send,
+            ptr: NonNull::from(buf).cast(),
+            len: buf.len(),
+            done: false,
+        };
+        Ok(self.push(request, posted))
     }
 
     fn irecv(&mut self, source: usize, tag: Tag, buf: &'a mut [T]) -> Result<RequestId, CommError> {
         check_rank("source", source, self.comm.size)?;
         check_tag(tag)?;
+        let n = count("irecv length", buf.len())?;
         let len = buf.len();
         let ptr: NonNull<T> = NonNull::from(buf).cast();
+        let mut request = request_null();
         // SAFETY: the exclusive borrow `buf` was consumed into `ptr` for `'a`, which outlives this
         // exchange, whose Drop completes the request; nothing else touches the buffer until the
         // request finishes and `finish` hands it back.
-        unsafe { self.post(Direction::Receive, source, tag, ptr, len) }
+        let rc = unsafe {
+            ffi::MPI_Irecv(
+                ptr.as_ptr().cast(),
+                n,
+                datatype(T::KIND),
+                source as c_int,
+                c_int::from(tag),
+                self.comm.comm,
+                &mut request,
+            )
+        };
+        check(rc, "MPI_Irecv")?;
+        let posted = Posted {
+            peer: source,
+            tag,
+            direction: Direction::Receive,
+            ptr,
+            len,
+            done: false,
+        };
+        Ok(self.push(request, posted))
     }
 
     fn wait(&mut self, id: RequestId) -> Result<Completion<'a, T>, CommError> {
         self.check_id(id)?;
-        self.wait_pieces(id.0)
+        let mut status = empty_status();
+        // SAFETY: an active request of this exchange; valid status out-pointer.
+        let rc = unsafe { ffi::MPI_Wait(&mut self.requests[id.0], &mut status) };
+        if let Err(e) = check(rc, "MPI_Wait") {
+            self.posted[id.0].done = true;
+            self.pending -= 1;
+            return Err(e);
+        }
+        self.finish(id.0, &status)
     }
 
     fn test(&mut self, id: RequestId) -> Result<Option<Completion<'a, T>>, CommError> {
         self.check_id(id)?;
-        let pieces = self.posted[id.0].pieces;
-        let mut statuses = vec![empty_status(); pieces];
+        let mut status = empty_status();
         let mut flag: c_int = 0;
-        let requests = self.requests_of(id.0);
-        // SAFETY: `requests` holds `pieces` active requests of this exchange (MPI_Testall
-        // completes all of them or none); valid out-pointers with room for `pieces` statuses.
-        let rc = unsafe {
-            ffi::MPI_Testall(
-                piece_count(pieces),
-                requests.as_mut_ptr(),
-                &mut flag,
-                statuses.as_mut_ptr(),
-            )
-        };
-        if let Err(e) = check(rc, "MPI_Testall") {
-            return Err(self.fail(id.0, e));
+        // SAFETY: an active request of this exchange; valid out-pointers.
+        let rc = unsafe { ffi::MPI_Test(&mut self.requests[id.0], &mut flag, &mut status) };
+        if let Err(e) = check(rc, "MPI_Test") {
+            self.posted[id.0].done = true;
+            self.pending -= 1;
+            return Err(e);
         }
         if flag == 0 {
             return Ok(None);
         }
-        self.finish(id.0, &statuses).map(Some)
+        self.finish(id.0, &status).map(Some)
     }
 
     fn wait_any(&mut self) -> Result<Option<Completion<'a, T>>, CommError> {
@@ -1052,33 +733,8 @@ impl<'a, T: Element> Exchange<'a, T> for MpiExchange<'a, T> {
         if index == undefined() {
             return Ok(None);
         }
-        let j = usize::try_from(index).map_err(|_| CommError::InvalidRequest { id: usize::MAX })?;
-        // The posted request that MPI request j is a piece of; its other pieces are waited
-        // for now (the peer has posted them all), so no request is ever half finished.
-        let i = self
-            .posted
-            .partition_point(|p| p.first <= j)
-            .saturating_sub(1);
-        if self.posted[i].pieces == 1 {
-            return self.finish(i, std::slice::from_ref(&status)).map(Some);
-        }
-        let piece = j - self.posted[i].first;
-        let mut statuses = vec![empty_status(); self.posted[i].pieces];
-        let requests = self.requests_of(i);
-        // SAFETY: `requests` holds this request's pieces, active or null (piece j, just
-        // completed); `statuses` has room for all of them.
-        let rc = unsafe {
-            ffi::MPI_Waitall(
-                piece_count(requests.len()),
-                requests.as_mut_ptr(),
-                statuses.as_mut_ptr(),
-            )
-        };
-        if let Err(e) = check(rc, "MPI_Waitall") {
-            return Err(self.fail(i, e));
-        }
-        statuses[piece] = status;
-        self.finish(i, &statuses).map(Some)
+        let i = usize::try_from(index).map_err(|_| CommError::InvalidRequest { id: usize::MAX })?;
+        self.finish(i, &status).map(Some)
     }
 
     fn pending(&self) -> usize {
