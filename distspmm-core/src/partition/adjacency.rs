@@ -58,8 +58,25 @@ impl Adjacency {
         let bounds: Vec<usize> = (0..=tasks).map(|t| n * t / tasks).collect();
         let edges = || src.iter().zip(dst).filter(|(u, v)| u != v);
 
+        let what = || {
+            std::format!(
+                "the symmetric adjacency of {n} nodes and {} edges (for partitioning)",
+                src.len()
+            )
+        };
+        // At the peak: both directions of every edge (4 bytes each), per node its degree and the
+        // row offsets, and per task a cursor and a last-row marker over all nodes.
+        let (n64, e64) = (n as u64, src.len() as u64);
+        crate::memory::check(
+            what(),
+            e64.saturating_mul(8)
+                .saturating_add(n64.saturating_mul(16))
+                .saturating_add((tasks as u64).saturating_mul(n64).saturating_mul(12)),
+            MEMORY_HINT,
+        )?;
+
         // Degrees with duplicates (both directions, loops excluded), each task its own rows.
-        let mut degree = std::vec![0usize; n];
+        let mut degree = crate::memory::try_filled(n, 0usize, what(), MEMORY_HINT)?;
         split_lengths(&mut degree, bounds.windows(2).map(|w| w[1] - w[0]))
             .into_par_iter()
             .zip(bounds.par_windows(2))
@@ -82,7 +99,8 @@ impl Adjacency {
 
         // Scatter each task's rows into its own region, then dedup them in place (the degrees
         // become the deduplicated row lengths) and compact to the region's front.
-        let mut adjncy: Vec<u32> = std::vec![0; region_len.iter().sum()];
+        let mut adjncy: Vec<u32> =
+            crate::memory::try_filled(region_len.iter().sum(), 0, what(), MEMORY_HINT)?;
         let kept: Vec<usize> = split_lengths(&mut adjncy, region_len.iter().copied())
             .into_par_iter()
             .zip(split_lengths(
@@ -141,7 +159,7 @@ impl Adjacency {
         }
         adjncy.truncate(write);
         adjncy.shrink_to_fit();
-        let mut xadj: Vec<u64> = Vec::with_capacity(n + 1);
+        let mut xadj: Vec<u64> = crate::memory::try_with_capacity(n + 1, what(), MEMORY_HINT)?;
         xadj.push(0);
         let mut at = 0u64;
         for &d in &degree {
@@ -220,6 +238,9 @@ fn push_decimal(line: &mut std::string::String, mut value: u64) {
 
 /// Row ranges for [`Adjacency::from_edges`]: one per thread (each reads every edge, so not
 /// more), at least 1024 rows each; three in the unit tests, to exercise the split.
+/// What to do when the adjacency does not fit.
+const MEMORY_HINT: &str = "use a machine with more memory, or partition a smaller graph";
+
 fn row_tasks(num_nodes: usize) -> usize {
     let wanted = if cfg!(test) {
         3

@@ -26,6 +26,9 @@ pub use renumber::Renumbering;
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum PartitionError {
+    /// The symmetric adjacency (or another partitioning buffer) does not fit in memory.
+    #[error(transparent)]
+    Memory(#[from] crate::memory::MemoryError),
     /// Zero parts were asked for.
     #[error("the number of parts must be at least 1")]
     ZeroParts,
@@ -880,6 +883,18 @@ mod tests {
             ..KaminparOptions::default()
         };
         assert!(big_seed.validate().is_err());
+    }
+
+    /// A node count far beyond the edges asks for more memory than there is: an error that
+    /// names the adjacency, not an abort.
+    #[test]
+    fn an_adjacency_that_cannot_fit_is_an_error() {
+        let err = Adjacency::from_edges(u32::MAX as usize, &[0, 1], &[1, 0]).unwrap_err();
+        assert!(matches!(err, PartitionError::Memory(_)), "{err}");
+        assert!(
+            std::format!("{err}").contains("symmetric adjacency"),
+            "{err}"
+        );
     }
 
     fn kaminpar(threads: usize, seed: u64, balance: Balance) -> Method {
