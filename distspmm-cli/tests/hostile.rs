@@ -285,7 +285,7 @@ fn special_files_are_refused_at_once() {
         "a directory as the graph",
     );
     assert!(
-        stderr.contains("graph.npz") && stderr.contains("a directory, not a regular file"),
+        stderr.contains("graph.npz") && stderr.contains("a directory without edge_index.npy"),
         "{stderr}"
     );
 }
@@ -417,10 +417,17 @@ fn messages_name_the_real_cause_once() {
     );
     let stderr = partition_with(&["--imbalance", "1e300"]);
     assert!(stderr.contains("tolerance 1e300 is invalid"), "{stderr}");
-    let stderr = partition_with(&["--seed", "18446744073709551615"]);
+    let stderr = partition_with(&["--seed", "18446744073709551615", "--method", "metis"]);
     assert!(
         stderr.contains("--seed 18446744073709551615 is too large for METIS")
             && !stderr.contains("index type"),
+        "{stderr}"
+    );
+    // The default method, KaMinPar, takes a C int seed too, and says so.
+    let stderr = partition_with(&["--seed", "18446744073709551615"]);
+    assert!(
+        stderr.contains("seed 18446744073709551615 does not fit")
+            && stderr.contains("below 2147483648"),
         "{stderr}"
     );
     // 2³² − 1 nodes with --method contiguous: whatever stops it, not METIS's index type

@@ -717,6 +717,14 @@ pub fn read_npz(path: impl AsRef<Path>) -> Result<Graph, GraphError> {
 /// directory and the array.
 pub fn read_npy_dir(path: impl AsRef<Path>) -> Result<Graph, GraphError> {
     let path = path.as_ref();
+    if !path.join("edge_index.npy").exists() {
+        return Err(GraphError::from(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "it is a directory without edge_index.npy: give a graph file, or a directory of \
+             .npy files named as in an .npz (edge_index.npy, x.npy, y.npy, train_mask.npy, …)",
+        ))
+        .in_file(path));
+    }
     read_archive(NpyDir { dir: path }).map_err(|e| e.in_file(path))
 }
 
