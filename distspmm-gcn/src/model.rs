@@ -969,17 +969,14 @@ mod tests {
             .map(|i| if i % 2 == 0 { TRAIN } else { TEST })
             .collect();
         let ids: Vec<u64> = (0..n as u64).collect();
-        let cfg = GcnConfig {
-            in_dim,
-            hidden,
-            classes: 3,
-            layers,
-            dropout: 0.0,
-            lr: 0.01,
-            weight_decay: 0.0,
-            seed: 9,
-        };
-        (DenseAgg { n, a }, x, labels, masks, ids, cfg)
+        (
+            DenseAgg { n, a },
+            x,
+            labels,
+            masks,
+            ids,
+            test_config(in_dim, hidden, layers),
+        )
     }
 
     #[test]
@@ -1142,19 +1139,24 @@ mod tests {
         }
     }
 
+    /// The tests' model: 3 classes, no dropout or weight decay, a fixed seed.
+    fn test_config(in_dim: usize, hidden: usize, layers: usize) -> GcnConfig {
+        GcnConfig {
+            in_dim,
+            hidden,
+            classes: 3,
+            layers,
+            dropout: 0.0,
+            lr: 0.01,
+            weight_decay: 0.0,
+            seed: 9,
+        }
+    }
+
     #[test]
     fn the_memory_estimate_covers_every_buffer_the_model_allocates() {
         for (layers, in_dim, hidden, rows) in [(1, 4, 8, 7), (2, 9, 4, 300), (4, 5, 16, 1000)] {
-            let cfg = GcnConfig {
-                in_dim,
-                hidden,
-                classes: 3,
-                layers,
-                dropout: 0.0,
-                lr: 0.01,
-                weight_decay: 0.0,
-                seed: 9,
-            };
+            let cfg = test_config(in_dim, hidden, layers);
             let model = Gcn::new(cfg.clone(), rows, 1).unwrap();
             let buffers: usize = model
                 .layers
