@@ -55,10 +55,7 @@ impl Default for KaminparOptions {
 impl KaminparOptions {
     /// Checks the options: an imbalance KaMinPar can meet, a seed that fits its `int`.
     pub fn validate(&self) -> Result<(), PartitionError> {
-        // The range METIS's ufactor takes (1.001 to 1001), so both methods accept the same.
-        if !self.imbalance.is_finite() || !(1.0005..=1001.0005).contains(&self.imbalance) {
-            return Err(PartitionError::InvalidImbalance(self.imbalance));
-        }
+        super::imbalance_thousandths(self.imbalance)?;
         if self.imbalance < KAMINPAR_IMBALANCE - 1e-9 {
             return Err(PartitionError::Kaminpar(std::format!(
                 "it balances parts to within 3% (imbalance 1.03) and cannot meet {}; \

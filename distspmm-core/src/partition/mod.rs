@@ -198,14 +198,20 @@ impl Default for MetisOptions {
     }
 }
 
+/// The imbalance tolerance in thousandths above 1 (METIS's `ufactor`), for a tolerance from
+/// 1.001 to 1001: the range every method accepts.
+pub(crate) fn imbalance_thousandths(imbalance: f64) -> Result<i32, PartitionError> {
+    let ufactor = ((imbalance - 1.0) * 1000.0).round();
+    if !imbalance.is_finite() || !(1.0..=1.0e6).contains(&ufactor) {
+        return Err(PartitionError::InvalidImbalance(imbalance));
+    }
+    Ok(ufactor as i32)
+}
+
 impl MetisOptions {
     /// METIS's `ufactor` (imbalance in thousandths) for this tolerance.
     pub fn ufactor(&self) -> Result<i32, PartitionError> {
-        let ufactor = ((self.imbalance - 1.0) * 1000.0).round();
-        if !self.imbalance.is_finite() || !(1.0..=1.0e6).contains(&ufactor) {
-            return Err(PartitionError::InvalidImbalance(self.imbalance));
-        }
-        Ok(ufactor as i32)
+        imbalance_thousandths(self.imbalance)
     }
 }
 
@@ -897,6 +903,7 @@ mod tests {
         );
     }
 
+    #[cfg(feature = "kaminpar")]
     fn kaminpar(threads: usize, seed: u64, balance: Balance) -> Method {
         Method::Kaminpar(KaminparOptions {
             seed,
@@ -909,6 +916,7 @@ mod tests {
     /// KaMinPar's bound on a part: (1 + 0.03) · ⌈W/P⌉ of the balanced weight, relaxed to
     /// ⌈W/P⌉ + the heaviest node when nodes are weighted (its `setup_max_block_weight`: a part
     /// may have to take one hub whole).
+    #[cfg(feature = "kaminpar")]
     fn kaminpar_bound(total: u64, parts: u32, heaviest: u64) -> u64 {
         let perfect = total.div_ceil(u64::from(parts));
         let eps = (perfect as f64 * KAMINPAR_IMBALANCE).floor() as u64;
