@@ -121,6 +121,6 @@ pub use error::CommError;
 pub use layout::BlockLayout;
 pub use local::{LocalComm, LocalExchange};
 #[cfg(feature = "mpi")]
-pub use mpi_backend::{MpiComm, MpiExchange};
+pub use mpi_backend::{max_count as mpi_max_count, MpiComm, MpiExchange, MAX_COUNT_ENV};
 #[cfg(feature = "nccl")]
 pub use nccl::{DeviceSelect, NcclComm, NcclHost, NcclUniqueId, RawDeviceBuffer};

@@ -4,6 +4,15 @@
 //! discard them) — together with `MPI_ERRORS_RETURN` on our communicator, a failing call becomes
 //! a [`CommError::Mpi`] instead of an abort. rsmpi provides initialisation/finalisation
 //! ([`Universe`]), the datatype handles and the reduction operation handles.
+//!
+//! **Large messages.** No length is limited by MPI's C `int` counts: a buffer longer than one
+//! call can name travels as one message under a derived datatype, and all-reduces in pieces
+//! ([`large`]; [`MAX_COUNT_ENV`] lowers the limit in tests).
+
+mod large;
+
+pub use large::{max_count, MAX_COUNT_ENV};
+use large::{pieces, Span};
 
 use std::cell::RefCell;
 use std::ffi::{c_char, c_int};
@@ -374,14 +383,14 @@ impl Group for MpiComm {
 impl Broadcast for MpiComm {
     fn broadcast<T: Element>(&self, buf: &mut [T], root: usize) -> Result<(), CommError> {
         check_rank("root", root, self.size)?;
-        let n = count("broadcast length", buf.len())?;
-        // SAFETY: `buf` is valid for `n` elements of T's MPI type and exclusively borrowed for
-        // the blocking call; the root is in range.
+        let span = Span::new(T::KIND, buf.len(), "broadcast length")?;
+        // SAFETY: `span` describes exactly `buf`'s elements, which are valid and exclusively
+        // borrowed for the blocking call; the root is in range.
         let rc = unsafe {
             ffi::MPI_Bcast(
                 buf.as_mut_ptr().cast(),
-                n,
-                datatype(T::KIND),
+                span.count(),
+                span.datatype(),
                 root as c_int,
                 self.comm,
             )
@@ -392,47 +401,53 @@ impl Broadcast for MpiComm {
 
 impl AllReduce for MpiComm {
     fn all_reduce<T: Reducible>(&self, buf: &mut [T], op: ReduceOp) -> Result<(), CommError> {
-        let n = count("all_reduce length", buf.len())?;
         let mut scratch = self.reduce_scratch.borrow_mut();
-        let words = size_of_val(buf).div_ceil(8);
-        if scratch.len() < words {
-            scratch.resize(words, 0);
+        // Built-in reductions take predefined datatypes only: consecutive pieces, cut alike on
+        // every rank (all pass the same length).
+        for (offset, len) in pieces(buf.len(), max_count()) {
+            let piece = &mut buf[offset..offset + len];
+            let n = count("all_reduce length", len)?;
+            let words = size_of_val(piece).div_ceil(8);
+            if scratch.len() < words {
+                scratch.resize(words, 0);
+            }
+            let send: &mut [T] =
+                &mut bytemuck::cast_slice_mut::<u64, T>(&mut scratch[..words])[..len];
+            send.copy_from_slice(piece);
+            // SAFETY: `send` and `piece` are distinct valid buffers of `n` elements of T's MPI
+            // type; the call is blocking.
+            let rc = unsafe {
+                ffi::MPI_Allreduce(
+                    send.as_ptr().cast(),
+                    piece.as_mut_ptr().cast(),
+                    n,
+                    datatype(T::KIND),
+                    operation(op),
+                    self.comm,
+                )
+            };
+            check(rc, "MPI_Allreduce")?;
         }
-        let send: &mut [T] =
-            &mut bytemuck::cast_slice_mut::<u64, T>(&mut scratch[..words])[..buf.len()];
-        send.copy_from_slice(buf);
-        // SAFETY: `send` and `buf` are distinct valid buffers of `n` elements of T's MPI type;
-        // the call is blocking.
-        let rc = unsafe {
-            ffi::MPI_Allreduce(
-                send.as_ptr().cast(),
-                buf.as_mut_ptr().cast(),
-                n,
-                datatype(T::KIND),
-                operation(op),
-                self.comm,
-            )
-        };
-        check(rc, "MPI_Allreduce")
+        Ok(())
     }
 }
 
 impl AllGather for MpiComm {
     fn all_gather<T: Element>(&self, send: &[T], recv: &mut [T]) -> Result<(), CommError> {
         check_all_gather(send.len(), recv.len(), self.size)?;
-        let n = count("all_gather length", send.len())?;
-        count("all_gather receive length", recv.len())?;
-        let dt = datatype(T::KIND);
-        // SAFETY: `send` holds `n` elements, `recv` holds `n * size` (checked), both of T's MPI
-        // type, distinct, and the call is blocking.
+        // One rank's block, on both sides: rank r's lands `r` extents (= `send.len()`
+        // elements) into `recv`.
+        let span = Span::new(T::KIND, send.len(), "all_gather length")?;
+        // SAFETY: `span` describes `send`'s elements; `recv` holds `size` such blocks
+        // (checked); the buffers are distinct and the call is blocking.
         let rc = unsafe {
             ffi::MPI_Allgather(
                 send.as_ptr().cast(),
-                n,
-                dt,
+                span.count(),
+                span.datatype(),
                 recv.as_mut_ptr().cast(),
-                n,
-                dt,
+                span.count(),
+                span.datatype(),
                 self.comm,
             )
         };
@@ -451,8 +466,13 @@ impl AllToAllV for MpiComm {
         let p = self.size;
         send_layout.check("all_to_all_v send", p, send.len(), false)?;
         recv_layout.check("all_to_all_v receive", p, recv.len(), true)?;
-        count("all_to_all_v send extent", send_layout.extent())?;
-        count("all_to_all_v receive extent", recv_layout.extent())?;
+        // Every count and displacement fits a call when the extents do. All ranks must take
+        // the same collective, so whether any rank's do not is agreed first.
+        let limit = max_count();
+        let local_large = send_layout.extent() > limit || recv_layout.extent() > limit;
+        if self.any_rank(local_large)? {
+            return self.all_to_all_w(send, send_layout, recv, recv_layout);
+        }
         let mut ints = self.counts.borrow_mut();
         ints.clear();
         for layout in [send_layout, recv_layout] {
@@ -482,6 +502,57 @@ impl AllToAllV for MpiComm {
     }
 }
 
+impl MpiComm {
+    /// Whether `flag` holds on any rank (a max-reduction of one byte; collective).
+    fn any_rank(&self, flag: bool) -> Result<bool, CommError> {
+        let mut flag = [u32::from(flag)];
+        self.all_reduce(&mut flag, ReduceOp::Max)?;
+        Ok(flag[0] != 0)
+    }
+
+    /// An all-to-all whose counts or displacements exceed one call's: `MPI_Alltoallw` with one
+    /// datatype per peer and side that places the block itself ([`Span::at`]), so every count
+    /// is 0 or 1 and every displacement 0.
+    fn all_to_all_w<T: Element>(
+        &self,
+        send: &[T],
+        send_layout: &BlockLayout,
+        recv: &mut [T],
+        recv_layout: &BlockLayout,
+    ) -> Result<(), CommError> {
+        let p = self.size;
+        let spans = |layout: &BlockLayout, what| {
+            (0..p)
+                .map(|q| Span::at(T::KIND, layout.displs()[q], layout.counts()[q], what))
+                .collect::<Result<Vec<Span>, CommError>>()
+        };
+        let send_spans = spans(send_layout, "all_to_all_v send block")?;
+        let recv_spans = spans(recv_layout, "all_to_all_v receive block")?;
+        let counts = |s: &[Span]| s.iter().map(Span::count).collect::<Vec<c_int>>();
+        let types = |s: &[Span]| s.iter().map(Span::datatype).collect::<Vec<_>>();
+        let (send_counts, recv_counts) = (counts(&send_spans), counts(&recv_spans));
+        let (send_types, recv_types) = (types(&send_spans), types(&recv_spans));
+        let zeros: Vec<c_int> = vec![0; p];
+        // SAFETY: each peer's type places exactly its block of the layout, which was checked
+        // against the buffer (inside it; receive blocks disjoint); all arrays hold `p` entries;
+        // the buffers are distinct, the spans outlive the blocking call.
+        let rc = unsafe {
+            ffi::MPI_Alltoallw(
+                send.as_ptr().cast(),
+                send_counts.as_ptr(),
+                zeros.as_ptr(),
+                send_types.as_ptr(),
+                recv.as_mut_ptr().cast(),
+                recv_counts.as_ptr(),
+                zeros.as_ptr(),
+                recv_types.as_ptr(),
+                self.comm,
+            )
+        };
+        check(rc, "MPI_Alltoallw")
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Direction {
     Send,
@@ -495,6 +566,9 @@ struct Posted<T> {
     direction: Direction,
     ptr: NonNull<T>,
     len: usize,
+    /// The datatype the request was posted with (a derived one for a long buffer), kept until
+    /// it finishes so that a receive can count what arrived.
+    span: Span,
     done: bool,
 }
 
@@ -565,16 +639,13 @@ impl<'a, T: Element> MpiExchange<'a, T> {
                 data: unsafe { std::slice::from_raw_parts(ptr.as_ptr(), len) },
             }),
             Direction::Receive => {
-                let mut received: c_int = 0;
-                // SAFETY: `status` was filled by MPI for this receive; valid out-pointer.
-                let rc = unsafe { ffi::MPI_Get_count(status, datatype(T::KIND), &mut received) };
-                check(rc, "MPI_Get_count")?;
-                if received == undefined() || usize::try_from(received) != Ok(len) {
+                let received = posted.span.received(status)?;
+                if received != Some(len) {
                     return Err(CommError::MessageLength {
                         peer,
                         tag,
                         expected: len,
-                        actual: usize::try_from(received).unwrap_or(0),
+                        actual: received.unwrap_or(0),
                     });
                 }
                 Ok(Completion::Received {
@@ -628,15 +699,16 @@ impl<'a, T: Element> Exchange<'a, T> for MpiExchange<'a, T> {
     fn isend(&mut self, dest: usize, tag: Tag, buf: &'a [T]) -> Result<RequestId, CommError> {
         check_rank("destination", dest, self.comm.size)?;
         check_tag(tag)?;
-        let n = count("isend length", buf.len())?;
+        let span = Span::new(T::KIND, buf.len(), "isend length")?;
         let mut request = request_null();
         // SAFETY: `buf` stays borrowed (shared) for `'a`, which outlives this exchange, whose
-        // Drop completes the request; the destination and tag are valid.
+        // Drop completes the request; `span` describes exactly its elements; the destination
+        // and tag are valid.
         let rc = unsafe {
             ffi::MPI_Isend(
                 buf.as_ptr().cast(),
-                n,
-                datatype(T::KIND),
+                span.count(),
+                span.datatype(),
                 dest as c_int,
                 c_int::from(tag),
                 self.comm.comm,
@@ -650,6 +722,7 @@ impl<'a, T: Element> Exchange<'a, T> for MpiExchange<'a, T> {
             direction: Direction::Send,
             ptr: NonNull::from(buf).cast(),
             len: buf.len(),
+            span,
             done: false,
         };
         Ok(self.push(request, posted))
@@ -658,18 +731,19 @@ impl<'a, T: Element> Exchange<'a, T> for MpiExchange<'a, T> {
     fn irecv(&mut self, source: usize, tag: Tag, buf: &'a mut [T]) -> Result<RequestId, CommError> {
         check_rank("source", source, self.comm.size)?;
         check_tag(tag)?;
-        let n = count("irecv length", buf.len())?;
+        let span = Span::new(T::KIND, buf.len(), "irecv length")?;
         let len = buf.len();
         let ptr: NonNull<T> = NonNull::from(buf).cast();
         let mut request = request_null();
         // SAFETY: the exclusive borrow `buf` was consumed into `ptr` for `'a`, which outlives this
-        // exchange, whose Drop completes the request; nothing else touches the buffer until the
-        // request finishes and `finish` hands it back.
+        // exchange, whose Drop completes the request; `span` describes exactly its `len`
+        // elements; nothing else touches the buffer until the request finishes and `finish`
+        // hands it back.
         let rc = unsafe {
             ffi::MPI_Irecv(
                 ptr.as_ptr().cast(),
-                n,
-                datatype(T::KIND),
+                span.count(),
+                span.datatype(),
                 source as c_int,
                 c_int::from(tag),
                 self.comm.comm,
@@ -683,6 +757,7 @@ impl<'a, T: Element> Exchange<'a, T> for MpiExchange<'a, T> {
             direction: Direction::Receive,
             ptr,
             len,
+            span,
             done: false,
         };
         Ok(self.push(request, posted))

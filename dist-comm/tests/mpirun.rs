@@ -22,6 +22,12 @@ fn mpirun() -> Option<PathBuf> {
 }
 
 fn launch(ranks: usize, args: &[&str]) {
+    launch_with(ranks, args, None);
+}
+
+/// Launches the selftest; with `max_count`, under `DIST_COMM_MPI_MAX_COUNT` (every rank must
+/// report it as its limit).
+fn launch_with(ranks: usize, args: &[&str], max_count: Option<usize>) {
     let _serial = SERIAL
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner);
@@ -43,8 +49,10 @@ fn launch(ranks: usize, args: &[&str]) {
             "btl",
             "self,vader",
         ])
+        .args(max_count.map_or(&[][..], |_| &["-x", "DIST_COMM_MPI_MAX_COUNT"][..]))
         .arg(env!("CARGO_BIN_EXE_dist-comm-selftest"))
         .args(args)
+        .envs(max_count.map(|n| ("DIST_COMM_MPI_MAX_COUNT", n.to_string())))
         .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
         .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1");
     let output = test_support::run(&mut command, TIMEOUT);
@@ -62,7 +70,13 @@ fn launch(ranks: usize, args: &[&str]) {
     } else {
         "init"
     };
+    let limit = max_count.unwrap_or(i32::MAX as usize);
     for rank in 0..ranks {
+        let reported = format!("rank {rank} of {ranks}: MPI element limit per call {limit}");
+        assert!(
+            out.lines().any(|l| l.ends_with(&reported)),
+            "rank {rank} did not report limit {limit}; stdout:\n{out}"
+        );
         let line = format!("rank {rank} of {ranks}: ");
         assert!(
             out.lines()
@@ -90,4 +104,12 @@ fn adopted_communicator_two_ranks() {
 #[test]
 fn adopted_communicator_three_ranks() {
     launch(3, &["--adopt"]);
+}
+
+/// Every collective and point-to-point path with messages longer than one MPI call may name
+/// (the limit forced down to 1000 elements; in production it is `i32::MAX`): derived datatypes,
+/// all-reduce pieces, `MPI_Alltoallw`, and length errors on long messages.
+#[test]
+fn selftest_three_ranks_with_messages_split() {
+    launch_with(3, &[], Some(1000));
 }

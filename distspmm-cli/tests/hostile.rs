@@ -766,7 +766,7 @@ fn training_sizes_that_cannot_fit_are_errors_naming_the_option() {
     let mut g = distspmm_core::graph::Graph::from_edges(4, vec![0, 1, 2], vec![1, 2, 3]);
     g.features = Some(distspmm_core::graph::Features {
         dim: 2,
-        data: vec![1.0; 8],
+        data: vec![1.0; 8].into(),
     });
     g.labels = Some(vec![0, 1, 2, 1]);
     g.train_mask = Some(vec![true; 4]);

@@ -669,7 +669,7 @@ fn tensor_inputs(args: &Config, input: &Path) -> Result<TensorInputs> {
             input.display()
         );
     }
-    let mut features = feats.data.clone();
+    let mut features = feats.data.to_vec();
     check_features(&mut features, feats.dim, |r| r as u64, args.on_nonfinite)?;
     let a = distspmm_core::normalize::adjacency(
         n,

@@ -35,6 +35,13 @@ fn main() -> ExitCode {
 
 /// Runs the conformance checks; on failure reports and aborts the job.
 fn check_all(comm: &MpiComm, mode: &str) {
+    // The per-call element limit (lowered by the split-path test).
+    println!(
+        "dist-comm-selftest: rank {} of {}: MPI element limit per call {}",
+        comm.rank(),
+        comm.size(),
+        dist_comm::mpi_max_count()
+    );
     match conformance::run_all(comm) {
         Ok(n) => println!(
             "dist-comm-selftest: rank {} of {}: {n} checks passed ({mode})",

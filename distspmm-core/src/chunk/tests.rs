@@ -27,7 +27,7 @@ fn graph_and_a_hat(
     if dim > 0 {
         g.features = Some(Features {
             dim,
-            data: (0..n * dim).map(val).collect(),
+            data: (0..n * dim).map(val).collect::<Vec<f32>>().into(),
         });
     }
     g.labels = Some((0..n).map(|v| (v as i32 + seed as i32) % 4 - 1).collect());

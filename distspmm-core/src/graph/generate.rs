@@ -82,10 +82,7 @@ pub fn random_node_data(
         masks[which][v as usize] = true;
     }
     let [train, val, test] = masks;
-    graph.features = Some(Features {
-        dim: features,
-        data,
-    });
+    graph.features = Some(Features::new(features, data));
     graph.labels = Some(labels);
     graph.train_mask = Some(train);
     graph.val_mask = Some(val);
@@ -427,7 +424,7 @@ fn csbm_features(p: &CsbmParams, labels: &[i32]) -> Features {
                 }
             }
         });
-    Features { dim: f, data }
+    Features::new(f, data)
 }
 
 fn csbm_edges(

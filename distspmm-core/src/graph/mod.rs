@@ -18,6 +18,7 @@
 
 pub mod edgelist;
 mod error;
+mod features;
 pub mod generate;
 pub mod metis;
 pub mod mtx;
@@ -25,6 +26,7 @@ pub mod npz;
 mod text;
 
 pub use error::{show_float, GraphError, GraphErrorKind, Location};
+pub use features::{FeatureData, Features};
 
 use std::boxed::Box;
 use std::io::{BufRead, BufReader};
@@ -38,25 +40,6 @@ pub const MAX_NODES: usize = u32::MAX as usize;
 /// Classes any graph may have; more need at least as many nodes as classes
 /// ([`Graph::validate`]).
 pub const MAX_CLASSES_ANY_GRAPH: u64 = 1 << 16;
-
-/// Dense node features, row-major `num_nodes × dim`.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Features {
-    /// Feature columns per node.
-    pub dim: usize,
-    /// `num_nodes · dim` values; node i's features are `data[i·dim .. (i+1)·dim]`.
-    pub data: Vec<f32>,
-}
-
-impl Features {
-    /// Node `i`'s feature row.
-    ///
-    /// # Panics
-    /// If `i` is not a node of the matrix.
-    pub fn row(&self, i: usize) -> &[f32] {
-        &self.data[i * self.dim..(i + 1) * self.dim]
-    }
-}
 
 /// A directed graph with optional weights, features, labels and masks (PyG's `Data` fields).
 ///

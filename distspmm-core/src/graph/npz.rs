@@ -22,7 +22,8 @@
 //! into the target vectors (no intermediate copy of an `int64` edge array twice the size of the
 //! `u32` result).
 
-use super::{Features, Graph, GraphError, GraphErrorKind, MAX_NODES};
+use super::{FeatureData, Features, Graph, GraphError, GraphErrorKind, MAX_NODES};
+use std::fs::File;
 use std::io::{self, BufReader, BufWriter, Cursor, Read, Seek, Write};
 use std::path::Path;
 #[cfg(test)]
@@ -372,6 +373,15 @@ trait Arrays {
         allowed: &[Dtype],
         read: impl FnOnce(&mut dyn Read, &NpyHeader) -> Result<T, GraphErrorKind>,
     ) -> Result<T, GraphError>;
+
+    /// Array `name` (present) as its checked header, the file holding it and the byte offset
+    /// of its data in that file, when it is stored uncompressed in a file this source can map;
+    /// `None` otherwise (compressed, or held in memory).
+    fn stored(
+        &mut self,
+        name: &str,
+        allowed: &[Dtype],
+    ) -> Result<Option<(NpyHeader, File, u64)>, GraphError>;
 }
 
 /// Reads the header of an array stored in `size` bytes and checks its dtype and that the
@@ -407,6 +417,8 @@ fn checked_header(
 /// The zip archive under the reader, with errors mapped to [`GraphError`].
 struct Npz<R> {
     archive: ZipArchive<R>,
+    /// The archive's file, when it is one (uncompressed members can then be mapped).
+    file: Option<File>,
 }
 
 /// A directory holding `<name>.npy` files.
@@ -436,6 +448,23 @@ impl Arrays for NpyDir<'_> {
         let header = checked_header(&mut r, size, allowed).map_err(at)?;
         read(&mut r, &header).map_err(at)
     }
+
+    fn stored(
+        &mut self,
+        name: &str,
+        allowed: &[Dtype],
+    ) -> Result<Option<(NpyHeader, File, u64)>, GraphError> {
+        let at = |kind| GraphError::in_array(name, kind);
+        let file = chunk_format::open_regular(self.dir.join(format!("{name}.npy")))
+            .map_err(|e| at(GraphErrorKind::Io(e)))?;
+        let size = file
+            .metadata()
+            .map_err(|e| at(GraphErrorKind::Io(e)))?
+            .len();
+        let header = checked_header(&mut BufReader::new(&file), size, allowed).map_err(at)?;
+        let offset = header.prefix_len;
+        Ok(Some((header, file, offset)))
+    }
 }
 
 fn zip_error(e: ZipError) -> GraphErrorKind {
@@ -446,9 +475,9 @@ fn zip_error(e: ZipError) -> GraphErrorKind {
 }
 
 impl<R: Read + Seek> Npz<R> {
-    fn open(reader: R) -> Result<Self, GraphError> {
+    fn open(reader: R, file: Option<File>) -> Result<Self, GraphError> {
         let archive = ZipArchive::new(reader).map_err(zip_error)?;
-        Ok(Npz { archive })
+        Ok(Npz { archive, file })
     }
 }
 
@@ -473,6 +502,33 @@ impl<R: Read + Seek> Arrays for Npz<R> {
         let size = entry.size();
         let header = checked_header(&mut entry, size, allowed).map_err(at)?;
         read(&mut entry, &header).map_err(at)
+    }
+
+    fn stored(
+        &mut self,
+        name: &str,
+        allowed: &[Dtype],
+    ) -> Result<Option<(NpyHeader, File, u64)>, GraphError> {
+        let at = |kind| GraphError::in_array(name, kind);
+        let Some(file) = &self.file else {
+            return Ok(None);
+        };
+        let mut entry = self
+            .archive
+            .by_name(&format!("{name}.npy"))
+            .map_err(|e| at(zip_error(e)))?;
+        // A stored member's bytes are the file's bytes only if it is neither compressed nor
+        // encrypted (the zip crate refuses encrypted members in `by_name`).
+        if entry.compression() != CompressionMethod::Stored
+            || entry.size() != entry.compressed_size()
+        {
+            return Ok(None);
+        }
+        let size = entry.size();
+        let header = checked_header(&mut entry, size, allowed).map_err(at)?;
+        let offset = entry.data_start() + header.prefix_len;
+        let file = file.try_clone().map_err(|e| at(GraphErrorKind::Io(e)))?;
+        Ok(Some((header, file, offset)))
     }
 }
 
@@ -502,7 +558,49 @@ fn vec_with_capacity<T>(n: u64) -> Result<Vec<T>, GraphErrorKind> {
     Ok(v)
 }
 
-fn read_archive(mut npz: impl Arrays) -> Result<Graph, GraphError> {
+/// Whether a reader may map arrays (features) instead of copying them; tests compare the two.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Mapping {
+    Allowed,
+    #[cfg_attr(not(test), allow(dead_code))]
+    Never,
+}
+
+/// `x` as a mapped matrix (rows, features) when it is stored as it is in memory: `<f4`, C
+/// order, uncompressed, 4-byte aligned in its file (see [`super::FeatureData`]). Values are
+/// checked finite as the copying reader checks them. `None` leaves `x` to the copying reader.
+fn map_features(npz: &mut impl Arrays) -> Result<Option<(u64, Features)>, GraphError> {
+    let at = |kind| GraphError::in_array("x", kind);
+    let Some((h, file, offset)) = npz.stored("x", FLOATS)? else {
+        return Ok(None);
+    };
+    let (rows, dim) = match h.shape[..] {
+        [rows, dim] => (rows, dim),
+        [rows] => (rows, 1),
+        _ => return Err(at(shape_error(&h, "(N, F)"))),
+    };
+    if h.dtype != Dtype::F32 || h.fortran {
+        return Ok(None);
+    }
+    let (Some(count), Ok(dim)) = (
+        h.count().and_then(|c| usize::try_from(c).ok()),
+        usize::try_from(dim),
+    ) else {
+        return Ok(None);
+    };
+    let Some(data) =
+        FeatureData::map(&file, offset, count).map_err(|e| at(GraphErrorKind::Io(e)))?
+    else {
+        return Ok(None);
+    };
+    if let Some(bad) = data.iter().find(|x| !x.is_finite()) {
+        return Err(at(GraphErrorKind::NonFinite(f64::from(*bad))));
+    }
+    tracing::debug!(rows, dim, "features mapped from the input file");
+    Ok(Some((rows, Features { dim, data })))
+}
+
+fn read_archive(mut npz: impl Arrays, map: Mapping) -> Result<Graph, GraphError> {
     let declared = if npz.has("num_nodes") {
         Some(npz.with_array("num_nodes", INTS, |r, h| {
             if h.count() != Some(1) || h.shape.len() > 1 {
@@ -581,7 +679,14 @@ fn read_archive(mut npz: impl Arrays) -> Result<Graph, GraphError> {
         None
     };
 
-    let features = if npz.has("x") {
+    let mapped = if npz.has("x") && map == Mapping::Allowed {
+        map_features(&mut npz)?
+    } else {
+        None
+    };
+    let features = if mapped.is_some() {
+        mapped
+    } else if npz.has("x") {
         Some(npz.with_array("x", FLOATS, |r, h| {
             let (rows, dim) = match h.shape[..] {
                 [rows, dim] => (rows, dim),
@@ -608,13 +713,7 @@ fn read_archive(mut npz: impl Arrays) -> Result<Graph, GraphError> {
             } else {
                 for_each_chunk(r, h, count, |b| decode_floats(h.dtype, b, &mut data))?;
             }
-            Ok((
-                rows,
-                Features {
-                    dim: dim as usize,
-                    data,
-                },
-            ))
+            Ok((rows, Features::new(dim as usize, data)))
         })?)
     } else {
         None
@@ -698,25 +797,36 @@ fn read_archive(mut npz: impl Arrays) -> Result<Graph, GraphError> {
 /// Reads an `.npz` graph held in memory (see the module docs). For fuzzing and tests; errors
 /// name the array at fault.
 pub fn read_npz_bytes(bytes: &[u8]) -> Result<Graph, GraphError> {
-    read_archive(Npz::open(Cursor::new(bytes))?)
+    read_archive(Npz::open(Cursor::new(bytes), None)?, Mapping::Never)
 }
 
-/// Reads an `.npz` graph file (see the module docs). Errors name the file and the array.
+/// Reads an `.npz` graph file (see the module docs). Errors name the file and the array. An
+/// uncompressed, aligned `x.npy` member is mapped instead of copied ([`super::FeatureData`]).
 pub fn read_npz(path: impl AsRef<Path>) -> Result<Graph, GraphError> {
-    let path = path.as_ref();
+    read_npz_with(path.as_ref(), Mapping::Allowed)
+}
+
+fn read_npz_with(path: &Path, map: Mapping) -> Result<Graph, GraphError> {
     let inner = || -> Result<Graph, GraphError> {
         let file = chunk_format::open_regular(path)?;
-        read_archive(Npz::open(BufReader::with_capacity(1 << 16, file))?)
+        let for_maps = file.try_clone()?;
+        read_archive(
+            Npz::open(BufReader::with_capacity(1 << 16, file), Some(for_maps))?,
+            map,
+        )
     };
     inner().map_err(|e| e.in_file(path))
 }
 
 /// Reads a graph from a directory of `.npy` files named as in an `.npz` (`edge_index.npy`,
-/// `x.npy`, `y.npy`, masks, …; e.g. `unzip graph.npz -d graph/`), streamed like the archive's
-/// members: each array is decoded in 64 KiB pieces into its target vector. Errors name the
-/// directory and the array.
+/// `x.npy`, `y.npy`, masks, …; e.g. `unzip graph.npz -d graph/`). `x.npy` is mapped when it
+/// holds `<f4` in C order (NumPy's usual layout; [`super::FeatureData`]); every other array is
+/// decoded in 64 KiB pieces into its target vector. Errors name the directory and the array.
 pub fn read_npy_dir(path: impl AsRef<Path>) -> Result<Graph, GraphError> {
-    let path = path.as_ref();
+    read_npy_dir_with(path.as_ref(), Mapping::Allowed)
+}
+
+fn read_npy_dir_with(path: &Path, map: Mapping) -> Result<Graph, GraphError> {
     if !path.join("edge_index.npy").exists() {
         return Err(GraphError::from(io::Error::new(
             io::ErrorKind::InvalidInput,
@@ -725,7 +835,7 @@ pub fn read_npy_dir(path: impl AsRef<Path>) -> Result<Graph, GraphError> {
         ))
         .in_file(path));
     }
-    read_archive(NpyDir { dir: path }).map_err(|e| e.in_file(path))
+    read_archive(NpyDir { dir: path }, map).map_err(|e| e.in_file(path))
 }
 
 /// The `.npy` header (format 1.0) for `dtype` and `shape`, padded to a multiple of 64 bytes.
@@ -763,10 +873,21 @@ fn npy_header_text(descr: &str, fortran: bool, shape: &[u64]) -> Vec<u8> {
     out
 }
 
+/// How a member is stored.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Member {
+    /// Deflate-compressed.
+    Compressed,
+    /// Uncompressed, its data 64-byte aligned in the file (the header is a multiple of 64
+    /// bytes), so that a reader can map it ([`super::FeatureData`]).
+    Mappable,
+}
+
 /// Writes one array: header, then the elements encoded by `encode` in chunks.
 fn write_array<W: Write + Seek, T: Copy>(
     zip: &mut ZipWriter<W>,
     name: &str,
+    member: Member,
     dtype: Dtype,
     shape: &[u64],
     values: impl Iterator<Item = T>,
@@ -776,9 +897,15 @@ fn write_array<W: Write + Seek, T: Copy>(
     let header = npy_header(dtype, shape);
     let data_bytes = shape.iter().product::<u64>() * dtype.size() as u64;
     let options = SimpleFileOptions::default()
-        .compression_method(CompressionMethod::Deflated)
-        .compression_level(Some(1))
         .large_file(data_bytes + header.len() as u64 >= u64::from(u32::MAX));
+    let options = match member {
+        Member::Compressed => options
+            .compression_method(CompressionMethod::Deflated)
+            .compression_level(Some(1)),
+        Member::Mappable => options
+            .compression_method(CompressionMethod::Stored)
+            .with_alignment(64),
+    };
     zip.start_file(format!("{name}.npy"), options)
         .map_err(|e| at(zip_error(e)))?;
     zip.write_all(&header)
@@ -799,10 +926,19 @@ fn write_archive<W: Write + Seek>(zip: &mut ZipWriter<W>, g: &Graph) -> Result<(
     let e = g.num_edges() as u64;
     let i64_le = |v: i64, out: &mut Vec<u8>| out.extend_from_slice(&v.to_le_bytes());
     let ids = g.src.iter().chain(&g.dst).map(|&v| i64::from(v));
-    write_array(zip, "edge_index", Dtype::I64, &[2, e], ids, i64_le)?;
+    write_array(
+        zip,
+        "edge_index",
+        Member::Compressed,
+        Dtype::I64,
+        &[2, e],
+        ids,
+        i64_le,
+    )?;
     write_array(
         zip,
         "num_nodes",
+        Member::Compressed,
         Dtype::I64,
         &[],
         core::iter::once(n as i64),
@@ -813,6 +949,7 @@ fn write_archive<W: Write + Seek>(zip: &mut ZipWriter<W>, g: &Graph) -> Result<(
         write_array(
             zip,
             "edge_weight",
+            Member::Compressed,
             Dtype::F32,
             &[e],
             w.iter().copied(),
@@ -821,12 +958,21 @@ fn write_archive<W: Write + Seek>(zip: &mut ZipWriter<W>, g: &Graph) -> Result<(
     }
     if let Some(f) = &g.features {
         let shape = [n, f.dim as u64];
-        write_array(zip, "x", Dtype::F32, &shape, f.data.iter().copied(), f32_le)?;
+        write_array(
+            zip,
+            "x",
+            Member::Mappable,
+            Dtype::F32,
+            &shape,
+            f.data.iter().copied(),
+            f32_le,
+        )?;
     }
     if let Some(y) = &g.labels {
         write_array(
             zip,
             "y",
+            Member::Compressed,
             Dtype::I64,
             &[n],
             y.iter().map(|&c| i64::from(c)),
@@ -840,7 +986,15 @@ fn write_archive<W: Write + Seek>(zip: &mut ZipWriter<W>, g: &Graph) -> Result<(
     ] {
         if let Some(m) = mask {
             let bytes = m.iter().map(|&b| u8::from(b));
-            write_array(zip, name, Dtype::Bool, &[n], bytes, |b, out| out.push(b))?;
+            write_array(
+                zip,
+                name,
+                Member::Compressed,
+                Dtype::Bool,
+                &[n],
+                bytes,
+                |b, out| out.push(b),
+            )?;
         }
     }
     Ok(())
@@ -854,8 +1008,9 @@ pub fn write_npz_bytes(graph: &Graph) -> Result<Vec<u8>, GraphError> {
     Ok(zip.finish().map_err(zip_error)?.into_inner())
 }
 
-/// Writes `graph` as an `.npz` in PyG's layout (deflate-compressed; `edge_index`, `num_nodes`
-/// and whichever of `edge_weight`, `x`, `y`, masks the graph has), atomically: the archive is
+/// Writes `graph` as an `.npz` in PyG's layout (`edge_index`, `num_nodes` and whichever of
+/// `edge_weight`, `x`, `y`, masks the graph has; deflate-compressed, except `x`, stored
+/// uncompressed and 64-byte aligned so that [`read_npz`] maps it), atomically: the archive is
 /// written to a temporary file beside `path`, fsynced and renamed over it, and the directory
 /// fsynced (`chunk_format::atomic`), so `path` holds the old file or the complete new one,
 /// never a part. The output is byte-for-byte reproducible.

@@ -12,7 +12,7 @@ fn sample() -> Graph {
         weights: Some(vec![1.0, 2.0, 3.0]),
         features: Some(Features {
             dim: 2,
-            data: vec![0.0; 6],
+            data: vec![0.0; 6].into(),
         }),
         labels: Some(vec![0, -1, 1]),
         train_mask: Some(vec![true, false, false]),
@@ -77,7 +77,7 @@ fn validate_names_the_broken_field() {
             Graph {
                 features: Some(Features {
                     dim: 2,
-                    data: vec![0.0; 5],
+                    data: vec![0.0; 5].into(),
                 }),
                 ..sample()
             },
@@ -267,7 +267,7 @@ mod properties {
                     weights: weighted.then(|| edges.iter().map(|e| e.1).collect()),
                     features: x.map(|(dim, data)| Features {
                         dim,
-                        data: data[..n * dim].to_vec(),
+                        data: data[..n * dim].to_vec().into(),
                     }),
                     labels: y,
                     train_mask: mask.clone(),

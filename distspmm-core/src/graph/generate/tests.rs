@@ -338,7 +338,11 @@ fn propagate(g: &Graph, f: &Features) -> Features {
     }
     Features {
         dim: f.dim,
-        data: out.into_iter().map(|x| x as f32).collect(),
+        data: out
+            .into_iter()
+            .map(|x| x as f32)
+            .collect::<Vec<f32>>()
+            .into(),
     }
 }
 

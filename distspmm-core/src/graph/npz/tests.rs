@@ -126,7 +126,7 @@ fn reads_fortran_order_2d_arrays() {
     let g = read_npz_bytes(&bytes).unwrap();
     assert_eq!((g.src, g.dst), (vec![0, 1, 2], vec![1, 2, 0]));
     assert_eq!(
-        g.features.unwrap().data,
+        g.features.unwrap().data.into_vec(),
         vec![1.0, 10.0, 2.0, 20.0, 3.0, 30.0]
     );
     assert_eq!(g.labels, Some(vec![2, 1, 0]));
@@ -515,4 +515,163 @@ fn loads_cora() {
     let out = dir.path().join("cora.npz");
     write_npz(&out, &g).unwrap();
     assert_eq!(read_npz(&out).unwrap(), g);
+}
+
+/// Writes `bytes` as `name` in `dir` and returns the path.
+fn file_in(dir: &Path, name: &str, bytes: &[u8]) -> PathBuf {
+    let path = dir.join(name);
+    std::fs::write(&path, bytes).unwrap();
+    path
+}
+
+/// An `.npz` like `np.savez` writes (every member stored, no alignment), with a first member
+/// of `pad` bytes that shifts where `x`'s data lands in the file.
+fn savez_like(pad: usize, edges: &[i64], x: &[f32], shape: &[u64]) -> Vec<u8> {
+    let e = (edges.len() / 2) as u64;
+    let mut pad_member = vec![0u8; pad];
+    pad_member.extend(header_for("<i8", &[2, 0], false));
+    archive_with(
+        vec![
+            ("pad.npy".into(), pad_member),
+            ("edge_index.npy".into(), {
+                let mut b = header_for("<i8", &[2, e], false);
+                b.extend(i64s(edges));
+                b
+            }),
+            ("x.npy".into(), {
+                let mut b = header_for("<f4", shape, false);
+                b.extend(f32s(x));
+                b
+            }),
+        ],
+        CompressionMethod::Stored,
+    )
+}
+
+#[test]
+fn our_archives_and_npy_directories_map_their_features() {
+    let dir = tempfile::tempdir().unwrap();
+    let g = csbm(&CsbmParams {
+        nodes: 200,
+        features: 12,
+        ..CsbmParams::default()
+    })
+    .unwrap();
+    let path = dir.path().join("g.npz");
+    write_npz(&path, &g).unwrap();
+    let mapped = read_npz(&path).unwrap();
+    assert!(mapped.features.as_ref().unwrap().data.is_mapped());
+    assert_eq!(mapped, g);
+    let copied = read_npz_with(&path, Mapping::Never).unwrap();
+    assert!(!copied.features.as_ref().unwrap().data.is_mapped());
+    assert_eq!(copied, g);
+
+    // The same members unzipped into a directory.
+    let npy = dir.path().join("g");
+    std::fs::create_dir(&npy).unwrap();
+    let mut zip = ZipArchive::new(File::open(&path).unwrap()).unwrap();
+    for i in 0..zip.len() {
+        let mut member = zip.by_index(i).unwrap();
+        let mut out = File::create(npy.join(member.name())).unwrap();
+        io::copy(&mut member, &mut out).unwrap();
+    }
+    let from_dir = read_npy_dir(&npy).unwrap();
+    assert!(from_dir.features.as_ref().unwrap().data.is_mapped());
+    assert_eq!(from_dir, g);
+    assert_eq!(read_npy_dir_with(&npy, Mapping::Never).unwrap(), g);
+
+    // Normalising mapped features in place copies them and leaves the file alone.
+    let before = std::fs::read(&path).unwrap();
+    let mut m = read_npz(&path).unwrap();
+    let f = m.features.as_mut().unwrap();
+    f.data[0] += 1.0;
+    assert!(!f.data.is_mapped());
+    assert_eq!(std::fs::read(&path).unwrap(), before);
+}
+
+#[test]
+fn savez_archives_map_when_aligned_and_copy_otherwise() {
+    let dir = tempfile::tempdir().unwrap();
+    let edges = [0i64, 1, 2, 1, 2, 0];
+    let x: Vec<f32> = (0..12).map(|i| i as f32 * 0.5 - 2.0).collect();
+    let mut seen = [false, false];
+    for pad in 0..8 {
+        let path = file_in(dir.path(), "s.npz", &savez_like(pad, &edges, &x, &[3, 4]));
+        let g = read_npz(&path).unwrap();
+        let f = g.features.as_ref().unwrap();
+        assert_eq!((f.dim, &f.data[..]), (4, &x[..]), "pad {pad}");
+        seen[usize::from(f.data.is_mapped())] = true;
+        assert_eq!(read_npz_with(&path, Mapping::Never).unwrap(), g);
+    }
+    assert_eq!(
+        seen,
+        [true, true],
+        "both the mapped and the copying path ran"
+    );
+}
+
+#[test]
+fn mapped_features_are_checked_like_copied_ones() {
+    let dir = tempfile::tempdir().unwrap();
+    let npy = dir.path().join("bad");
+    std::fs::create_dir(&npy).unwrap();
+    let mut e = header_for("<i8", &[2, 3], false);
+    e.extend(i64s(&[0, 1, 2, 1, 2, 0]));
+    file_in(&npy, "edge_index.npy", &e);
+    let mut x = header_for("<f4", &[3, 1], false);
+    x.extend(f32s(&[0.0, f32::INFINITY, 1.0]));
+    file_in(&npy, "x.npy", &x);
+    for map in [Mapping::Allowed, Mapping::Never] {
+        let err = read_npy_dir_with(&npy, map).unwrap_err();
+        assert!(
+            matches!(err.kind(), GraphErrorKind::NonFinite(v) if v.is_infinite()),
+            "{err}"
+        );
+        assert!(
+            matches!(err.location(), Location::Array(a) if a == "x"),
+            "{err}"
+        );
+    }
+    // A shape that does not match the data is refused before mapping.
+    let mut x = header_for("<f4", &[4, 1], false);
+    x.extend(f32s(&[0.0, 1.0, 1.0]));
+    file_in(&npy, "x.npy", &x);
+    let err = read_npy_dir(&npy).unwrap_err();
+    assert!(
+        matches!(err.kind(), GraphErrorKind::LengthMismatch(_)),
+        "{err}"
+    );
+}
+
+mod mapping_properties {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(32))]
+
+        /// Whatever the graph and wherever `x` lands in the file, the mapping readers give
+        /// exactly the copying readers' graph.
+        #[test]
+        fn mapped_readers_agree_with_copying_readers(
+            n in 1usize..20,
+            dim in 1usize..6,
+            pad in 0usize..16,
+            edges in proptest::collection::vec((0i64..20, 0i64..20), 0..30),
+            seed in any::<u32>(),
+        ) {
+            let edges: Vec<(i64, i64)> = edges.into_iter().map(|(a, b)| (a % n as i64, b % n as i64)).collect();
+            let flat: Vec<i64> = edges.iter().map(|e| e.0).chain(edges.iter().map(|e| e.1)).collect();
+            let x: Vec<f32> = (0..n * dim).map(|i| ((i as u32).wrapping_mul(2_654_435_761) ^ seed) as f32 * 1e-9).collect();
+            let dir = tempfile::tempdir().unwrap();
+            let path = file_in(dir.path(), "s.npz", &savez_like(pad, &flat, &x, &[n as u64, dim as u64]));
+            let copied = read_npz_with(&path, Mapping::Never).unwrap();
+            prop_assert_eq!(&read_npz(&path).unwrap(), &copied);
+            let ours = dir.path().join("ours.npz");
+            write_npz(&ours, &copied).unwrap();
+            let mapped = read_npz(&ours).unwrap();
+            prop_assert!(mapped.features.as_ref().unwrap().data.is_mapped());
+            prop_assert_eq!(&mapped, &copied);
+        }
+    }
 }
