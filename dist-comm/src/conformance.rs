@@ -129,6 +129,10 @@ pub fn broadcast<C: Broadcast>(comm: &C) -> Outcome {
         call("broadcast f32", comm.broadcast(&mut buf, root))?;
         expect_eq("broadcast f32", &format!("root {root}"), &buf, &want)?;
     }
+    #[allow(
+        clippy::cast_possible_truncation,
+        reason = "deliberate: a byte pattern that wraps past 255"
+    )]
     let want: Vec<u8> = (0..11).map(|k| (k * 13 + p) as u8).collect();
     let mut buf = if me == p - 1 {
         want.clone()
@@ -220,6 +224,10 @@ pub fn all_gather<C: AllGather>(comm: &C) -> Outcome {
     let want: Vec<u64> = (0..p).flat_map(meta).collect();
     expect_eq("all_gather u64", "metadata", &got, &want)?;
 
+    #[allow(
+        clippy::cast_possible_truncation,
+        reason = "deliberate: a byte pattern that wraps past 255"
+    )]
     let bytes = |r: usize| [b'r', r as u8, 0xAB];
     let mut recv = vec![0u8; 3 * p];
     call("all_gather u8", comm.all_gather(&bytes(me), &mut recv))?;
@@ -265,6 +273,10 @@ pub fn all_to_all_v<C: AllToAllV>(comm: &C) -> Outcome {
 /// All-to-all of bytes, both layouts packed.
 pub fn all_to_all_v_bytes<C: AllToAllV>(comm: &C) -> Outcome {
     let (me, p) = (comm.rank(), comm.size());
+    #[allow(
+        clippy::cast_possible_truncation,
+        reason = "deliberate: a byte pattern that wraps past 255"
+    )]
     let byte = |from: usize, to: usize, k: usize| (from * 16 + to * 4 + k) as u8;
     let send_layout = BlockLayout::packed((0..p).map(|q| a2a_count(me, q)).collect::<Vec<_>>());
     let send: Vec<u8> = (0..p)

@@ -18,7 +18,7 @@ use mpi::ffi;
 use mpi::raw::AsRaw;
 use mpi::Threading;
 
-use crate::capability::{check_all_gather, check_rank, check_tag};
+use crate::capability::{check_all_gather, check_rank, check_tag, rank_int};
 use crate::{
     AllGather, AllReduce, AllToAllV, BlockLayout, Broadcast, CommError, Completion, Element,
     ElementKind, Exchange, Group, PointToPoint, ReduceOp, Reducible, RequestId, Tag,
@@ -382,7 +382,7 @@ impl Broadcast for MpiComm {
                 buf.as_mut_ptr().cast(),
                 n,
                 datatype(T::KIND),
-                root as c_int,
+                rank_int(root),
                 self.comm,
             )
         };
@@ -455,6 +455,10 @@ impl AllToAllV for MpiComm {
         count("all_to_all_v receive extent", recv_layout.extent())?;
         let mut ints = self.counts.borrow_mut();
         ints.clear();
+        #[allow(
+            clippy::cast_possible_truncation,
+            reason = "every count and displacement is at most the layout's extent, which fits a c_int (checked just above)"
+        )]
         for layout in [send_layout, recv_layout] {
             ints.extend(layout.counts().iter().map(|&c| c as c_int));
             ints.extend(layout.displs().iter().map(|&d| d as c_int));
@@ -637,7 +641,7 @@ impl<'a, T: Element> Exchange<'a, T> for MpiExchange<'a, T> {
                 buf.as_ptr().cast(),
                 n,
                 datatype(T::KIND),
-                dest as c_int,
+                rank_int(dest),
                 c_int::from(tag),
                 self.comm.comm,
                 &mut request,
@@ -670,7 +674,7 @@ impl<'a, T: Element> Exchange<'a, T> for MpiExchange<'a, T> {
                 ptr.as_ptr().cast(),
                 n,
                 datatype(T::KIND),
-                source as c_int,
+                rank_int(source),
                 c_int::from(tag),
                 self.comm.comm,
                 &mut request,
