@@ -199,7 +199,7 @@ pub fn read_mtx(reader: impl BufRead) -> Result<Graph, GraphError> {
     }
     Ok(Graph {
         weights,
-        ..Graph::from_edges(n as usize, src, dst)
+        ..Graph::from_edges(crate::index::offset(n), src, dst)
     })
 }
 

@@ -295,7 +295,7 @@ fn for_each_chunk<R: Read + ?Sized>(
         .checked_mul(header.dtype.size() as u64)
         .ok_or_else(|| GraphErrorKind::Invalid("array size overflows".into()))?;
     while remaining > 0 {
-        let take = remaining.min(CHUNK as u64) as usize;
+        let take = usize::try_from(remaining).map_or(CHUNK, |n| n.min(CHUNK));
         read_exact(r, &mut buf[..take], "the array data")?;
         f(&buf[..take])?;
         remaining -= take as u64;
@@ -338,11 +338,14 @@ fn decode_floats(dtype: Dtype, bytes: &[u8], out: &mut Vec<f32>) -> Result<(), G
     let start = out.len();
     match dtype {
         Dtype::F32 => out.extend(bytes.chunks_exact(4).map(|c| f32::from_le_bytes(le(c)))),
-        Dtype::F64 => out.extend(
-            bytes
-                .chunks_exact(8)
-                .map(|c| f64::from_le_bytes(le(c)) as f32),
-        ),
+        Dtype::F64 => out.extend(bytes.chunks_exact(8).map(|c| {
+            #[allow(
+                clippy::cast_possible_truncation,
+                reason = "deliberate: float64 arrays are read as f32, rounded"
+            )]
+            let value = f64::from_le_bytes(le(c)) as f32;
+            value
+        })),
         _ => return Err(GraphErrorKind::Invalid("not a float array".into())),
     }
     match out[start..].iter().position(|x| !x.is_finite()) {
@@ -492,6 +495,12 @@ fn shape_error(header: &NpyHeader, expected: &str) -> GraphErrorKind {
     GraphErrorKind::LengthMismatch(format!("shape {:?} should be {expected}", header.shape))
 }
 
+/// An array length from a header as a `usize`, failing cleanly where it does not fit.
+fn array_len(n: u64) -> Result<usize, GraphErrorKind> {
+    usize::try_from(n)
+        .map_err(|_| GraphErrorKind::Invalid(format!("{n} elements do not fit this address space")))
+}
+
 /// Reserves `n` elements, failing cleanly where a header asks for absurd sizes.
 fn vec_with_capacity<T>(n: u64) -> Result<Vec<T>, GraphErrorKind> {
     let mut v = Vec::new();
@@ -516,7 +525,7 @@ fn read_archive(mut npz: impl Arrays) -> Result<Graph, GraphError> {
                 })
             })?;
             match u64::try_from(value) {
-                Ok(n) if n <= MAX_NODES as u64 => Ok(n as usize),
+                Ok(n) if n <= MAX_NODES as u64 => Ok(crate::index::offset(n)),
                 Ok(n) => Err(GraphErrorKind::TooManyNodes(n)),
                 Err(_) => Err(GraphErrorKind::Invalid(format!(
                     "negative node count {value}"
@@ -559,7 +568,12 @@ fn read_archive(mut npz: impl Arrays) -> Result<Graph, GraphError> {
                 } else {
                     seen < e
                 };
-                if to_src { &mut src } else { &mut dst }.push(id as u32);
+                #[allow(
+                    clippy::cast_possible_truncation,
+                    reason = "id < limit ≤ MAX_NODES (u32::MAX), checked just above"
+                )]
+                let id = id as u32;
+                if to_src { &mut src } else { &mut dst }.push(id);
                 seen += 1;
                 Ok(())
             })
@@ -590,10 +604,10 @@ fn read_archive(mut npz: impl Arrays) -> Result<Graph, GraphError> {
             };
             let count = h.count().unwrap_or(u64::MAX);
             let mut data = vec_with_capacity(count)?;
+            let (rows, dim) = (array_len(rows)?, array_len(dim)?);
             if h.fortran {
                 // Column-major on disk: scatter each column into the row-major matrix.
-                data.resize(count as usize, 0.0);
-                let (rows, dim) = (rows as usize, dim as usize);
+                data.resize(array_len(count)?, 0.0);
                 let mut column = Vec::new();
                 let mut k = 0usize;
                 for_each_chunk(r, h, count, |b| {
@@ -608,13 +622,7 @@ fn read_archive(mut npz: impl Arrays) -> Result<Graph, GraphError> {
             } else {
                 for_each_chunk(r, h, count, |b| decode_floats(h.dtype, b, &mut data))?;
             }
-            Ok((
-                rows,
-                Features {
-                    dim: dim as usize,
-                    data,
-                },
-            ))
+            Ok((rows, Features { dim, data }))
         })?)
     } else {
         None
@@ -675,7 +683,7 @@ fn read_archive(mut npz: impl Arrays) -> Result<Graph, GraphError> {
 
     let max_id = src.iter().chain(&dst).copied().max();
     let num_nodes = declared
-        .or(features.as_ref().map(|(rows, _)| *rows as usize))
+        .or(features.as_ref().map(|(rows, _)| *rows))
         .or(labels.as_ref().map(Vec::len))
         .or(masks.iter().flatten().map(Vec::len).next())
         .unwrap_or_else(|| max_id.map_or(0, |m| m as usize + 1));
@@ -758,6 +766,10 @@ fn npy_header_text(descr: &str, fortran: bool, shape: &[u64]) -> Vec<u8> {
     let mut out = Vec::with_capacity(10 + dict.len());
     out.extend_from_slice(MAGIC);
     out.extend_from_slice(&[1, 0]);
+    #[allow(
+        clippy::cast_possible_truncation,
+        reason = "the header dict is a few fields and its padding, far below 64 KiB"
+    )]
     out.extend_from_slice(&(dict.len() as u16).to_le_bytes());
     out.extend_from_slice(dict.as_bytes());
     out

@@ -62,7 +62,8 @@ impl<'a> HaloPlan<'a> {
     /// # Panics
     /// If `q ≥ P`.
     pub fn recv_list(&self, q: usize) -> &'a [u32] {
-        &self.recv[self.recv_offsets[q] as usize..self.recv_offsets[q + 1] as usize]
+        &self.recv[crate::index::offset(self.recv_offsets[q])
+            ..crate::index::offset(self.recv_offsets[q + 1])]
     }
 
     /// The sorted local ids of the rows this rank sends to `r`.
@@ -70,7 +71,8 @@ impl<'a> HaloPlan<'a> {
     /// # Panics
     /// If `r ≥ P`.
     pub fn send_list(&self, r: usize) -> &'a [u32] {
-        &self.send[self.send_offsets[r] as usize..self.send_offsets[r + 1] as usize]
+        &self.send[crate::index::offset(self.send_offsets[r])
+            ..crate::index::offset(self.send_offsets[r + 1])]
     }
 
     /// The parts this rank receives halo rows from, increasing.

@@ -33,7 +33,7 @@ pub(crate) trait SplitRows: Sized + Send {
 /// The stored entries (values) of the rows: split where the pointer array says.
 impl<T: Send> SplitRows for &mut [T] {
     fn split_rows(self, indptr: &[u64], rows: &Range<usize>, mid: usize) -> (Self, Self) {
-        self.split_at_mut((indptr[mid] - indptr[rows.start]) as usize)
+        self.split_at_mut(crate::index::offset(indptr[mid] - indptr[rows.start]))
     }
 }
 
