@@ -27,6 +27,7 @@ use core::str::FromStr;
 use std::string::String;
 use std::vec::Vec;
 
+use crate::index;
 use crate::sparse::par::{for_each_block, grain_for};
 use crate::sparse::{assemble, CsrOwned, TripletSource};
 
@@ -195,7 +196,7 @@ impl TripletSource<f32> for Entries<'_> {
         }
         if let Some(d) = self.diagonal {
             for (v, &w) in d.iter().enumerate() {
-                f(crate::index::id(v), crate::index::id(v), w);
+                f(index::id(v), index::id(v), w);
             }
         }
     }
@@ -236,7 +237,7 @@ pub fn adjacency(
     if let Some((row, src)) = first_overflow(&indptr, &indices, &data) {
         return Err(NormalizeError::WeightOverflow {
             src,
-            dst: crate::index::id(row),
+            dst: index::id(row),
         });
     }
     if norm != Normalization::None {
@@ -247,7 +248,7 @@ pub fn adjacency(
         if let Some((row, src)) = first_overflow(&indptr, &indices, &data) {
             return Err(NormalizeError::ScaledOverflow {
                 src,
-                dst: crate::index::id(row),
+                dst: index::id(row),
             });
         }
     }
@@ -306,7 +307,7 @@ pub(crate) fn first_overflow(
     data: &[f32],
 ) -> Option<(usize, u32)> {
     let k = data.iter().position(|w| !w.is_finite())?;
-    let row = indptr.partition_point(|&start| crate::index::offset(start) <= k) - 1;
+    let row = indptr.partition_point(|&start| index::offset(start) <= k) - 1;
     Some((row, indices[k]))
 }
 
@@ -319,7 +320,7 @@ pub(crate) fn row_degrees(
 ) -> Result<Vec<f64>, NormalizeError> {
     let mut degree = crate::memory::try_filled(indptr.len() - 1, 0.0f64, what(), MEMORY_HINT)?;
     for (d, w) in degree.iter_mut().zip(indptr.windows(2)) {
-        *d = data[crate::index::offset(w[0])..crate::index::offset(w[1])]
+        *d = data[index::offset(w[0])..index::offset(w[1])]
             .iter()
             .map(|&x| f64::from(x))
             .sum();
@@ -360,11 +361,11 @@ pub(crate) fn scale_rows(
 ) {
     let nrows = indptr.len() - 1;
     let scale = |rows: Range<usize>, values: &mut [f32]| {
-        let base = crate::index::offset(indptr[rows.start]);
+        let base = index::offset(indptr[rows.start]);
         for v in rows {
             let (s, e) = (
-                crate::index::offset(indptr[v]) - base,
-                crate::index::offset(indptr[v + 1]) - base,
+                index::offset(indptr[v]) - base,
+                index::offset(indptr[v + 1]) - base,
             );
             let cols = &indices[s + base..e + base];
             for (w, &u) in values[s..e].iter_mut().zip(cols) {

@@ -24,6 +24,7 @@ use std::path::{Path, PathBuf};
 use std::vec::Vec;
 
 use crate::graph::Graph;
+use crate::index;
 use crate::normalize::{self, Normalization, NormalizeError};
 use crate::partition::{Partition, Renumbering};
 use crate::sparse::{assemble, TripletSource};
@@ -214,7 +215,7 @@ impl TripletSource<f32> for BucketTriplets<'_> {
         }
         if let Some(d) = self.diagonal {
             for (i, &v) in self.nodes.iter().enumerate() {
-                f(crate::index::id(i), v, d[v as usize]);
+                f(index::id(i), v, d[v as usize]);
             }
         }
     }
@@ -234,7 +235,7 @@ impl PartRows for LocalRows {
     }
 
     fn row(&self, i: usize) -> (&[u32], &[f32]) {
-        let range = crate::index::offset(self.indptr[i])..crate::index::offset(self.indptr[i + 1]);
+        let range = index::offset(self.indptr[i])..index::offset(self.indptr[i + 1]);
         (&self.indices[range.clone()], &self.data[range])
     }
 }

@@ -9,6 +9,7 @@ use std::vec::Vec;
 use chunk_format::{write_chunk, ChunkView, MappedChunk, FORMAT_VERSION};
 use rayon::prelude::*;
 
+use crate::index;
 use crate::partition::{sync_parent_dir, write_atomically, Adjacency, Partition};
 use crate::sparse::CsrOwned;
 
@@ -841,7 +842,7 @@ impl ChunkDir {
             });
         }
         for (p, (path, view)) in views.iter().enumerate() {
-            let nodes = renumbering.part_nodes(crate::index::id(p));
+            let nodes = renumbering.part_nodes(index::id(p));
             if !view
                 .original_ids()
                 .iter()
@@ -1012,17 +1013,15 @@ impl AHatShape {
                 for block in &blocks {
                     let q = block.src_part as usize;
                     let (s, e) = (
-                        crate::index::offset(block.csr_rowptr[i]),
-                        crate::index::offset(block.csr_rowptr[i + 1]),
+                        index::offset(block.csr_rowptr[i]),
+                        index::offset(block.csr_rowptr[i + 1]),
                     );
                     sum += block.csr_vals[s..e]
                         .iter()
                         .map(|&v| f64::from(v))
                         .sum::<f64>();
                     if q == p {
-                        let on_diagonal = block.csr_cols[s..e]
-                            .binary_search(&crate::index::id(i))
-                            .is_ok();
+                        let on_diagonal = block.csr_cols[s..e].binary_search(&index::id(i)).is_ok();
                         has_loop |= on_diagonal;
                         shape.off_diagonal += (e - s - usize::from(on_diagonal)) as u64;
                         continue;
@@ -1032,18 +1031,16 @@ impl AHatShape {
                     let peer = chunks[q].1;
                     let recv = view.halo_recv(q);
                     let reverse = peer.blocks().find(|b| b.src_part as usize == p);
-                    let my_index = peer.halo_recv(p).binary_search(&crate::index::id(i)).ok();
+                    let my_index = peer.halo_recv(p).binary_search(&index::id(i)).ok();
                     for &c in &block.csr_cols[s..e] {
                         let u = recv[c as usize] as usize;
                         let mutual = match (&reverse, my_index) {
                             (Some(r), Some(k)) => {
                                 let (rs, re) = (
-                                    crate::index::offset(r.csr_rowptr[u]),
-                                    crate::index::offset(r.csr_rowptr[u + 1]),
+                                    index::offset(r.csr_rowptr[u]),
+                                    index::offset(r.csr_rowptr[u + 1]),
                                 );
-                                r.csr_cols[rs..re]
-                                    .binary_search(&crate::index::id(k))
-                                    .is_ok()
+                                r.csr_cols[rs..re].binary_search(&index::id(k)).is_ok()
                             }
                             _ => false,
                         };
@@ -1206,7 +1203,7 @@ pub fn reassemble(chunks: &[(&Path, &ChunkView<'_>)]) -> Result<CsrOwned<f32>, C
         })?;
     let nnz: usize = chunks
         .iter()
-        .map(|(_, v)| crate::index::offset(v.header().nnz))
+        .map(|(_, v)| index::offset(v.header().nnz))
         .sum();
     let mut indptr = Vec::with_capacity(n + 1);
     indptr.push(0u64);
@@ -1220,8 +1217,8 @@ pub fn reassemble(chunks: &[(&Path, &ChunkView<'_>)]) -> Result<CsrOwned<f32>, C
                 let q = block.src_part as usize;
                 let recv = view.halo_recv(q);
                 let (s, e) = (
-                    crate::index::offset(block.csr_rowptr[i]),
-                    crate::index::offset(block.csr_rowptr[i + 1]),
+                    index::offset(block.csr_rowptr[i]),
+                    index::offset(block.csr_rowptr[i + 1]),
                 );
                 for (&c, &v) in block.csr_cols[s..e].iter().zip(&block.csr_vals[s..e]) {
                     let local = if q == p { c } else { recv[c as usize] };

@@ -12,6 +12,7 @@
 
 use super::text::{fields, parse_id, parse_weight, trim, LineReader};
 use super::{Graph, GraphError, GraphErrorKind, MAX_NODES};
+use crate::index;
 use std::io::BufRead;
 use std::vec::Vec;
 
@@ -136,7 +137,7 @@ pub fn read_edgelist(reader: impl BufRead, options: &EdgeListOptions) -> Result<
     }
     let num_nodes = options
         .num_nodes
-        .unwrap_or_else(|| max_id.map_or(0, |m| crate::index::offset(m) + 1));
+        .unwrap_or_else(|| max_id.map_or(0, |m| index::offset(m) + 1));
     let weighted = matches!(layout, Some((_, 3)));
     Ok(Graph {
         weights: weighted.then_some(weights),

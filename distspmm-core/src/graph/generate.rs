@@ -5,6 +5,7 @@
 //! of work draws from its own ChaCha8 stream (`seed`, stream = chunk index).
 
 use super::{Features, Graph, GraphError, GraphErrorKind, MAX_NODES};
+use crate::index;
 use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -67,7 +68,7 @@ pub fn random_node_data(
     let mut rng = rng_stream(seed, STREAM_NODE_DATA);
     let data: Vec<f32> = (0..len).map(|_| rng.random::<f32>()).collect();
     let labels: Vec<i32> = (0..n).map(|_| rng.random_range(0..classes_i32)).collect();
-    let mut order: Vec<u32> = (0..crate::index::id(n)).collect();
+    let mut order: Vec<u32> = (0..index::id(n)).collect();
     order.shuffle(&mut rng);
     let (train_end, val_end, test_end) = (n / 10, n / 5, 2 * n / 5);
     let mut masks = [vec![false; n], vec![false; n], vec![false; n]];
@@ -223,7 +224,7 @@ fn split_keys(keys: &[u64]) -> (Vec<u32>, Vec<u32>) {
 
 fn random_permutation(n: usize, rng: &mut ChaCha8Rng) -> Vec<u32> {
     // n ≤ MAX_NODES: checked by the callers' parameters.
-    let mut perm: Vec<u32> = (0..n).map(crate::index::id).collect();
+    let mut perm: Vec<u32> = (0..n).map(index::id).collect();
     perm.shuffle(rng);
     perm
 }
@@ -294,7 +295,7 @@ pub fn csbm(p: &CsbmParams) -> Result<Graph, GraphError> {
     labels.shuffle(&mut rng_stream(p.seed, STREAM_LABELS));
     let mut members: Vec<Vec<u32>> = vec![Vec::new(); c];
     for (i, &y) in labels.iter().enumerate() {
-        members[y as usize].push(crate::index::id(i));
+        members[y as usize].push(index::id(i));
     }
 
     let features = csbm_features(p, &labels);
@@ -529,9 +530,7 @@ fn planetoid_masks(p: &CsbmParams, members: &[Vec<u32>]) -> (Vec<bool>, Vec<bool
             train[i as usize] = true;
         }
     }
-    let mut rest: Vec<u32> = (0..crate::index::id(n))
-        .filter(|&i| !train[i as usize])
-        .collect();
+    let mut rest: Vec<u32> = (0..index::id(n)).filter(|&i| !train[i as usize]).collect();
     rest.shuffle(&mut rng);
     let r = rest.len();
     let n_val = (r / 3).min(500);

@@ -23,6 +23,7 @@
 //! `u32` result).
 
 use super::{Features, Graph, GraphError, GraphErrorKind, MAX_NODES};
+use crate::index;
 use std::io::{self, BufReader, BufWriter, Cursor, Read, Seek, Write};
 use std::path::Path;
 #[cfg(test)]
@@ -525,7 +526,7 @@ fn read_archive(mut npz: impl Arrays) -> Result<Graph, GraphError> {
                 })
             })?;
             match u64::try_from(value) {
-                Ok(n) if n <= MAX_NODES as u64 => Ok(crate::index::offset(n)),
+                Ok(n) if n <= MAX_NODES as u64 => Ok(index::offset(n)),
                 Ok(n) => Err(GraphErrorKind::TooManyNodes(n)),
                 Err(_) => Err(GraphErrorKind::Invalid(format!(
                     "negative node count {value}"

@@ -3,6 +3,7 @@
 //! nodes fit `u32` fits, however many edges it has; METIS's 32-bit `idx_t` is checked where METIS
 //! is called.
 
+use crate::index;
 use std::io::Write;
 use std::path::Path;
 use std::vec::Vec;
@@ -136,8 +137,8 @@ impl Adjacency {
                     for k in read..end {
                         let col = region[k];
                         let seen = &mut last_row[col as usize];
-                        if *seen != crate::index::id(r) {
-                            *seen = crate::index::id(r);
+                        if *seen != index::id(r) {
+                            *seen = index::id(r);
                             region[out] = col;
                             out += 1;
                         }
@@ -191,8 +192,7 @@ impl Adjacency {
 
     /// The neighbours of `node`.
     pub fn neighbours(&self, node: usize) -> &[u32] {
-        &self.adjncy
-            [crate::index::offset(self.xadj[node])..crate::index::offset(self.xadj[node + 1])]
+        &self.adjncy[index::offset(self.xadj[node])..index::offset(self.xadj[node + 1])]
     }
 
     /// Writes the graph in METIS's text `.graph` format (1-based, unweighted), the input of

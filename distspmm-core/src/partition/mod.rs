@@ -12,6 +12,7 @@ mod kaminpar;
 mod map_file;
 mod renumber;
 
+use crate::index;
 use std::path::PathBuf;
 use std::string::String;
 use std::vec::Vec;
@@ -457,7 +458,7 @@ fn contiguous(n: usize, parts: u32) -> Vec<u32> {
 fn random(n: usize, parts: u32, seed: u64) -> Vec<u32> {
     use rand::seq::SliceRandom;
     use rand::SeedableRng;
-    let mut order: Vec<u32> = (0..crate::index::id(n)).collect();
+    let mut order: Vec<u32> = (0..index::id(n)).collect();
     order.shuffle(&mut rand_chacha::ChaCha8Rng::seed_from_u64(seed));
     let ranges = contiguous(n, parts);
     let mut part_of = std::vec![0u32; n];
@@ -616,7 +617,7 @@ fn fill_empty_parts(adjacency: &Adjacency, parts: u32, part_of: &mut [u32]) {
             to = empty,
             "filling a part METIS left empty"
         );
-        part_of[node] = crate::index::id(empty);
+        part_of[node] = index::id(empty);
         sizes[largest] -= 1;
         sizes[empty] += 1;
     }

@@ -1,6 +1,7 @@
 //! Renumbering nodes part by part, so part p owns the contiguous new-id range
 //! `[offsets[p], offsets[p+1])`.
 
+use crate::index;
 use std::ops::Range;
 use std::vec::Vec;
 
@@ -35,7 +36,7 @@ impl Renumbering {
             )]
             let new_id = new as u32;
             old_to_new[old] = new_id;
-            new_to_old[crate::index::offset(new)] = crate::index::id(old);
+            new_to_old[index::offset(new)] = index::id(old);
         }
         Self {
             offsets,
@@ -47,7 +48,7 @@ impl Renumbering {
     /// Number of parts.
     pub fn parts(&self) -> u32 {
         // Built from a u32 part count.
-        crate::index::id(self.offsets.len() - 1)
+        index::id(self.offsets.len() - 1)
     }
 
     /// Number of nodes.
@@ -72,8 +73,7 @@ impl Renumbering {
 
     /// The new-id range owned by `part`.
     pub fn part_range(&self, part: u32) -> Range<usize> {
-        crate::index::offset(self.offsets[part as usize])
-            ..crate::index::offset(self.offsets[part as usize + 1])
+        index::offset(self.offsets[part as usize])..index::offset(self.offsets[part as usize + 1])
     }
 
     /// Number of nodes in `part`.

@@ -1,5 +1,6 @@
 //! [`HaloPlan`]: the sparsity-aware schedule, one exchange of halo rows per call.
 
+use crate::index;
 use chunk_format::ChunkView;
 
 use super::{LayerTraffic, Traffic, Workspace, VALUE_BYTES};
@@ -62,8 +63,7 @@ impl<'a> HaloPlan<'a> {
     /// # Panics
     /// If `q ≥ P`.
     pub fn recv_list(&self, q: usize) -> &'a [u32] {
-        &self.recv[crate::index::offset(self.recv_offsets[q])
-            ..crate::index::offset(self.recv_offsets[q + 1])]
+        &self.recv[index::offset(self.recv_offsets[q])..index::offset(self.recv_offsets[q + 1])]
     }
 
     /// The sorted local ids of the rows this rank sends to `r`.
@@ -71,8 +71,7 @@ impl<'a> HaloPlan<'a> {
     /// # Panics
     /// If `r ≥ P`.
     pub fn send_list(&self, r: usize) -> &'a [u32] {
-        &self.send[crate::index::offset(self.send_offsets[r])
-            ..crate::index::offset(self.send_offsets[r + 1])]
+        &self.send[index::offset(self.send_offsets[r])..index::offset(self.send_offsets[r + 1])]
     }
 
     /// The parts this rank receives halo rows from, increasing.
