@@ -228,7 +228,10 @@ pub unsafe extern "C" fn dsp_chunk_num_local_nodes(chunk: *const Chunk, out: *mu
 pub unsafe extern "C" fn dsp_chunk_num_halo_rows(chunk: *const Chunk, out: *mut usize) -> Status {
     // SAFETY: forwarded caller contract.
     ffi_boundary("dsp_chunk_num_halo_rows", || unsafe {
-        query(chunk, out, |c| c.header().num_halo_rows as usize)
+        // Bounded by the halo list's length, checked by `ChunkView::parse`.
+        query(chunk, out, |c| {
+            distspmm_core::index::offset(c.header().num_halo_rows)
+        })
     })
 }
 

@@ -207,7 +207,12 @@ pub unsafe extern "C" fn dsp_comm_rank(comm: *const Comm, rank: *mut u32) -> Sta
         let comm = unsafe { Comm::borrow(comm, "comm") }?;
         // SAFETY: the caller guarantees NULL or valid for a write.
         let rank = unsafe { OutPtr::new(rank, "rank") }?;
-        rank.write(comm.mpi().rank() as u32);
+        #[allow(
+            clippy::cast_possible_truncation,
+            reason = "MPI reports the rank as a non-negative C int"
+        )]
+        let value = comm.mpi().rank() as u32;
+        rank.write(value);
         Ok(())
     })
 }
@@ -223,7 +228,12 @@ pub unsafe extern "C" fn dsp_comm_size(comm: *const Comm, size: *mut u32) -> Sta
         let comm = unsafe { Comm::borrow(comm, "comm") }?;
         // SAFETY: the caller guarantees NULL or valid for a write.
         let size = unsafe { OutPtr::new(size, "size") }?;
-        size.write(comm.mpi().size() as u32);
+        #[allow(
+            clippy::cast_possible_truncation,
+            reason = "MPI reports the size as a non-negative C int"
+        )]
+        let value = comm.mpi().size() as u32;
+        size.write(value);
         Ok(())
     })
 }

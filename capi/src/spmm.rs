@@ -113,7 +113,12 @@ pub(crate) fn agree_on_schedule(
 ) -> Result<(), Error> {
     let key = local.map(|()| schedule as u64).map_err(Error::clone);
     agree(comm.mpi(), key, |code| {
-        match Schedule::from_code(code as i32) {
+        #[allow(
+            clippy::cast_possible_truncation,
+            reason = "deliberate: the key is an i32 schedule code widened to u64; its low 32 bits are that code"
+        )]
+        let code = code as i32;
+        match Schedule::from_code(code) {
             Some(ScheduleKind::Halo) => "schedule halo".into(),
             _ => "schedule broadcast".into(),
         }

@@ -88,7 +88,7 @@ fn jittor_dist_gcn_loss_falls_on_cora_and_follows_the_single_rank_run() {
     let mut runs = Vec::new();
     for parts in [2usize, 1] {
         let chunks = common::scratch().join(format!("jittor-cora-{parts}"));
-        common::write_chunks(&graph, parts as u32, &chunks);
+        common::write_chunks(&graph, u32::try_from(parts).unwrap(), &chunks);
         // Dropout off: the runs are then the same computation split differently.
         let args = [
             example.clone().into_os_string(),

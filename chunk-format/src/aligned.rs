@@ -110,6 +110,10 @@ mod tests {
     #[test]
     fn start_is_64_aligned_and_length_exact() {
         for len in [0usize, 1, 63, 64, 65, 1000] {
+            #[allow(
+                clippy::cast_possible_truncation,
+                reason = "deliberate: a byte pattern that wraps"
+            )]
             let bytes: Vec<u8> = (0..len).map(|i| (i * 7) as u8).collect();
             let buf = AlignedBuf::from_bytes(&bytes);
             assert_eq!(buf.as_bytes(), &bytes[..]);

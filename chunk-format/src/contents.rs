@@ -388,6 +388,10 @@ impl<'a> Plan<'a> {
         let mut checksums = Vec::with_capacity(self.sections.len());
         for s in &self.sections {
             // Offsets and lengths come from `layout`, which bounded them by `file_len`.
+            #[allow(
+                clippy::cast_possible_truncation,
+                reason = "`layout` bounded the offset by `file_len`, which fit usize just above"
+            )]
             let mut at = s.offset as usize;
             for piece in &s.pieces {
                 let piece = piece.bytes();

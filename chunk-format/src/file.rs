@@ -119,7 +119,7 @@ const ZEROS: [u8; 4096] = [0; 4096];
 
 fn write_zeros(w: &mut impl Write, mut n: u64) -> io::Result<()> {
     while n > 0 {
-        let k = n.min(ZEROS.len() as u64) as usize;
+        let k = usize::try_from(n).map_or(ZEROS.len(), |n| n.min(ZEROS.len()));
         w.write_all(&ZEROS[..k])?;
         n -= k as u64;
     }

@@ -497,7 +497,7 @@ mod tests {
             nnz: 11,
             feature_dim: 13,
             num_classes: 5,
-            fingerprint: core::array::from_fn(|i| i as u8 * 17),
+            fingerprint: core::array::from_fn(|i| u8::try_from(i * 17).unwrap()),
             section_count: 18,
             section_table_offset: 128,
             file_len: 1 << 33,

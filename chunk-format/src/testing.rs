@@ -1,5 +1,9 @@
 //! Test support: random but consistent chunk contents, built from a dense block row of Â the
 //! way a partitioner would (compacted columns, exact halo lists), plus that dense reference.
+#![allow(
+    clippy::cast_possible_truncation,
+    reason = "test fixtures: part sizes, ids and offsets are a few thousand at most, so every narrowing is exact"
+)]
 
 use alloc::vec;
 use alloc::vec::Vec;

@@ -90,9 +90,21 @@ fn check_presence<T>(
     }
 }
 
+/// A count or offset of a chunk as an index into memory: every value this is called on was
+/// first checked to be at most the length of a section in memory (a `usize`) — by
+/// `ChunkView::parse`, or by the `check_prefix` just before it in this file.
+#[allow(
+    clippy::cast_possible_truncation,
+    reason = "the value is bounded by the length of a slice in memory, which is a usize"
+)]
+#[inline(always)]
+pub(crate) fn to_usize(x: u64) -> usize {
+    x as usize
+}
+
 /// Rows of `list` owned by one peer, given validated prefix `offsets`.
 pub(crate) fn peer_range(offsets: &[u64], peer: usize) -> core::ops::Range<usize> {
-    offsets[peer] as usize..offsets[peer + 1] as usize
+    to_usize(offsets[peer])..to_usize(offsets[peer + 1])
 }
 
 impl ChunkView<'_> {
@@ -416,7 +428,7 @@ fn validate_block(b: &BlockView<'_>, index: usize, diagonal: bool) -> Result<(),
     check_prefix(rowptr, nnz, "the block's non-zero count")
         .map_err(|d| ChunkError::section(SectionKind::CSR_ROWPTR, at(d)))?;
     for (r, w) in rowptr.windows(2).enumerate() {
-        check_sorted_below(&b.csr_cols[w[0] as usize..w[1] as usize], b.ncols as u64)
+        check_sorted_below(&b.csr_cols[to_usize(w[0])..to_usize(w[1])], b.ncols as u64)
             .map_err(|d| ChunkError::section(SectionKind::CSR_COLS, at(format!("row {r}: {d}"))))?;
     }
     check_prefix(colptr, nnz, "the block's non-zero count")
@@ -432,7 +444,7 @@ fn validate_block(b: &BlockView<'_>, index: usize, diagonal: bool) -> Result<(),
         }
     }
     for (c, w) in colptr.windows(2).enumerate() {
-        check_sorted_below(&b.csc_rows[w[0] as usize..w[1] as usize], b.nrows as u64).map_err(
+        check_sorted_below(&b.csc_rows[to_usize(w[0])..to_usize(w[1])], b.nrows as u64).map_err(
             |d| ChunkError::section(SectionKind::CSC_ROWS, at(format!("column {c}: {d}"))),
         )?;
     }
@@ -452,12 +464,12 @@ fn check_csc_matches_csr(
     let at = |d: String| in_block(b, index, d);
     let (rowptr, colptr) = (b.csr_rowptr, b.csc_colptr);
     cursor.clear();
-    cursor.extend(rowptr[..b.nrows].iter().map(|&x| x as usize));
+    cursor.extend(rowptr[..b.nrows].iter().map(|&x| to_usize(x)));
     for (c, w) in colptr.windows(2).enumerate() {
-        for k in w[0] as usize..w[1] as usize {
+        for k in to_usize(w[0])..to_usize(w[1]) {
             let r = b.csc_rows[k] as usize;
             let j = cursor[r];
-            if j >= rowptr[r + 1] as usize || b.csr_cols[j] as usize != c {
+            if j >= to_usize(rowptr[r + 1]) || b.csr_cols[j] as usize != c {
                 return Err(ChunkError::section(
                     SectionKind::CSC_ROWS,
                     at(format!(

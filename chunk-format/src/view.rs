@@ -13,7 +13,7 @@ use crate::layout::{
     HEADER_LEN, H_VERSION_MAJOR, INDEX_WIDTH, KIND_SLOTS, MAGIC, SECTION_ALIGN, SECTION_ENTRY_LEN,
     SECTION_FLAG_OPTIONAL,
 };
-use crate::validate::peer_range;
+use crate::validate::{peer_range, to_usize};
 
 /// What [`ChunkView::parse_with`] checks beyond the layout, the header/table checksum and the
 /// structural invariants, which it always checks (they are what makes unchecked indexing sound).
@@ -343,6 +343,10 @@ impl<'a> ChunkView<'a> {
         let mut previous = String::from("after the header");
         let mut table_placed = false;
         for (index, raw) in table.chunks_exact(SECTION_ENTRY_LEN).enumerate() {
+            #[allow(
+                clippy::cast_possible_truncation,
+                reason = "the table holds `section_count` (a u32) entries"
+            )]
             let index = index as u32;
             let raw: &[u8; SECTION_ENTRY_LEN] = raw
                 .try_into()
@@ -552,7 +556,8 @@ impl<'a> ChunkView<'a> {
 
     /// Rows owned by this part, `n_p`.
     pub fn num_local_nodes(&self) -> usize {
-        self.header.num_local_nodes as usize
+        // Bounded by the CSR row-pointer section's length (`blocks × (n_p + 1)`, checked).
+        to_usize(self.header.num_local_nodes)
     }
 
     /// Part offsets `u64[P+1]`: part `q` owns global nodes `off[q]..off[q+1]`.
@@ -577,12 +582,12 @@ impl<'a> ChunkView<'a> {
     pub fn block(&self, i: usize) -> BlockView<'a> {
         let nrows = self.num_local_nodes();
         let (z0, z1) = (
-            self.block_nnz_offsets[i] as usize,
-            self.block_nnz_offsets[i + 1] as usize,
+            to_usize(self.block_nnz_offsets[i]),
+            to_usize(self.block_nnz_offsets[i + 1]),
         );
         let (c0, c1) = (
-            self.block_col_offsets[i] as usize,
-            self.block_col_offsets[i + 1] as usize,
+            to_usize(self.block_col_offsets[i]),
+            to_usize(self.block_col_offsets[i + 1]),
         );
         BlockView {
             src_part: self.block_src[i],

@@ -138,7 +138,7 @@ fn fixture_decodes_to_the_hand_written_contents() {
         (3, 8, 2, 3)
     );
     assert_eq!(h.fingerprint, FINGERPRINT);
-    assert_eq!(h.file_len as usize, fixture.len());
+    assert_eq!(h.file_len, fixture.len() as u64);
 
     assert_eq!(view.part_offsets(), PART_OFFSETS);
     assert_eq!(view.block_sources(), [0, 1, 2]);

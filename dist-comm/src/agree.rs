@@ -147,7 +147,8 @@ fn check(all: &[u64], ranks: usize) -> Result<(), AgreeError> {
     let rec = |r: usize| &all[r * WORDS..(r + 1) * WORDS];
     let disagree = |m: String| Err(AgreeError::Disagreement(m));
     for r in 0..ranks {
-        let parts = rec(r)[1] as usize;
+        // A part count beyond usize cannot equal `ranks` either.
+        let parts = usize::try_from(rec(r)[1]).unwrap_or(usize::MAX);
         if parts != 0 && parts != ranks {
             return Err(PartsMismatch {
                 chunk_parts: parts,
@@ -175,7 +176,7 @@ fn check(all: &[u64], ranks: usize) -> Result<(), AgreeError> {
     let fingerprint = |x: &[u64]| format!("{:016x}{:016x}", x[3].swap_bytes(), x[4].swap_bytes());
     for r in 0..ranks {
         let x = rec(r);
-        if x[2] as usize != r {
+        if x[2] != r as u64 {
             return disagree(format!(
                 "rank {r} was given the chunk of part {}: every rank must load the part with \
                  its own number",
@@ -405,7 +406,12 @@ mod tests {
     #[test]
     fn ranks_with_one_partition_agree() {
         let out = LocalComm::run(2, |comm| {
-            partition(&comm, &chunk(2, comm.rank() as u32), 1, true)
+            partition(
+                &comm,
+                &chunk(2, u32::try_from(comm.rank()).unwrap()),
+                1,
+                true,
+            )
         });
         assert!(out.iter().all(Result::is_ok), "{out:?}");
     }
@@ -414,7 +420,7 @@ mod tests {
     fn a_wrong_rank_count_or_an_abstaining_rank_fails_every_rank_alike() {
         let out = LocalComm::run(3, |comm| match comm.rank() {
             2 => Err(abstain(&comm, Some(2))),
-            r => partition(&comm, &chunk(2, r as u32), 1, true),
+            r => partition(&comm, &chunk(2, u32::try_from(r).unwrap()), 1, true),
         });
         for r in out {
             assert_eq!(
@@ -427,7 +433,7 @@ mod tests {
         }
         let out = LocalComm::run(2, |comm| match comm.rank() {
             1 => Err(abstain(&comm, None)),
-            r => partition(&comm, &chunk(2, r as u32), 1, true),
+            r => partition(&comm, &chunk(2, u32::try_from(r).unwrap()), 1, true),
         });
         for r in out {
             let e = r.unwrap_err().to_string();

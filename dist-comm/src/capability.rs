@@ -282,6 +282,18 @@ pub(crate) fn check_rank(what: &'static str, rank: usize, size: usize) -> Result
     }
 }
 
+/// A rank as the C `int` MPI and NCCL take, once [`check_rank`] has bounded it by the
+/// communicator's size, which is a C `int` (MPI reports it as one; `NcclComm` checks it when
+/// it is created).
+#[cfg(any(feature = "mpi", feature = "nccl"))]
+#[allow(
+    clippy::cast_possible_truncation,
+    reason = "below the communicator's size, which is a c_int"
+)]
+pub(crate) fn rank_int(rank: usize) -> core::ffi::c_int {
+    rank as core::ffi::c_int
+}
+
 /// Checks a tag argument.
 pub(crate) fn check_tag(tag: Tag) -> Result<(), CommError> {
     if tag <= MAX_TAG {

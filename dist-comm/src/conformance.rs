@@ -130,6 +130,10 @@ pub fn broadcast<C: Broadcast>(comm: &C) -> Outcome {
         call("broadcast f32", comm.broadcast(&mut buf, root))?;
         expect_eq("broadcast f32", &format!("root {root}"), &buf, &want)?;
     }
+    #[allow(
+        clippy::cast_possible_truncation,
+        reason = "deliberate: a byte pattern that wraps past 255"
+    )]
     let want: Vec<u8> = (0..11).map(|k| (k * 13 + p) as u8).collect();
     let mut buf = if me == p - 1 {
         want.clone()
@@ -221,6 +225,10 @@ pub fn all_gather<C: AllGather>(comm: &C) -> Outcome {
     let want: Vec<u64> = (0..p).flat_map(meta).collect();
     expect_eq("all_gather u64", "metadata", &got, &want)?;
 
+    #[allow(
+        clippy::cast_possible_truncation,
+        reason = "deliberate: a byte pattern that wraps past 255"
+    )]
     let bytes = |r: usize| [b'r', r as u8, 0xAB];
     let mut recv = vec![0u8; 3 * p];
     call("all_gather u8", comm.all_gather(&bytes(me), &mut recv))?;
@@ -266,6 +274,10 @@ pub fn all_to_all_v<C: AllToAllV>(comm: &C) -> Outcome {
 /// All-to-all of bytes, both layouts packed.
 pub fn all_to_all_v_bytes<C: AllToAllV>(comm: &C) -> Outcome {
     let (me, p) = (comm.rank(), comm.size());
+    #[allow(
+        clippy::cast_possible_truncation,
+        reason = "deliberate: a byte pattern that wraps past 255"
+    )]
     let byte = |from: usize, to: usize, k: usize| (from * 16 + to * 4 + k) as u8;
     let send_layout = BlockLayout::packed((0..p).map(|q| a2a_count(me, q)).collect::<Vec<_>>());
     let send: Vec<u8> = (0..p)
@@ -504,10 +516,12 @@ pub fn thousand_element_messages<C: Communicator>(comm: &C) -> Outcome {
         .collect();
     expect_eq(CHECK, "all_reduce", &sum, &want)?;
 
-    let mine: Vec<u32> = (0..n / 2).map(|k| (me * 100_000 + k) as u32).collect();
+    // Distinct small values (ranks and THOUSANDS are far below 42 949).
+    let tag = |r: usize, k: usize| u32::try_from(r * 100_000 + k).unwrap_or(u32::MAX);
+    let mine: Vec<u32> = (0..n / 2).map(|k| tag(me, k)).collect();
     let got = call(CHECK, comm.all_gather_vec(&mine))?;
     let want: Vec<u32> = (0..p)
-        .flat_map(|r| (0..n / 2).map(move |k| (r * 100_000 + k) as u32))
+        .flat_map(|r| (0..n / 2).map(move |k| tag(r, k)))
         .collect();
     expect_eq(CHECK, "all_gather", &got, &want)?;
 

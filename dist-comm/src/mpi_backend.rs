@@ -27,7 +27,7 @@ use mpi::ffi;
 use mpi::raw::AsRaw;
 use mpi::Threading;
 
-use crate::capability::{check_all_gather, check_rank, check_tag};
+use crate::capability::{check_all_gather, check_rank, check_tag, rank_int};
 use crate::{
     AllGather, AllReduce, AllToAllV, BlockLayout, Broadcast, CommError, Completion, Element,
     ElementKind, Exchange, Group, PointToPoint, ReduceOp, Reducible, RequestId, Tag,
@@ -391,7 +391,7 @@ impl Broadcast for MpiComm {
                 buf.as_mut_ptr().cast(),
                 span.count(),
                 span.datatype(),
-                root as c_int,
+                rank_int(root),
                 self.comm,
             )
         };
@@ -475,6 +475,10 @@ impl AllToAllV for MpiComm {
         }
         let mut ints = self.counts.borrow_mut();
         ints.clear();
+        #[allow(
+            clippy::cast_possible_truncation,
+            reason = "every count and displacement is at most the layout's extent, which fits a c_int (checked just above)"
+        )]
         for layout in [send_layout, recv_layout] {
             ints.extend(layout.counts().iter().map(|&c| c as c_int));
             ints.extend(layout.displs().iter().map(|&d| d as c_int));
@@ -709,7 +713,7 @@ impl<'a, T: Element> Exchange<'a, T> for MpiExchange<'a, T> {
                 buf.as_ptr().cast(),
                 span.count(),
                 span.datatype(),
-                dest as c_int,
+                rank_int(dest),
                 c_int::from(tag),
                 self.comm.comm,
                 &mut request,
@@ -744,7 +748,7 @@ impl<'a, T: Element> Exchange<'a, T> for MpiExchange<'a, T> {
                 ptr.as_ptr().cast(),
                 span.count(),
                 span.datatype(),
-                source as c_int,
+                rank_int(source),
                 c_int::from(tag),
                 self.comm.comm,
                 &mut request,

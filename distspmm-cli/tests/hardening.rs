@@ -107,14 +107,17 @@ impl Layout {
         let chunk = MappedChunk::open(path).unwrap();
         let view = chunk.view();
         let h = view.header();
-        let start = h.section_table_offset as usize;
+        let start = usize::try_from(h.section_table_offset).unwrap();
         Layout {
-            table: start..start + h.section_count as usize * SECTION_ENTRY_LEN,
+            table: start..start + usize::try_from(h.section_count).unwrap() * SECTION_ENTRY_LEN,
             sections: view
                 .sections()
                 .map(|e| {
-                    let at = e.offset as usize;
-                    (at..at + e.byte_len as usize, e.kind.to_string())
+                    let at = usize::try_from(e.offset).unwrap();
+                    (
+                        at..at + usize::try_from(e.byte_len).unwrap(),
+                        e.kind.to_string(),
+                    )
                 })
                 .collect(),
         }

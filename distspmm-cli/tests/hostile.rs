@@ -720,7 +720,7 @@ fn with_ints(valid: &[u8], name: &str, shape: &str, ints: &[i64]) -> Vec<u8> {
     let pad = (64 - (10 + dict.len() + 1) % 64) % 64;
     let header = format!("{dict}{}\n", " ".repeat(pad));
     let mut npy = b"\x93NUMPY\x01\x00".to_vec();
-    npy.extend((header.len() as u16).to_le_bytes());
+    npy.extend(u16::try_from(header.len()).unwrap().to_le_bytes());
     npy.extend(header.as_bytes());
     ints.iter().for_each(|l| npy.extend(l.to_le_bytes()));
     let stored =

@@ -13,6 +13,7 @@ extern crate std;
 pub mod chunk;
 #[cfg(feature = "std")]
 pub mod graph;
+pub mod index;
 pub mod kernel;
 #[cfg(feature = "std")]
 pub mod memory;

@@ -27,6 +27,7 @@ use core::str::FromStr;
 use std::string::String;
 use std::vec::Vec;
 
+use crate::index;
 use crate::sparse::par::{for_each_block, grain_for};
 use crate::sparse::{assemble, CsrOwned, TripletSource};
 
@@ -195,7 +196,7 @@ impl TripletSource<f32> for Entries<'_> {
         }
         if let Some(d) = self.diagonal {
             for (v, &w) in d.iter().enumerate() {
-                f(v as u32, v as u32, w);
+                f(index::id(v), index::id(v), w);
             }
         }
     }
@@ -236,7 +237,7 @@ pub fn adjacency(
     if let Some((row, src)) = first_overflow(&indptr, &indices, &data) {
         return Err(NormalizeError::WeightOverflow {
             src,
-            dst: row as u32,
+            dst: index::id(row),
         });
     }
     if norm != Normalization::None {
@@ -247,7 +248,7 @@ pub fn adjacency(
         if let Some((row, src)) = first_overflow(&indptr, &indices, &data) {
             return Err(NormalizeError::ScaledOverflow {
                 src,
-                dst: row as u32,
+                dst: index::id(row),
             });
         }
     }
@@ -306,7 +307,7 @@ pub(crate) fn first_overflow(
     data: &[f32],
 ) -> Option<(usize, u32)> {
     let k = data.iter().position(|w| !w.is_finite())?;
-    let row = indptr.partition_point(|&start| start as usize <= k) - 1;
+    let row = indptr.partition_point(|&start| index::offset(start) <= k) - 1;
     Some((row, indices[k]))
 }
 
@@ -319,7 +320,7 @@ pub(crate) fn row_degrees(
 ) -> Result<Vec<f64>, NormalizeError> {
     let mut degree = crate::memory::try_filled(indptr.len() - 1, 0.0f64, what(), MEMORY_HINT)?;
     for (d, w) in degree.iter_mut().zip(indptr.windows(2)) {
-        *d = data[w[0] as usize..w[1] as usize]
+        *d = data[index::offset(w[0])..index::offset(w[1])]
             .iter()
             .map(|&x| f64::from(x))
             .sum();
@@ -360,16 +361,24 @@ pub(crate) fn scale_rows(
 ) {
     let nrows = indptr.len() - 1;
     let scale = |rows: Range<usize>, values: &mut [f32]| {
-        let base = indptr[rows.start] as usize;
+        let base = index::offset(indptr[rows.start]);
         for v in rows {
-            let (s, e) = (indptr[v] as usize - base, indptr[v + 1] as usize - base);
+            let (s, e) = (
+                index::offset(indptr[v]) - base,
+                index::offset(indptr[v + 1]) - base,
+            );
             let cols = &indices[s + base..e + base];
             for (w, &u) in values[s..e].iter_mut().zip(cols) {
                 let factor = match norm {
                     Normalization::Gcn => row_inv[v] * col_inv[u as usize],
                     _ => row_inv[v],
                 };
-                *w = (f64::from(*w) * factor) as f32;
+                #[allow(
+                    clippy::cast_possible_truncation,
+                    reason = "deliberate: the weight is computed in f64 and rounded to f32 once"
+                )]
+                let weight = (f64::from(*w) * factor) as f32;
+                *w = weight;
             }
         }
     };
@@ -585,13 +594,20 @@ mod tests {
             } else {
                 // Weights in (0, 2]: positive, so degrees are positive; duplicates and self
                 // loops occur often at these sizes.
-                proptest::collection::vec((0..n as u32, 0..n as u32, 1u8..=8), 0..3 * n)
-                    .prop_map(|v| {
-                        v.into_iter()
-                            .map(|(a, b, w)| (a, b, f32::from(w) / 4.0))
-                            .collect()
-                    })
-                    .boxed()
+                proptest::collection::vec(
+                    (
+                        0..u32::try_from(n).unwrap(),
+                        0..u32::try_from(n).unwrap(),
+                        1u8..=8,
+                    ),
+                    0..3 * n,
+                )
+                .prop_map(|v| {
+                    v.into_iter()
+                        .map(|(a, b, w)| (a, b, f32::from(w) / 4.0))
+                        .collect()
+                })
+                .boxed()
             };
             (Just(n), edges)
         })

@@ -77,7 +77,7 @@ fn cora_chunks_reassemble_to_a_hat_and_carry_node_data() {
             let view = chunk.view();
             let f = view.features().unwrap();
             for (i, &orig) in view.original_ids().iter().enumerate() {
-                let v = orig as usize;
+                let v = usize::try_from(orig).unwrap();
                 assert_eq!(&f[i * 1433..(i + 1) * 1433], features.row(v));
                 assert_eq!(view.labels().unwrap()[i], g.labels.as_ref().unwrap()[v]);
                 let m = view.masks().unwrap()[i];

@@ -225,7 +225,7 @@ impl GpuDevice {
             return Ok(choice);
         }
         // check_product guaranteed that these fit u32.
-        let (nrows, f32_cols) = (y.rows as u32, f as u32);
+        let (nrows, f32_cols) = (crate::kernel_u32(y.rows), crate::kernel_u32(f));
         let split = match split {
             SplitInput::Plan(plan, workspace) if do_split => Some((plan, workspace)),
             _ => None,
@@ -265,7 +265,7 @@ impl GpuDevice {
             let (pieces, combine) = (pieces_kernel(lanes, vec4), long_rows_kernel(vec4));
             let ldp = workspace_ld(f) as u64;
             let piece_args = [
-                Arg::U32(plan.npieces as u32),
+                Arg::U32(crate::kernel_u32(plan.npieces)),
                 Arg::U64(self.ptr(&plan.piece_lo)),
                 Arg::U64(self.ptr(&plan.piece_hi)),
                 Arg::U64(a.indices),
@@ -287,7 +287,7 @@ impl GpuDevice {
                 )?
             };
             let combine_args = [
-                Arg::U32(plan.nlong as u32),
+                Arg::U32(crate::kernel_u32(plan.nlong)),
                 Arg::U64(self.ptr(&plan.long_rows)),
                 Arg::U64(self.ptr(&plan.long_piece_ptr)),
                 Arg::U64(workspace.ptr),

@@ -82,6 +82,17 @@ pub use plan::RowSplitPlan;
 pub use rows::{add_blocks, gather_rows, scatter_add_rows, DeviceRows, DeviceScatter, ScatterPlan};
 pub use strategy::{GroupLanes, KernelChoice, Strategy};
 
+/// A count or dimension as the kernels' u32 argument, once the launch's checks
+/// (`check_dense`, `check_product`, `ScatterPlan::new`, `RowSplitPlan::new`) verified it fits.
+#[allow(
+    clippy::cast_possible_truncation,
+    reason = "every caller passes a value checked to fit u32 before the launch"
+)]
+#[inline(always)]
+pub(crate) const fn kernel_u32(x: usize) -> u32 {
+    x as u32
+}
+
 /// Whether this build carries compiled kernels (the `cuda` feature).
 pub fn built_with_cuda() -> bool {
     cfg!(feature = "cuda")

@@ -138,6 +138,12 @@ impl RowSplitPlan {
             plan.long_rows.push(row);
             plan.long_piece_ptr.push(plan.piece_lo.len() as u64);
         }
+        if u32::try_from(plan.piece_lo.len()).is_err() {
+            return Err(CudaError::Strategy(format!(
+                "{} row-splitting pieces exceed the kernels' u32 count: raise the piece size",
+                plan.piece_lo.len()
+            )));
+        }
         Ok(plan)
     }
 
@@ -189,6 +195,10 @@ pub fn workspace_ld(f: usize) -> usize {
 }
 
 #[cfg(test)]
+#[allow(
+    clippy::cast_possible_truncation,
+    reason = "small test matrices: every narrowing is exact"
+)]
 mod tests {
     use super::*;
     use proptest::prelude::*;

@@ -76,7 +76,7 @@ impl ScatterPlan {
                 count[r as usize] += 1;
             }
         }
-        let rows: Vec<u32> = (0..nrows as u32)
+        let rows: Vec<u32> = (0..crate::kernel_u32(nrows))
             .filter(|&r| count[r as usize] > 0)
             .collect();
         let mut ptr = Vec::with_capacity(rows.len() + 1);
@@ -89,21 +89,32 @@ impl ScatterPlan {
             ptr.push(start + count[r as usize]);
         }
         let total = *ptr.last().expect("ptr starts with 0");
+        #[allow(
+            clippy::cast_possible_truncation,
+            reason = "total counts the entries of the lists, which are in memory"
+        )]
         let mut src = vec![0u64; total as usize];
         let mut packed = 0u64;
         for list in lists {
             for &r in *list {
                 let slot = &mut next[r as usize];
-                src[*slot as usize] = packed;
+                #[allow(
+                    clippy::cast_possible_truncation,
+                    reason = "a slot is below total, which fits usize"
+                )]
+                let at = *slot as usize;
+                src[at] = packed;
                 *slot += 1;
                 packed += 1;
             }
         }
+        // One packed row per entry of the lists.
+        let packed_rows = src.len();
         Ok(Self {
             rows,
             ptr,
             src,
-            packed_rows: packed as usize,
+            packed_rows,
             nrows,
         })
     }
@@ -332,13 +343,13 @@ impl GpuDevice {
             return Ok(());
         }
         let args = [
-            Arg::U32(out.rows as u32),
+            Arg::U32(crate::kernel_u32(out.rows)),
             Arg::U64(rows.map_or(0, |r| self.ptr(&r.buf))),
             Arg::U64(x.ptr),
             Arg::U64(x.ld as u64),
             Arg::U64(out.ptr),
             Arg::U64(out.ld as u64),
-            Arg::U32(out.cols as u32),
+            Arg::U32(crate::kernel_u32(out.cols)),
         ];
         // SAFETY: the arguments match dsp_gather_rows; the ids are below x.rows (checked) and
         // the buffers satisfy this function's contract.
@@ -368,7 +379,7 @@ impl GpuDevice {
             return Ok(());
         }
         let args = [
-            Arg::U32(plan.targets as u32),
+            Arg::U32(crate::kernel_u32(plan.targets)),
             Arg::U64(self.ptr(&plan.rows)),
             Arg::U64(self.ptr(&plan.ptr)),
             Arg::U64(self.ptr(&plan.src)),
@@ -376,7 +387,7 @@ impl GpuDevice {
             Arg::U64(packed.ld as u64),
             Arg::U64(y.ptr),
             Arg::U64(y.ld as u64),
-            Arg::U32(y.cols as u32),
+            Arg::U32(crate::kernel_u32(y.cols)),
         ];
         // SAFETY: the arguments match dsp_scatter_add_rows; the plan's rows are below y.rows
         // and its sources below packed.rows (ScatterPlan::new and the check above).
@@ -402,13 +413,13 @@ impl GpuDevice {
             return Ok(());
         }
         let args = [
-            Arg::U32(y.rows as u32),
-            Arg::U32(nblocks as u32),
+            Arg::U32(crate::kernel_u32(y.rows)),
+            Arg::U32(crate::kernel_u32(nblocks)),
             Arg::U64(blocks.ptr),
             Arg::U64(blocks.ld as u64),
             Arg::U64(y.ptr),
             Arg::U64(y.ld as u64),
-            Arg::U32(y.cols as u32),
+            Arg::U32(crate::kernel_u32(y.cols)),
         ];
         // SAFETY: the arguments match dsp_add_blocks; `blocks` holds nblocks · y.rows rows
         // (checked) and the buffers satisfy this function's contract.
@@ -471,6 +482,10 @@ pub fn add_blocks(blocks: &DeviceDense, y: &mut DeviceDense) -> Result<()> {
 }
 
 #[cfg(test)]
+#[allow(
+    clippy::cast_possible_truncation,
+    reason = "small test matrices: every narrowing is exact"
+)]
 mod tests {
     use super::*;
     use proptest::prelude::*;

@@ -2,6 +2,10 @@
 //! "skipping: no CUDA device (...)" and return when none can be opened, unless
 //! `DISTSPMM_REQUIRE_GPU` is set (the GPU check script sets it), which turns the skip into a
 //! failure.
+#![allow(
+    clippy::cast_possible_truncation,
+    reason = "small test matrices: every narrowing is exact"
+)]
 
 use distspmm_cuda::{
     add_blocks, gather_rows, kernel_resources, rows::ROW_KERNELS, scatter_add_rows, spmm,

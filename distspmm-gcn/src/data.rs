@@ -131,7 +131,7 @@ fn node_data(args: &Config, view: &ChunkView<'_>, path: &std::path::Path) -> Res
     if let Some((r, &y)) = labels
         .iter()
         .enumerate()
-        .find(|(_, &y)| y >= classes as i32)
+        .find(|(_, &y)| usize::try_from(y).is_ok_and(|y| y >= classes))
     {
         bail!(
             "{}: node {} has label {y} but the chunk declares {classes} classes",
@@ -184,7 +184,12 @@ where
     let (rank, ranks) = (comm.rank(), comm.size());
     let opened = distspmm_op::open_rank_chunk(dir_path, rank, ranks);
     let (dir, chunk) = agree(comm, opened.map_err(anyhow::Error::from))?;
-    let chunk_path = dir.chunk_path(rank as u32)?;
+    #[allow(
+        clippy::cast_possible_truncation,
+        reason = "rank < ranks, which open_rank_chunk checked to equal the chunks' u32 part count"
+    )]
+    let part = rank as u32;
+    let chunk_path = dir.chunk_path(part)?;
     let view = chunk.view();
     let mut nd = agree(comm, node_data(args, view, &chunk_path))?;
     // The class count sizes the output layer: it must be what the labels justify (partition
@@ -192,6 +197,10 @@ where
     let mut top = [nd.labels.iter().copied().max().map_or(-1.0, f64::from)];
     comm.all_reduce(&mut top, dist_comm::ReduceOp::Max)
         .context("cannot agree on the largest label")?;
+    #[allow(
+        clippy::cast_possible_truncation,
+        reason = "an i32 label + 1, at most 2^31: exact"
+    )]
     let justified = (top[0] + 1.0).max(0.0) as usize;
     let classes_ok = if nd.classes > justified {
         Err(anyhow::anyhow!(

@@ -57,11 +57,19 @@ impl DropoutKey {
     }
 
     /// The drop threshold on 24 random bits, as an f32 uniform would have it.
+    #[allow(
+        clippy::cast_possible_truncation,
+        reason = "p < 1, so the product is below 2^24"
+    )]
     fn threshold(&self) -> u32 {
         (f64::from(self.p) * f64::from(1u32 << 24)) as u32
     }
 
     /// The key of node `id` (its original id).
+    #[allow(
+        clippy::cast_possible_truncation,
+        reason = "deliberate: the two halves of a 64-bit hash"
+    )]
     pub fn row(&self, id: u64) -> RowKey {
         let base = splitmix64(
             self.seed ^ splitmix64(self.epoch.wrapping_mul(0x1000_0000_01B3) ^ (self.layer as u64)),
@@ -112,6 +120,10 @@ impl RowKey {
     /// Whether entry `col` of this row is kept: the scalar definition every vector path
     /// reproduces exactly (the tests hold them to it).
     #[cfg(test)]
+    #[allow(
+        clippy::cast_possible_truncation,
+        reason = "a column below the feature width, a u32"
+    )]
     pub fn keeps(&self, col: usize) -> bool {
         draw(self.mul, self.add, col as u32) >= self.threshold
     }
@@ -174,6 +186,10 @@ fn splitmix64(mut x: u64) -> u64 {
 /// The loop every instruction set compiles: branch-free, lane-wise, so LLVM vectorises it at
 /// the width the enclosing function's target features allow.
 #[inline(always)]
+#[allow(
+    clippy::cast_possible_truncation,
+    reason = "columns are below the feature width, a u32 (the chunk's feature_dim)"
+)]
 fn apply_body(key: &RowKey, first_col: usize, src: &[f32], dst: &mut [f32]) {
     let (mul, add, threshold, scale) = (key.mul, key.add, key.threshold, key.scale());
     let first = first_col as u32;
@@ -233,6 +249,10 @@ fn isa() -> Isa {
 }
 
 #[cfg(test)]
+#[allow(
+    clippy::cast_possible_truncation,
+    reason = "test shapes of a few dozen rows and columns: every narrowing is exact"
+)]
 mod tests {
     use super::*;
     use proptest::prelude::*;

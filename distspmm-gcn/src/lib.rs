@@ -412,7 +412,12 @@ pub fn normalize_rows(x: &mut [f32], width: usize, id_of: impl Fn(usize) -> u64)
             );
         }
         if s != 0.0 {
-            row.iter_mut().for_each(|v| *v = (f64::from(*v) / s) as f32);
+            #[allow(
+                clippy::cast_possible_truncation,
+                reason = "deliberate: normalised in f64, rounded to f32"
+            )]
+            let normalise = |v: &mut f32| *v = (f64::from(*v) / s) as f32;
+            row.iter_mut().for_each(normalise);
         }
     }
     Ok(())

@@ -191,6 +191,10 @@ impl Params {
         let mut biases = Vec::new();
         for l in 0..cfg.layers {
             let (fi, fo) = (dims[l], dims[l + 1]);
+            #[allow(
+                clippy::cast_possible_truncation,
+                reason = "deliberate: rounds the Glorot bound to f32"
+            )]
             let r = (6.0 / (fi + fo) as f64).sqrt() as f32;
             let what = "the GCN's weights";
             let mut w = zeros(len_of(fi, fo, what)?, what)?;
@@ -285,8 +289,10 @@ impl Adam {
     }
 
     fn update(t: u64, params: &mut [f32], grads: &[f32], m: &mut [f32], v: &mut [f32], lr: f32) {
-        let bc1 = 1.0 - Self::BETA1.powi(t as i32);
-        let bc2 = 1.0 - Self::BETA2.powi(t as i32);
+        // β^t is 0 in f32 long before t reaches i32::MAX, so saturating changes nothing.
+        let t = i32::try_from(t).unwrap_or(i32::MAX);
+        let bc1 = 1.0 - Self::BETA1.powi(t);
+        let bc2 = 1.0 - Self::BETA2.powi(t);
         par::zip_chunks(params, grads, m, v, |params, grads, m, v| {
             for (((p, &g), m), v) in params.iter_mut().zip(grads).zip(m).zip(v) {
                 *m = Self::BETA1 * *m + (1.0 - Self::BETA1) * g;
@@ -859,7 +865,13 @@ pub(crate) fn nll_grad(
                 let (_, lse) = log_sum_exp(row);
                 for (k, (dv, &v)) in d.iter_mut().zip(row).enumerate() {
                     let p = (v - lse).exp();
-                    *dv = ((p - f32::from(u8::from(k == y as usize))) as f64 / train_total) as f32;
+                    #[allow(
+                        clippy::cast_possible_truncation,
+                        reason = "deliberate: averaged in f64, rounded to f32"
+                    )]
+                    let grad =
+                        ((p - f32::from(u8::from(k == y as usize))) as f64 / train_total) as f32;
+                    *dv = grad;
                 }
             }
         });
@@ -939,6 +951,10 @@ pub(crate) mod testing {
 }
 
 #[cfg(test)]
+#[allow(
+    clippy::cast_possible_truncation,
+    reason = "small test shapes: every narrowing is exact; f32 rounding is deliberate"
+)]
 mod tests {
     use super::*;
 

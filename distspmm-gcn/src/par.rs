@@ -228,6 +228,10 @@ where
 }
 
 #[cfg(test)]
+#[allow(
+    clippy::cast_possible_truncation,
+    reason = "small test shapes: every narrowing is exact; f32 rounding is deliberate"
+)]
 mod tests {
     use super::*;
     use proptest::prelude::*;

@@ -324,6 +324,10 @@ impl TensorGcn {
 }
 
 #[cfg(test)]
+#[allow(
+    clippy::cast_possible_truncation,
+    reason = "small test shapes: every narrowing is exact; f32 rounding is deliberate"
+)]
 mod tests {
     use super::*;
     use crate::model::testing::{Alone, DenseAgg};

@@ -122,7 +122,8 @@ pub(crate) fn q_local(chunk: &ChunkView<'_>) -> Vec<Option<QLocalBlock>> {
     for (q, i) in remote_indices(chunk) {
         debug_assert_ne!(q, part);
         let b = chunk.block(i);
-        let n_q = (offsets[q + 1] - offsets[q]) as usize;
+        // A part's size: at most u32::MAX, checked by `ChunkView::parse`.
+        let n_q = distspmm_core::index::offset(offsets[q + 1] - offsets[q]);
         let halo = chunk.halo_recv(q);
         let cols: Vec<u32> = b.csr_cols.iter().map(|&c| halo[c as usize]).collect();
         let mut colptr = vec![0u64; n_q + 1];

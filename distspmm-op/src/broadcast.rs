@@ -23,7 +23,8 @@ pub(crate) fn forward(plan: &BroadcastPlan, has_block: &[bool]) -> Program {
     let mut program = Program::new();
     let mut acc = Accumulate::Overwrite;
     for step in plan.steps() {
-        let (q, rows) = (step.root, step.rows as usize);
+        // A part's rows: at most u32::MAX, checked by `ChunkView::parse`.
+        let (q, rows) = (step.root, distspmm_core::index::offset(step.rows));
         let panel = Region::new(Buf::Packed, 0, rows);
         if parts > 1 {
             if q == me {
@@ -62,7 +63,8 @@ pub(crate) fn backward(plan: &BroadcastPlan, has_block: &[bool], n: usize) -> Pr
     let (me, parts) = (plan.rank(), plan.parts());
     let mut program = Program::new();
     for step in plan.steps() {
-        let (q, rows) = (step.root, step.rows as usize);
+        // A part's rows: at most u32::MAX, checked by `ChunkView::parse`.
+        let (q, rows) = (step.root, distspmm_core::index::offset(step.rows));
         if q == me {
             program.push(Instr::Spmm {
                 lane: Lane::Comm,

@@ -101,9 +101,10 @@ mod tests {
     fn layout_matches_the_halo_plan() {
         // A ring of 12 nodes with chords, split into 3 interleaved parts.
         let n = 12;
-        let mut edges: Vec<(u32, u32)> = (0..n as u32).map(|i| (i, (i + 1) % n as u32)).collect();
+        let n32 = u32::try_from(n).unwrap();
+        let mut edges: Vec<(u32, u32)> = (0..n32).map(|i| (i, (i + 1) % n32)).collect();
         edges.extend([(0, 6), (3, 9), (2, 7)]);
-        let part_of: Vec<u32> = (0..n as u32).map(|i| i % 3).collect();
+        let part_of: Vec<u32> = (0..n32).map(|i| i % 3).collect();
         let bufs = chunks(n, &edges, &part_of, 3);
         let views = views(&bufs);
         for chunk in &views {

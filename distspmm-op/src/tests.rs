@@ -1,6 +1,10 @@
 //! The operator over the `local` communicator against a dense f64 reference of the reassembled
 //! Â, for random graphs and partitions (empty halos and empty parts included), both schedules,
 //! forward and backward; agreement failures on every rank; bit-identical reruns.
+#![allow(
+    clippy::cast_possible_truncation,
+    reason = "small test graphs: every narrowing is exact"
+)]
 
 use std::path::Path;
 

@@ -10,6 +10,10 @@
 //!
 //! Without a CUDA device every test prints "skipping: no CUDA device (...)" and passes, unless
 //! `DISTSPMM_REQUIRE_GPU` is set (distspmm-cuda/gpu-check.sh sets it), which makes it fail.
+#![allow(
+    clippy::cast_possible_truncation,
+    reason = "small test graphs: every narrowing is exact"
+)]
 
 use std::fs::File;
 use std::process::{Command, Stdio};

@@ -365,7 +365,7 @@ pub fn check_on_directed_graph(
     let env_refs: Vec<(&str, &OsStr)> = env.iter().map(|(k, v)| (*k, v.as_os_str())).collect();
     for parts in [1usize, 2] {
         let chunks = dir.join(format!("chunks-{parts}"));
-        write_chunks(&graph, parts as u32, &chunks);
+        write_chunks(&graph, u32::try_from(parts).unwrap(), &chunks);
         let mut args: Vec<OsString> = script_args.to_vec();
         args.extend([
             "--chunks".into(),

@@ -328,6 +328,10 @@ trait Value: Reducible + DeviceRepr + ValidAsZeroBits + Debug {
 impl Value for f32 {
     const NAME: &'static str = "f32";
     const EPSILON: f64 = f32::EPSILON as f64;
+    #[allow(
+        clippy::cast_possible_truncation,
+        reason = "deliberate: rounding an f64 test value to the nearest f32"
+    )]
     fn from_f64(v: f64) -> Self {
         v as f32
     }

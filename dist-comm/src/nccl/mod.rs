@@ -70,7 +70,7 @@ pub use ffi::NCCL_LIBRARY_ENV;
 use ffi::{data_type, decode_version, reduction, NcclLibrary};
 pub use host::NcclHost;
 
-use crate::capability::check_rank;
+use crate::capability::{check_rank, rank_int};
 use crate::{AllGather, Broadcast, CommError, Element, ElementKind, ReduceOp, Reducible};
 
 impl From<NoDevice> for CommError {
@@ -572,7 +572,7 @@ impl NcclComm {
                 ptr,
                 buf.len,
                 data_type(kind),
-                root as c_int,
+                rank_int(root),
                 self.comm,
                 self.cu_stream(),
             )
@@ -629,7 +629,7 @@ impl NcclComm {
                     buf.ptr as *mut std::ffi::c_void,
                     buf.len,
                     dtype,
-                    peer as c_int,
+                    rank_int(peer),
                     self.comm,
                     self.cu_stream(),
                 )
@@ -647,7 +647,7 @@ impl NcclComm {
                         buf.ptr as *const std::ffi::c_void,
                         buf.len,
                         dtype,
-                        peer as c_int,
+                        rank_int(peer),
                         self.comm,
                         self.cu_stream(),
                     )

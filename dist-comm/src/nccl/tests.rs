@@ -156,7 +156,8 @@ fn version_codes_decode_in_both_schemes() {
 
 #[test]
 fn unique_ids_round_trip_through_bytes() {
-    let bytes: [u8; NcclUniqueId::BYTES] = std::array::from_fn(|i| (i * 37 % 256) as u8);
+    let bytes: [u8; NcclUniqueId::BYTES] =
+        std::array::from_fn(|i| u8::try_from(i * 37 % 256).unwrap());
     let id = NcclUniqueId::from_bytes(bytes);
     assert_eq!(id.as_bytes(), &bytes);
     let raw = id.raw();

@@ -203,7 +203,7 @@ fn check_memory(what: &GenerateWhat) -> anyhow::Result<()> {
         }
         GenerateWhat::Csbm(a) => (
             a.nodes as u64,
-            (a.nodes as f64 * a.avg_degree.max(0.0)).min(u64::MAX as f64) as u64,
+            saturating_u64(a.nodes as f64 * a.avg_degree.max(0.0)),
             a.features as u64,
             "lower --nodes, --avg-degree or --features",
         ),
@@ -290,4 +290,13 @@ fn same_contents(a: &Path, b: &Path) -> anyhow::Result<bool> {
             return Ok(false);
         }
     }
+}
+
+/// A non-negative estimate as a u64, saturating (an `as` from f64 saturates and maps NaN to 0).
+#[allow(
+    clippy::cast_possible_truncation,
+    reason = "deliberate: a saturating estimate of an edge count"
+)]
+fn saturating_u64(x: f64) -> u64 {
+    x as u64
 }

@@ -6,8 +6,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
 use distspmm_core::chunk::{
-    write_chunk_dir, BoundedBuilder, ChunkBuilder, ChunkDirError, ChunkSource, DirLock,
-    EdgeBuckets, Manifest, WriteOptions,
+    write_chunk_dir, BoundedBuilder, ChunkBuilder, ChunkDirError, DirLock, EdgeBuckets, Manifest,
+    PartChunkBuilder, WriteOptions,
 };
 use distspmm_core::normalize::{self, Normalization};
 use distspmm_core::partition::{
@@ -488,7 +488,7 @@ fn write_chunks(
     args: &Args,
     bars: &MultiProgress,
     phases: &mut PhaseLog,
-    builder: &impl ChunkSource,
+    builder: &impl PartChunkBuilder,
     written: WriteOptions,
     method: &Method,
 ) -> anyhow::Result<Manifest> {

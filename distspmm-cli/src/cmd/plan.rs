@@ -440,6 +440,10 @@ const COLOURS: [(f64, f64, f64); 5] = [
     (253.0, 231.0, 37.0),
 ];
 
+#[allow(
+    clippy::cast_possible_truncation,
+    reason = "t is clamped to [0, 1]: the index is below the palette's length and each channel in 0..=255"
+)]
 fn colour(t: f64) -> String {
     let t = t.clamp(0.0, 1.0) * (COLOURS.len() - 1) as f64;
     let i = (t.floor() as usize).min(COLOURS.len() - 2);
@@ -567,6 +571,10 @@ fn heatmaps(panels: &[(ScheduleKind, CommMatrix)], features: usize) -> String {
         r##"<rect x="{lx}" y="{top}" width="18" height="{size}" fill="url(#scale)" stroke="#888"/>"##
     );
     let mut labels = vec![min, max];
+    #[allow(
+        clippy::cast_possible_truncation,
+        reason = "log10 of a u64 is below 20"
+    )]
     let mut decade = 10u64.pow((min.max(1) as f64).log10().ceil() as u32);
     while decade < max {
         if scale(decade) > 0.06 && scale(decade) < 0.94 {

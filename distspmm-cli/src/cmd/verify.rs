@@ -136,7 +136,8 @@ fn gather_at_root<C: Communicator>(
     let recv: Vec<usize> = (0..ranks)
         .map(|r| {
             if me == 0 {
-                (offsets[r + 1] - offsets[r]) as usize * features
+                // A part's size: at most u32::MAX, checked by `ChunkView::parse`.
+                distspmm_core::index::offset(offsets[r + 1] - offsets[r]) * features
             } else {
                 0
             }

@@ -24,12 +24,13 @@ use std::path::{Path, PathBuf};
 use std::vec::Vec;
 
 use crate::graph::Graph;
+use crate::index;
 use crate::normalize::{self, Normalization, NormalizeError};
 use crate::partition::{Partition, Renumbering};
 use crate::sparse::{assemble, TripletSource};
 
 use super::build::{split_location, HaloScan, Layout, PartRows};
-use super::dir::{ChunkSource, ScratchDir};
+use super::dir::{PartChunkBuilder, ScratchDir};
 use super::{ChunkBuildError, ChunkDirError, DirLock, HaloLists, PartChunk};
 
 /// Bytes of write buffer per bucket, at most (less with many parts: 256 MiB in all).
@@ -214,7 +215,7 @@ impl TripletSource<f32> for BucketTriplets<'_> {
         }
         if let Some(d) = self.diagonal {
             for (i, &v) in self.nodes.iter().enumerate() {
-                f(i as u32, v, d[v as usize]);
+                f(index::id(i), v, d[v as usize]);
             }
         }
     }
@@ -234,7 +235,7 @@ impl PartRows for LocalRows {
     }
 
     fn row(&self, i: usize) -> (&[u32], &[f32]) {
-        let range = self.indptr[i] as usize..self.indptr[i + 1] as usize;
+        let range = index::offset(self.indptr[i])..index::offset(self.indptr[i + 1]);
         (&self.indices[range.clone()], &self.data[range])
     }
 }
@@ -262,7 +263,15 @@ impl LocalRows {
         let mut file = std::fs::File::open(path).map_err(io_error(path))?;
         let mut word = [0u8; 8];
         file.read_exact(&mut word).map_err(io_error(path))?;
-        let nnz = u64::from_ne_bytes(word) as usize;
+        let changed = || ChunkDirError::Io {
+            path: path.to_path_buf(),
+            source: std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                "a rows file does not hold what was written (was the work directory \
+                 changed while it ran?)",
+            ),
+        };
+        let nnz = usize::try_from(u64::from_ne_bytes(word)).map_err(|_| changed())?;
         let mut indptr = std::vec![0u64; nrows + 1];
         let mut indices = std::vec![0u32; nnz];
         let mut data = std::vec![0f32; nnz];
@@ -272,15 +281,8 @@ impl LocalRows {
             .map_err(io_error(path))?;
         drop(file);
         std::fs::remove_file(path).map_err(io_error(path))?;
-        if indptr[nrows] as usize != nnz {
-            return Err(ChunkDirError::Io {
-                path: path.to_path_buf(),
-                source: std::io::Error::new(
-                    std::io::ErrorKind::InvalidData,
-                    "a rows file does not hold what was written (was the work directory \
-                     changed while it ran?)",
-                ),
-            });
+        if indptr[nrows] != nnz as u64 {
+            return Err(changed());
         }
         Ok(Self {
             indptr,
@@ -387,7 +389,7 @@ impl<'a> BoundedBuilder<'a> {
     }
 }
 
-impl ChunkSource for BoundedBuilder<'_> {
+impl PartChunkBuilder for BoundedBuilder<'_> {
     fn partition(&self) -> &Partition {
         self.layout.partition()
     }

@@ -16,6 +16,7 @@ use chunk_format::{BlockView, ChunkContents};
 use rayon::prelude::*;
 
 use crate::graph::Graph;
+use crate::index;
 use crate::partition::{split_lengths, Partition, Renumbering};
 use crate::sparse::CsrView;
 
@@ -72,7 +73,7 @@ impl HaloLists {
     /// The sorted q-local ids part p receives from part q (empty for q = p).
     pub fn recv(&self, p: usize, q: usize) -> &[u32] {
         let o = &self.recv_offsets[p];
-        &self.recv[p][o[q] as usize..o[q + 1] as usize]
+        &self.recv[p][index::offset(o[q])..index::offset(o[q + 1])]
     }
 
     /// Rows part p receives from all peers together (its halo size H).
@@ -150,7 +151,7 @@ impl HaloScan {
                 for &col in rows.row(i).0 {
                     let (q, local) = split_location(location[col as usize]);
                     if q != p {
-                        let new = offsets[q as usize] as usize + local as usize;
+                        let new = index::offset(offsets[q as usize]) + local as usize;
                         bitmap[new / 64].fetch_or(1u64 << (new % 64), Ordering::Relaxed);
                     }
                 }
@@ -159,7 +160,7 @@ impl HaloScan {
         offsets_p.push(0u64);
         let mut recv_p = Vec::new();
         for q in 0..parts {
-            let (start, end) = (offsets[q] as usize, offsets[q + 1] as usize);
+            let (start, end) = (index::offset(offsets[q]), index::offset(offsets[q + 1]));
             if q != p as usize && start < end {
                 let first = start / 64;
                 for (k, slot) in self.bitmap[first..=(end - 1) / 64].iter_mut().enumerate() {
@@ -171,7 +172,7 @@ impl HaloScan {
                     while bits != 0 {
                         let id = base + bits.trailing_zeros() as usize;
                         bits &= bits - 1;
-                        recv_p.push((id - start) as u32);
+                        recv_p.push(index::id(id - start));
                     }
                 }
             }
@@ -243,6 +244,10 @@ pub(super) fn locations(partition: &Partition, renumbering: &Renumbering) -> Vec
         .collect()
 }
 
+#[allow(
+    clippy::cast_possible_truncation,
+    reason = "deliberate: the high and the low 32 bits of a packed (part, local row)"
+)]
 pub(super) fn split_location(location: u64) -> (u32, u32) {
     ((location >> 32) as u32, location as u32)
 }
@@ -303,7 +308,7 @@ fn transpose_into(
     bounds.push(ncols);
     let lengths: Vec<usize> = bounds
         .windows(2)
-        .map(|w| (colptr[w[1]] - colptr[w[0]]) as usize)
+        .map(|w| index::offset(colptr[w[1]] - colptr[w[0]]))
         .collect();
     let row_pieces = split_lengths(rows_out, lengths.iter().copied());
     let val_pieces = split_lengths(vals_out, lengths.iter().copied());
@@ -316,12 +321,12 @@ fn transpose_into(
             let base = colptr[c0];
             let mut next: Vec<u64> = colptr[c0..c1].iter().map(|&x| x - base).collect();
             for i in 0..rowptr.len() - 1 {
-                for k in rowptr[i] as usize..rowptr[i + 1] as usize {
+                for k in index::offset(rowptr[i])..index::offset(rowptr[i + 1]) {
                     let c = cols[k] as usize;
                     if (c0..c1).contains(&c) {
-                        let at = next[c - c0] as usize;
+                        let at = index::offset(next[c - c0]);
                         next[c - c0] += 1;
-                        rows_t[at] = i as u32;
+                        rows_t[at] = index::id(i);
                         vals_t[at] = vals[k];
                     }
                 }
@@ -445,8 +450,8 @@ impl<'a> Layout<'a> {
                 halo.recv(p_us, q).len()
             };
             if q == p_us || ncols > 0 {
-                *slot = block_src.len() as u32;
-                block_src.push(q as u32);
+                *slot = index::id(block_src.len());
+                block_src.push(index::id(q));
                 col_offsets.push(col_offsets.last().copied().unwrap_or(0) + ncols as u64);
             }
         }
@@ -455,9 +460,9 @@ impl<'a> Layout<'a> {
         // Compacted column of every referenced new id: halo position for q ≠ p.
         scratch.resize(n, 0);
         for q in (0..parts).filter(|&q| q != p_us) {
-            let base = offsets[q] as usize;
+            let base = index::offset(offsets[q]);
             for (k, &local) in halo.recv(p_us, q).iter().enumerate() {
-                scratch[base + local as usize] = k as u32;
+                scratch[base + local as usize] = index::id(k);
             }
         }
         let scratch: &[u32] = scratch;
@@ -468,7 +473,7 @@ impl<'a> Layout<'a> {
         for i in 0..n_p {
             entry_start.push(entry_start[i] + rows.row(i).0.len() as u64);
         }
-        let nnz = entry_start[n_p] as usize;
+        let nnz = index::offset(entry_start[n_p]);
         let runs = row_runs(&entry_start);
         let run_rows = |w: &[usize]| w[0]..w[1];
 
@@ -478,7 +483,7 @@ impl<'a> Layout<'a> {
         let located_runs = split_lengths(
             &mut located,
             runs.windows(2)
-                .map(|w| (entry_start[w[1]] - entry_start[w[0]]) as usize),
+                .map(|w| index::offset(entry_start[w[1]] - entry_start[w[0]])),
         );
         let count_runs = split_lengths(
             &mut counts,
@@ -497,7 +502,7 @@ impl<'a> Layout<'a> {
                         let (b, c) = if q == p_us {
                             (diagonal, local)
                         } else {
-                            let new = offsets[q] as usize + local as usize;
+                            let new = index::offset(offsets[q]) + local as usize;
                             (block_of[q] as usize, scratch[new])
                         };
                         located[k] = ((b as u64) << 32) | u64::from(c);
@@ -527,7 +532,8 @@ impl<'a> Layout<'a> {
         let piece_lengths: Vec<usize> = (0..nblocks)
             .flat_map(|b| {
                 let rp = &csr_rowptr[b * stride..(b + 1) * stride];
-                runs.windows(2).map(move |w| (rp[w[1]] - rp[w[0]]) as usize)
+                runs.windows(2)
+                    .map(move |w| index::offset(rp[w[1]] - rp[w[0]]))
             })
             .collect();
         let nruns = runs.len() - 1;
@@ -545,7 +551,7 @@ impl<'a> Layout<'a> {
             .zip(runs.par_windows(2))
             .for_each(|((mut cols, mut vals), w)| {
                 let mut cursor = std::vec![0usize; nblocks];
-                let mut k = entry_start[w[0]] as usize;
+                let mut k = index::offset(entry_start[w[0]]);
                 for r in run_rows(w) {
                     for &v in rows.row(r).1 {
                         let (b, c) = split_location(located[k]);
@@ -560,15 +566,17 @@ impl<'a> Layout<'a> {
         drop(located);
 
         // CSC per block over its compacted columns.
-        let total_cols = col_offsets[nblocks] as usize;
+        let total_cols = index::offset(col_offsets[nblocks]);
         let mut csc_colptr = std::vec![0u64; total_cols + nblocks];
         let mut csc_rows = std::vec![0u32; nnz];
         let mut csc_vals = std::vec![0f32; nnz];
         let colptr_pieces = split_lengths(
             &mut csc_colptr,
-            col_offsets.windows(2).map(|w| (w[1] - w[0]) as usize + 1),
+            col_offsets
+                .windows(2)
+                .map(|w| index::offset(w[1] - w[0]) + 1),
         );
-        let block_nnz = nnz_offsets.windows(2).map(|w| (w[1] - w[0]) as usize);
+        let block_nnz = nnz_offsets.windows(2).map(|w| index::offset(w[1] - w[0]));
         let row_pieces = split_lengths(&mut csc_rows, block_nnz.clone());
         let cval_pieces = split_lengths(&mut csc_vals, block_nnz);
         for (b, ((colptr, rows), cvals)) in colptr_pieces
@@ -577,7 +585,10 @@ impl<'a> Layout<'a> {
             .zip(cval_pieces)
             .enumerate()
         {
-            let (z0, z1) = (nnz_offsets[b] as usize, nnz_offsets[b + 1] as usize);
+            let (z0, z1) = (
+                index::offset(nnz_offsets[b]),
+                index::offset(nnz_offsets[b + 1]),
+            );
             transpose_into(
                 &csr_rowptr[b * stride..(b + 1) * stride],
                 &csr_cols[z0..z1],
@@ -817,12 +828,12 @@ impl PartChunk {
             .enumerate()
             .map(|(b, &src_part)| {
                 let (c0, c1) = (
-                    self.col_offsets[b] as usize,
-                    self.col_offsets[b + 1] as usize,
+                    index::offset(self.col_offsets[b]),
+                    index::offset(self.col_offsets[b + 1]),
                 );
                 let (z0, z1) = (
-                    self.nnz_offsets[b] as usize,
-                    self.nnz_offsets[b + 1] as usize,
+                    index::offset(self.nnz_offsets[b]),
+                    index::offset(self.nnz_offsets[b + 1]),
                 );
                 BlockView {
                     src_part,

@@ -9,6 +9,7 @@ use std::vec::Vec;
 use chunk_format::{write_chunk, ChunkView, MappedChunk, FORMAT_VERSION};
 use rayon::prelude::*;
 
+use crate::index;
 use crate::partition::{sync_parent_dir, write_atomically, Adjacency, Partition};
 use crate::sparse::CsrOwned;
 
@@ -27,7 +28,7 @@ pub fn chunk_file_name(p: u32) -> String {
 /// What [`write_chunk_dir`] builds the chunks from: [`ChunkBuilder`] (the whole Â in memory,
 /// parts built in parallel) or [`BoundedBuilder`](super::BoundedBuilder) (one part's rows at a
 /// time). Both give the same chunks.
-pub trait ChunkSource: Sync {
+pub trait PartChunkBuilder: Sync {
     /// The partition.
     fn partition(&self) -> &Partition;
     /// Its renumbering.
@@ -52,7 +53,7 @@ pub trait ChunkSource: Sync {
     fn build_part(&self, p: u32, scratch: &mut Vec<u32>) -> Result<PartChunk, ChunkDirError>;
 }
 
-impl ChunkSource for ChunkBuilder<'_> {
+impl PartChunkBuilder for ChunkBuilder<'_> {
     fn partition(&self) -> &Partition {
         ChunkBuilder::partition(self)
     }
@@ -135,8 +136,10 @@ impl WriteTimings {
 
     fn add(&self, build: std::time::Duration, write: std::time::Duration) {
         use std::sync::atomic::Ordering::Relaxed;
-        self.build_nanos.fetch_add(build.as_nanos() as u64, Relaxed);
-        self.write_nanos.fetch_add(write.as_nanos() as u64, Relaxed);
+        // Saturating: 2^64 ns is 584 years.
+        let nanos = |d: std::time::Duration| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
+        self.build_nanos.fetch_add(nanos(build), Relaxed);
+        self.write_nanos.fetch_add(nanos(write), Relaxed);
     }
 }
 
@@ -277,7 +280,7 @@ fn split_dir(dir: &Path) -> Result<(PathBuf, std::ffi::OsString), ChunkDirError>
 /// refuses unless `options.force`; the same fingerprint is always fine.
 pub fn write_chunk_dir(
     dir: &Path,
-    builder: &(impl ChunkSource + ?Sized),
+    builder: &(impl PartChunkBuilder + ?Sized),
     options: &WriteOptions,
 ) -> Result<Manifest, ChunkDirError> {
     let _own_lock;
@@ -339,7 +342,7 @@ pub fn write_chunk_dir(
 /// Writes the partition map, the chunks and the manifest into the (empty) directory `dir`.
 fn write_files(
     dir: &Path,
-    builder: &(impl ChunkSource + ?Sized),
+    builder: &(impl PartChunkBuilder + ?Sized),
     partition: &Partition,
     fingerprint: String,
     options: &WriteOptions,
@@ -839,7 +842,7 @@ impl ChunkDir {
             });
         }
         for (p, (path, view)) in views.iter().enumerate() {
-            let nodes = renumbering.part_nodes(p as u32);
+            let nodes = renumbering.part_nodes(index::id(p));
             if !view
                 .original_ids()
                 .iter()
@@ -1010,15 +1013,15 @@ impl AHatShape {
                 for block in &blocks {
                     let q = block.src_part as usize;
                     let (s, e) = (
-                        block.csr_rowptr[i] as usize,
-                        block.csr_rowptr[i + 1] as usize,
+                        index::offset(block.csr_rowptr[i]),
+                        index::offset(block.csr_rowptr[i + 1]),
                     );
                     sum += block.csr_vals[s..e]
                         .iter()
                         .map(|&v| f64::from(v))
                         .sum::<f64>();
                     if q == p {
-                        let on_diagonal = block.csr_cols[s..e].binary_search(&(i as u32)).is_ok();
+                        let on_diagonal = block.csr_cols[s..e].binary_search(&index::id(i)).is_ok();
                         has_loop |= on_diagonal;
                         shape.off_diagonal += (e - s - usize::from(on_diagonal)) as u64;
                         continue;
@@ -1028,14 +1031,16 @@ impl AHatShape {
                     let peer = chunks[q].1;
                     let recv = view.halo_recv(q);
                     let reverse = peer.blocks().find(|b| b.src_part as usize == p);
-                    let my_index = peer.halo_recv(p).binary_search(&(i as u32)).ok();
+                    let my_index = peer.halo_recv(p).binary_search(&index::id(i)).ok();
                     for &c in &block.csr_cols[s..e] {
                         let u = recv[c as usize] as usize;
                         let mutual = match (&reverse, my_index) {
                             (Some(r), Some(k)) => {
-                                let (rs, re) =
-                                    (r.csr_rowptr[u] as usize, r.csr_rowptr[u + 1] as usize);
-                                r.csr_cols[rs..re].binary_search(&(k as u32)).is_ok()
+                                let (rs, re) = (
+                                    index::offset(r.csr_rowptr[u]),
+                                    index::offset(r.csr_rowptr[u + 1]),
+                                );
+                                r.csr_cols[rs..re].binary_search(&index::id(k)).is_ok()
                             }
                             _ => false,
                         };
@@ -1184,8 +1189,22 @@ pub fn check_consistency(chunks: &[(&Path, &ChunkView<'_>)]) -> Result<(), Chunk
 pub fn reassemble(chunks: &[(&Path, &ChunkView<'_>)]) -> Result<CsrOwned<f32>, ChunkDirError> {
     check_consistency(chunks)?;
     let off = chunks[0].1.part_offsets();
-    let n = off[off.len() - 1] as usize;
-    let nnz: usize = chunks.iter().map(|(_, v)| v.header().nnz as usize).sum();
+    let total = off[off.len() - 1];
+    let n = usize::try_from(total)
+        .ok()
+        .filter(|&n| n <= crate::graph::MAX_NODES)
+        .ok_or_else(|| ChunkDirError::Inconsistent {
+            file: chunks[0].0.to_path_buf(),
+            section: "part offsets",
+            detail: std::format!(
+                "{total} nodes exceed the limit of {} (node ids are u32)",
+                crate::graph::MAX_NODES
+            ),
+        })?;
+    let nnz: usize = chunks
+        .iter()
+        .map(|(_, v)| index::offset(v.header().nnz))
+        .sum();
     let mut indptr = Vec::with_capacity(n + 1);
     indptr.push(0u64);
     let mut indices = Vec::with_capacity(nnz);
@@ -1198,11 +1217,15 @@ pub fn reassemble(chunks: &[(&Path, &ChunkView<'_>)]) -> Result<CsrOwned<f32>, C
                 let q = block.src_part as usize;
                 let recv = view.halo_recv(q);
                 let (s, e) = (
-                    block.csr_rowptr[i] as usize,
-                    block.csr_rowptr[i + 1] as usize,
+                    index::offset(block.csr_rowptr[i]),
+                    index::offset(block.csr_rowptr[i + 1]),
                 );
                 for (&c, &v) in block.csr_cols[s..e].iter().zip(&block.csr_vals[s..e]) {
                     let local = if q == p { c } else { recv[c as usize] };
+                    #[allow(
+                        clippy::cast_possible_truncation,
+                        reason = "a global id below N, which was checked against MAX_NODES above"
+                    )]
                     indices.push((off[q] + u64::from(local)) as u32);
                     data.push(v);
                 }

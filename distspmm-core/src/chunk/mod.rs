@@ -12,7 +12,7 @@
 //! Time and memory are linear in the non-zeros of Â (plus P·N/64 bitmap words for the halo
 //! scan); parts are built in parallel. [`BoundedBuilder`] builds the same chunks from edges
 //! bucketed by part into files ([`EdgeBuckets`]), never holding more than one part's rows of
-//! Â; both feed [`write_chunk_dir`] through [`ChunkSource`].
+//! Â; both feed [`write_chunk_dir`] through [`PartChunkBuilder`].
 
 mod bounded;
 mod build;
@@ -26,7 +26,7 @@ pub use bounded::{BoundedBuilder, EdgeBuckets};
 pub use build::{ChunkBuilder, HaloLists, PartChunk};
 pub use dir::{
     check_consistency, chunk_file_name, reassemble, stale_temporary_of, write_chunk_dir, ChunkDir,
-    ChunkSource, DirLock, WriteOptions, WriteTimings,
+    DirLock, PartChunkBuilder, WriteOptions, WriteTimings,
 };
 pub use manifest::{
     fingerprint_hex, Manifest, ManifestChunk, ManifestFile, MANIFEST_FILE, MANIFEST_FORMAT,

@@ -1,4 +1,8 @@
 //! Chunk building against set and dense references, and chunk directories end to end.
+#![allow(
+    clippy::cast_possible_truncation,
+    reason = "test graphs of a few thousand nodes: every narrowing is exact"
+)]
 
 use std::collections::BTreeSet;
 use std::path::Path;
@@ -520,7 +524,7 @@ fn both_builders(
     let bounded = BoundedBuilder::new(&nodes_only, part, buckets).unwrap();
     assert_eq!(bounded.nnz(), a_hat.nnz() as u64);
     assert_eq!(
-        ChunkSource::halo(&bounded),
+        PartChunkBuilder::halo(&bounded),
         ChunkBuilder::new(g, a_hat.view(), part).unwrap().halo()
     );
     let mut scratch = Vec::new();

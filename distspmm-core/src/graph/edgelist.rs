@@ -12,6 +12,7 @@
 
 use super::text::{fields, parse_id, parse_weight, trim, LineReader};
 use super::{Graph, GraphError, GraphErrorKind, MAX_NODES};
+use crate::index;
 use std::io::BufRead;
 use std::vec::Vec;
 
@@ -121,6 +122,10 @@ pub fn read_edgelist(reader: impl BufRead, options: &EdgeListOptions) -> Result<
                 }));
             }
             max_id = Some(max_id.map_or(id, |m| m.max(id)));
+            #[allow(
+                clippy::cast_possible_truncation,
+                reason = "id < limit ≤ MAX_NODES, checked just above"
+            )]
             Ok(id as u32)
         };
         let (u, v) = (id(0)?, id(1)?);
@@ -132,7 +137,7 @@ pub fn read_edgelist(reader: impl BufRead, options: &EdgeListOptions) -> Result<
     }
     let num_nodes = options
         .num_nodes
-        .unwrap_or_else(|| max_id.map_or(0, |m| m as usize + 1));
+        .unwrap_or_else(|| max_id.map_or(0, |m| index::offset(m) + 1));
     let weighted = matches!(layout, Some((_, 3)));
     Ok(Graph {
         weights: weighted.then_some(weights),

@@ -5,6 +5,7 @@
 //! of work draws from its own ChaCha8 stream (`seed`, stream = chunk index).
 
 use super::{Features, Graph, GraphError, GraphErrorKind, MAX_NODES};
+use crate::index;
 use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -59,15 +60,15 @@ pub fn random_node_data(
             i32::MAX
         )));
     }
+    #[allow(clippy::cast_possible_truncation, reason = "checked just above")]
+    let classes_i32 = classes as i32;
     let len = n
         .checked_mul(features)
         .ok_or_else(|| invalid(format!("{n} nodes × {features} features overflow")))?;
     let mut rng = rng_stream(seed, STREAM_NODE_DATA);
     let data: Vec<f32> = (0..len).map(|_| rng.random::<f32>()).collect();
-    let labels: Vec<i32> = (0..n)
-        .map(|_| rng.random_range(0..classes as i32))
-        .collect();
-    let mut order: Vec<u32> = (0..n as u32).collect();
+    let labels: Vec<i32> = (0..n).map(|_| rng.random_range(0..classes_i32)).collect();
+    let mut order: Vec<u32> = (0..index::id(n)).collect();
     order.shuffle(&mut rng);
     let (train_end, val_end, test_end) = (n / 10, n / 5, 2 * n / 5);
     let mut masks = [vec![false; n], vec![false; n], vec![false; n]];
@@ -138,9 +139,15 @@ fn rmat_with(scale: u32, edge_factor: u32, seed: u64, directed: bool) -> Result<
     let perm = random_permutation(n, &mut rng_stream(seed, STREAM_PERMUTATION));
     // Thresholds on a uniform u32: [0, a) → (0,0), [a, a+b) → (0,1), [a+b, a+b+c) → (1,0), else (1,1).
     let scale32 = f64::from(u32::MAX) + 1.0;
-    let t_a = (RMAT_A * scale32) as u64;
-    let t_ab = ((RMAT_A + RMAT_B) * scale32) as u64;
-    let t_abc = ((RMAT_A + RMAT_B + RMAT_C) * scale32) as u64;
+    #[allow(
+        clippy::cast_possible_truncation,
+        reason = "deliberate: thresholds below 2^32, rounded down"
+    )]
+    let (t_a, t_ab, t_abc) = (
+        (RMAT_A * scale32) as u64,
+        ((RMAT_A + RMAT_B) * scale32) as u64,
+        ((RMAT_A + RMAT_B + RMAT_C) * scale32) as u64,
+    );
 
     // Each undirected sample becomes two directed keys (src << 32 | dst); directed, each key
     // is a sample of its own. Self loops become u64::MAX, which sorts last and is cut off after
@@ -201,15 +208,20 @@ fn split_keys(keys: &[u64]) -> (Vec<u32>, Vec<u32>) {
         .zip(keys.par_chunks(BLOCK))
         .for_each(|((s, d), k)| {
             for ((s, d), &k) in s.iter_mut().zip(d.iter_mut()).zip(k) {
-                *s = (k >> 32) as u32;
-                *d = k as u32;
+                #[allow(
+                    clippy::cast_possible_truncation,
+                    reason = "deliberate: a key is (src << 32) | dst"
+                )]
+                let (src, dst) = ((k >> 32) as u32, k as u32);
+                (*s, *d) = (src, dst);
             }
         });
     (src, dst)
 }
 
 fn random_permutation(n: usize, rng: &mut ChaCha8Rng) -> Vec<u32> {
-    let mut perm: Vec<u32> = (0..n as u64).map(|i| i as u32).collect();
+    // n ≤ MAX_NODES: checked by the callers' parameters.
+    let mut perm: Vec<u32> = (0..n).map(index::id).collect();
     perm.shuffle(rng);
     perm
 }
@@ -272,11 +284,15 @@ pub fn csbm(p: &CsbmParams) -> Result<Graph, GraphError> {
     check_csbm(p)?;
     let (n, c) = (p.nodes, p.classes);
 
+    #[allow(
+        clippy::cast_possible_truncation,
+        reason = "i % c < c ≤ i32::MAX, checked by check_csbm"
+    )]
     let mut labels: Vec<i32> = (0..n).map(|i| (i % c) as i32).collect();
     labels.shuffle(&mut rng_stream(p.seed, STREAM_LABELS));
     let mut members: Vec<Vec<u32>> = vec![Vec::new(); c];
     for (i, &y) in labels.iter().enumerate() {
-        members[y as usize].push(i as u32);
+        members[y as usize].push(index::id(i));
     }
 
     let features = csbm_features(p, &labels);
@@ -304,6 +320,13 @@ fn check_csbm(p: &CsbmParams) -> Result<(), GraphError> {
     }
     if p.nodes > MAX_NODES {
         return Err(GraphErrorKind::TooManyNodes(p.nodes as u64).into());
+    }
+    if p.classes > i32::MAX as usize {
+        return Err(invalid(format!(
+            "csbm needs at most {} classes (labels are i32), got {}",
+            i32::MAX,
+            p.classes
+        )));
     }
     if p.nodes < p.classes.max(2) {
         return Err(invalid(format!(
@@ -420,7 +443,12 @@ fn csbm_features(p: &CsbmParams, labels: &[i32]) -> Features {
                 fill_gaussian(&mut rng, &mut noise);
                 let mean = &means[y as usize * f..(y as usize + 1) * f];
                 for ((x, m), e) in row.iter_mut().zip(mean).zip(&noise) {
-                    *x = (m + e) as f32;
+                    #[allow(
+                        clippy::cast_possible_truncation,
+                        reason = "deliberate: rounds the f64 sample to f32"
+                    )]
+                    let sample = (m + e) as f32;
+                    *x = sample;
                 }
             }
         });
@@ -433,6 +461,10 @@ fn csbm_edges(
     members: &[Vec<u32>],
 ) -> Result<(Vec<u32>, Vec<u32>), GraphError> {
     let (n, c) = (p.nodes, p.classes);
+    #[allow(
+        clippy::cast_possible_truncation,
+        reason = "check_csbm bounds the wanted pairs by half the candidate pairs"
+    )]
     let wanted = (n as f64 * p.avg_degree / 2.0).round() as usize;
     let mut rng = rng_stream(p.seed, STREAM_EDGES);
     let mut pairs: Vec<u64> = Vec::with_capacity(wanted + wanted / 8 + 16);
@@ -495,7 +527,7 @@ fn planetoid_masks(p: &CsbmParams, members: &[Vec<u32>]) -> (Vec<bool>, Vec<bool
             train[i as usize] = true;
         }
     }
-    let mut rest: Vec<u32> = (0..n as u32).filter(|&i| !train[i as usize]).collect();
+    let mut rest: Vec<u32> = (0..index::id(n)).filter(|&i| !train[i as usize]).collect();
     rest.shuffle(&mut rng);
     let r = rest.len();
     let n_val = (r / 3).min(500);

@@ -13,6 +13,7 @@
 
 use super::text::{fields, parse_id, parse_id_one_based, parse_weight, trim, LineReader};
 use super::{Graph, GraphError, GraphErrorKind, MAX_NODES};
+use crate::index;
 use std::format;
 use std::io::BufRead;
 use std::string::String;
@@ -61,7 +62,12 @@ fn parse_header(line: &[u8]) -> Result<(u64, u64, LineFormat), GraphErrorKind> {
                     "ncon {ncon} needs vertex weights in fmt (x1x) and must be in 1..=1024"
                 )));
             }
-            ncon as usize
+            #[allow(
+                clippy::cast_possible_truncation,
+                reason = "in 1..=1024, checked just above"
+            )]
+            let ncon = ncon as usize;
+            ncon
         }
         None => usize::from(has_vertex_weights),
     };
@@ -117,6 +123,11 @@ pub fn read_metis(reader: impl BufRead) -> Result<Graph, GraphError> {
         if trim(line).starts_with(b"%") {
             continue;
         }
+        #[allow(
+            clippy::cast_possible_truncation,
+            reason = "u < n ≤ MAX_NODES (u32::MAX), checked in the header"
+        )]
+        let row = u as u32;
         let mut count = 0usize;
         let mut pending: Option<u32> = None;
         for token in fields(line) {
@@ -129,13 +140,13 @@ pub fn read_metis(reader: impl BufRead) -> Result<Graph, GraphError> {
                     pending = Some(v);
                 } else {
                     src.push(v);
-                    dst.push(u as u32);
+                    dst.push(row);
                 }
             } else {
                 let w = parse_weight(token).map_err(at)?;
                 if let (Some(v), Some(ws)) = (pending.take(), weights.as_mut()) {
                     src.push(v);
-                    dst.push(u as u32);
+                    dst.push(row);
                     ws.push(w);
                 }
             }
@@ -176,7 +187,7 @@ pub fn read_metis(reader: impl BufRead) -> Result<Graph, GraphError> {
     }
     Ok(Graph {
         weights,
-        ..Graph::from_edges(n as usize, src, dst)
+        ..Graph::from_edges(index::offset(n), src, dst)
     })
 }
 

@@ -12,6 +12,7 @@
 
 use super::text::{fields, parse_id_one_based, parse_int, parse_weight, trim, LineReader};
 use super::{Graph, GraphError, GraphErrorKind, MAX_NODES};
+use crate::index;
 use std::format;
 use std::io::BufRead;
 use std::string::String;
@@ -199,7 +200,7 @@ pub fn read_mtx(reader: impl BufRead) -> Result<Graph, GraphError> {
     }
     Ok(Graph {
         weights,
-        ..Graph::from_edges(n as usize, src, dst)
+        ..Graph::from_edges(index::offset(n), src, dst)
     })
 }
 

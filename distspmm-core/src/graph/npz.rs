@@ -23,6 +23,7 @@
 //! `u32` result).
 
 use super::{FeatureData, Features, Graph, GraphError, GraphErrorKind, MAX_NODES};
+use crate::index;
 use std::fs::File;
 use std::io::{self, BufReader, BufWriter, Cursor, Read, Seek, Write};
 use std::path::Path;
@@ -296,7 +297,7 @@ fn for_each_chunk<R: Read + ?Sized>(
         .checked_mul(header.dtype.size() as u64)
         .ok_or_else(|| GraphErrorKind::Invalid("array size overflows".into()))?;
     while remaining > 0 {
-        let take = remaining.min(CHUNK as u64) as usize;
+        let take = usize::try_from(remaining).map_or(CHUNK, |n| n.min(CHUNK));
         read_exact(r, &mut buf[..take], "the array data")?;
         f(&buf[..take])?;
         remaining -= take as u64;
@@ -339,11 +340,14 @@ fn decode_floats(dtype: Dtype, bytes: &[u8], out: &mut Vec<f32>) -> Result<(), G
     let start = out.len();
     match dtype {
         Dtype::F32 => out.extend(bytes.chunks_exact(4).map(|c| f32::from_le_bytes(le(c)))),
-        Dtype::F64 => out.extend(
-            bytes
-                .chunks_exact(8)
-                .map(|c| f64::from_le_bytes(le(c)) as f32),
-        ),
+        Dtype::F64 => out.extend(bytes.chunks_exact(8).map(|c| {
+            #[allow(
+                clippy::cast_possible_truncation,
+                reason = "deliberate: float64 arrays are read as f32, rounded"
+            )]
+            let value = f64::from_le_bytes(le(c)) as f32;
+            value
+        })),
         _ => return Err(GraphErrorKind::Invalid("not a float array".into())),
     }
     match out[start..].iter().position(|x| !x.is_finite()) {
@@ -548,6 +552,12 @@ fn shape_error(header: &NpyHeader, expected: &str) -> GraphErrorKind {
     GraphErrorKind::LengthMismatch(format!("shape {:?} should be {expected}", header.shape))
 }
 
+/// An array length from a header as a `usize`, failing cleanly where it does not fit.
+fn array_len(n: u64) -> Result<usize, GraphErrorKind> {
+    usize::try_from(n)
+        .map_err(|_| GraphErrorKind::Invalid(format!("{n} elements do not fit this address space")))
+}
+
 /// Reserves `n` elements, failing cleanly where a header asks for absurd sizes.
 fn vec_with_capacity<T>(n: u64) -> Result<Vec<T>, GraphErrorKind> {
     let mut v = Vec::new();
@@ -569,7 +579,7 @@ enum Mapping {
 /// `x` as a mapped matrix (rows, features) when it is stored as it is in memory: `<f4`, C
 /// order, uncompressed, 4-byte aligned in its file (see [`super::FeatureData`]). Values are
 /// checked finite as the copying reader checks them. `None` leaves `x` to the copying reader.
-fn map_features(npz: &mut impl Arrays) -> Result<Option<(u64, Features)>, GraphError> {
+fn map_features(npz: &mut impl Arrays) -> Result<Option<(usize, Features)>, GraphError> {
     let at = |kind| GraphError::in_array("x", kind);
     let Some((h, file, offset)) = npz.stored("x", FLOATS)? else {
         return Ok(None);
@@ -582,8 +592,9 @@ fn map_features(npz: &mut impl Arrays) -> Result<Option<(u64, Features)>, GraphE
     if h.dtype != Dtype::F32 || h.fortran {
         return Ok(None);
     }
-    let (Some(count), Ok(dim)) = (
+    let (Some(count), Ok(rows), Ok(dim)) = (
         h.count().and_then(|c| usize::try_from(c).ok()),
+        usize::try_from(rows),
         usize::try_from(dim),
     ) else {
         return Ok(None);
@@ -614,7 +625,7 @@ fn read_archive(mut npz: impl Arrays, map: Mapping) -> Result<Graph, GraphError>
                 })
             })?;
             match u64::try_from(value) {
-                Ok(n) if n <= MAX_NODES as u64 => Ok(n as usize),
+                Ok(n) if n <= MAX_NODES as u64 => Ok(index::offset(n)),
                 Ok(n) => Err(GraphErrorKind::TooManyNodes(n)),
                 Err(_) => Err(GraphErrorKind::Invalid(format!(
                     "negative node count {value}"
@@ -657,7 +668,12 @@ fn read_archive(mut npz: impl Arrays, map: Mapping) -> Result<Graph, GraphError>
                 } else {
                     seen < e
                 };
-                if to_src { &mut src } else { &mut dst }.push(id as u32);
+                #[allow(
+                    clippy::cast_possible_truncation,
+                    reason = "id < limit ≤ MAX_NODES (u32::MAX), checked just above"
+                )]
+                let id = id as u32;
+                if to_src { &mut src } else { &mut dst }.push(id);
                 seen += 1;
                 Ok(())
             })
@@ -695,10 +711,10 @@ fn read_archive(mut npz: impl Arrays, map: Mapping) -> Result<Graph, GraphError>
             };
             let count = h.count().unwrap_or(u64::MAX);
             let mut data = vec_with_capacity(count)?;
+            let (rows, dim) = (array_len(rows)?, array_len(dim)?);
             if h.fortran {
                 // Column-major on disk: scatter each column into the row-major matrix.
-                data.resize(count as usize, 0.0);
-                let (rows, dim) = (rows as usize, dim as usize);
+                data.resize(array_len(count)?, 0.0);
                 let mut column = Vec::new();
                 let mut k = 0usize;
                 for_each_chunk(r, h, count, |b| {
@@ -713,7 +729,7 @@ fn read_archive(mut npz: impl Arrays, map: Mapping) -> Result<Graph, GraphError>
             } else {
                 for_each_chunk(r, h, count, |b| decode_floats(h.dtype, b, &mut data))?;
             }
-            Ok((rows, Features::new(dim as usize, data)))
+            Ok((rows, Features::new(dim, data)))
         })?)
     } else {
         None
@@ -774,7 +790,7 @@ fn read_archive(mut npz: impl Arrays, map: Mapping) -> Result<Graph, GraphError>
 
     let max_id = src.iter().chain(&dst).copied().max();
     let num_nodes = declared
-        .or(features.as_ref().map(|(rows, _)| *rows as usize))
+        .or(features.as_ref().map(|(rows, _)| *rows))
         .or(labels.as_ref().map(Vec::len))
         .or(masks.iter().flatten().map(Vec::len).next())
         .unwrap_or_else(|| max_id.map_or(0, |m| m as usize + 1));
@@ -868,6 +884,10 @@ fn npy_header_text(descr: &str, fortran: bool, shape: &[u64]) -> Vec<u8> {
     let mut out = Vec::with_capacity(10 + dict.len());
     out.extend_from_slice(MAGIC);
     out.extend_from_slice(&[1, 0]);
+    #[allow(
+        clippy::cast_possible_truncation,
+        reason = "the header dict is a few fields and its padding, far below 64 KiB"
+    )]
     out.extend_from_slice(&(dict.len() as u16).to_le_bytes());
     out.extend_from_slice(dict.as_bytes());
     out

@@ -1,3 +1,8 @@
+#![allow(
+    clippy::cast_possible_truncation,
+    reason = "small test graphs: every narrowing is exact"
+)]
+
 use super::test_support::sorted_edges;
 use super::*;
 use flate2::write::GzEncoder;

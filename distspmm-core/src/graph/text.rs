@@ -121,6 +121,10 @@ pub(crate) fn parse_id_one_based(token: &[u8], n: u64) -> Result<u32, GraphError
     if id > n {
         return Err(GraphErrorKind::IdOutOfRange { id, num_nodes: n });
     }
+    #[allow(
+        clippy::cast_possible_truncation,
+        reason = "id ≤ n, a node count at most MAX_NODES (u32::MAX)"
+    )]
     Ok((id - 1) as u32)
 }
 
@@ -132,6 +136,10 @@ pub(crate) fn parse_weight(token: &[u8]) -> Result<f32, GraphErrorKind> {
     let value: f64 = text.parse().map_err(|_| GraphErrorKind::NotANumber {
         token: show_token(token),
     })?;
+    #[allow(
+        clippy::cast_possible_truncation,
+        reason = "deliberate: rounds to f32; overflow to infinity is refused below"
+    )]
     let single = value as f32;
     if !single.is_finite() {
         return Err(GraphErrorKind::NonFinite(value));

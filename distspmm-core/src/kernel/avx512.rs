@@ -28,6 +28,7 @@ use core::arch::x86_64::{
 use core::ops::Range;
 
 use super::{prefetch, prefetch_nta, Operand, Pass, PREFETCH_LINES, ROW_COST, STREAM_AHEAD};
+use crate::index;
 use crate::sparse::par::for_each_block;
 use crate::sparse::{DenseView, DenseViewMut};
 
@@ -205,12 +206,16 @@ unsafe fn pass_nv<const NV: usize>(
     let x = pass.x.as_slice().as_ptr().wrapping_add(f0);
     let yp = y.as_mut_slice().as_mut_ptr().wrapping_add(f0);
     let (idx, val) = (indices.as_ptr(), data.as_ptr());
+    #[allow(
+        clippy::cast_possible_truncation,
+        reason = "the last vector holds 1..=16 lanes, so the mask has at most 16 bits set"
+    )]
     let tail: __mmask16 = (u32::MAX >> (32 - (w - LANES * (NV - 1)))) as __mmask16;
     let alpha = _mm512_set1_ps(pass.alpha);
     let beta = _mm512_set1_ps(pass.beta);
     let overwrite = pass.beta == 0.0;
     let dual = NV <= 2;
-    let last = (indptr[rows.end] as usize).saturating_sub(1);
+    let last = index::offset(indptr[rows.end]).saturating_sub(1);
     let distance = (PREFETCH_LINES / NV).max(1);
     // Rows of X that start on a cache line span exactly NV lines; otherwise one more.
     let aligned = (x as usize).is_multiple_of(64) && (ldx * 4).is_multiple_of(64);
@@ -246,7 +251,7 @@ unsafe fn pass_nv<const NV: usize>(
     };
 
     for (r, i) in rows.enumerate() {
-        let (s, e) = (indptr[i] as usize, indptr[i + 1] as usize);
+        let (s, e) = (index::offset(indptr[i]), index::offset(indptr[i + 1]));
         let mut acc = [_mm512_setzero_ps(); NV];
         if dual {
             let mut acc2 = [_mm512_setzero_ps(); NV];

@@ -6,6 +6,7 @@
 use core::ops::Range;
 
 use super::{prefetch, prefetch_nta, Isa, Operand, Pass, PREFETCH_LINES, STREAM_AHEAD};
+use crate::index;
 use crate::sparse::{DenseViewMut, Scalar};
 
 /// The pass width for `f` feature columns: the smallest of 8, 16, 32, 64 elements (at most
@@ -82,7 +83,7 @@ fn pass_body<T: Scalar, const W: usize>(
         data,
     } = pass.op;
     let (xs, ldx, f0, w) = (pass.x.as_slice(), pass.x.ld(), pass.f0, pass.w);
-    let last = (indptr[rows.end] as usize).saturating_sub(1);
+    let last = index::offset(indptr[rows.end]).saturating_sub(1);
     // Lines of one gathered row (plus one when it does not start on a line).
     let lines = (w * size_of::<T>()).div_ceil(64) + 1;
     let per_line = 64 / size_of::<T>();
@@ -98,7 +99,7 @@ fn pass_body<T: Scalar, const W: usize>(
         prefetch_nta(data.as_ptr().wrapping_add(k + STREAM_AHEAD));
     };
     for (r, i) in rows.enumerate() {
-        let (s, e) = (indptr[i] as usize, indptr[i + 1] as usize);
+        let (s, e) = (index::offset(indptr[i]), index::offset(indptr[i + 1]));
         let mut acc = [T::ZERO; W];
         if w == W {
             for k in s..e {

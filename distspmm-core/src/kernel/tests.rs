@@ -1,4 +1,8 @@
 //! Kernel tests against the plain-loop reference and a dense product.
+#![allow(
+    clippy::cast_possible_truncation,
+    reason = "small test matrices: every narrowing is exact"
+)]
 
 use alloc::vec;
 use alloc::vec::Vec;

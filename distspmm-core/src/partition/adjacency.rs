@@ -3,6 +3,7 @@
 //! nodes fit `u32` fits, however many edges it has; METIS's 32-bit `idx_t` is checked where METIS
 //! is called.
 
+use crate::index;
 use std::io::Write;
 use std::path::Path;
 use std::vec::Vec;
@@ -136,8 +137,8 @@ impl Adjacency {
                     for k in read..end {
                         let col = region[k];
                         let seen = &mut last_row[col as usize];
-                        if *seen != r as u32 {
-                            *seen = r as u32;
+                        if *seen != index::id(r) {
+                            *seen = index::id(r);
                             region[out] = col;
                             out += 1;
                         }
@@ -191,7 +192,7 @@ impl Adjacency {
 
     /// The neighbours of `node`.
     pub fn neighbours(&self, node: usize) -> &[u32] {
-        &self.adjncy[self.xadj[node] as usize..self.xadj[node + 1] as usize]
+        &self.adjncy[index::offset(self.xadj[node])..index::offset(self.xadj[node + 1])]
     }
 
     /// Writes the graph in METIS's text `.graph` format (1-based, unweighted), the input of
@@ -277,7 +278,7 @@ mod tests {
             edges in proptest::collection::vec((0u32..40, 0u32..40), 0..200),
         ) {
             let (src, dst): (Vec<u32>, Vec<u32>) =
-                edges.iter().map(|&(u, v)| (u % n as u32, v % n as u32)).unzip();
+                edges.iter().map(|&(u, v)| (u % u32::try_from(n).unwrap(), v % u32::try_from(n).unwrap())).unzip();
             let adj = Adjacency::from_edges(n, &src, &dst).unwrap();
             let want = reference(n, &src, &dst);
             prop_assert_eq!(adj.num_nodes(), n);

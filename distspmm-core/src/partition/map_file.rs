@@ -35,6 +35,10 @@ impl Partition {
         out.extend_from_slice(&MAP_VERSION.to_le_bytes());
         out.extend_from_slice(&self.parts().to_le_bytes());
         out.extend_from_slice(&(self.num_nodes() as u64).to_le_bytes());
+        #[allow(
+            clippy::cast_possible_truncation,
+            reason = "the tag is a partitioning method's short name"
+        )]
         out.extend_from_slice(&(tag.len() as u32).to_le_bytes());
         out.extend_from_slice(tag);
         for &p in self.part_of() {

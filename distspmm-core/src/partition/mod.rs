@@ -12,6 +12,7 @@ mod kaminpar;
 mod map_file;
 mod renumber;
 
+use crate::index;
 use std::path::PathBuf;
 use std::string::String;
 use std::vec::Vec;
@@ -205,6 +206,10 @@ pub(crate) fn imbalance_thousandths(imbalance: f64) -> Result<i32, PartitionErro
     if !imbalance.is_finite() || !(1.0..=1.0e6).contains(&ufactor) {
         return Err(PartitionError::InvalidImbalance(imbalance));
     }
+    #[allow(
+        clippy::cast_possible_truncation,
+        reason = "an integer in 1..=1e6, checked just above"
+    )]
     Ok(ufactor as i32)
 }
 
@@ -444,6 +449,7 @@ fn contiguous(n: usize, parts: u32) -> Vec<u32> {
     let mut part_of = Vec::with_capacity(n);
     for p in 0..parts as u64 {
         let end = ((p + 1) as u128 * n as u128 / parts as u128) as usize;
+        #[allow(clippy::cast_possible_truncation, reason = "p < parts, a u32")]
         part_of.resize(end, p as u32);
     }
     part_of
@@ -452,7 +458,7 @@ fn contiguous(n: usize, parts: u32) -> Vec<u32> {
 fn random(n: usize, parts: u32, seed: u64) -> Vec<u32> {
     use rand::seq::SliceRandom;
     use rand::SeedableRng;
-    let mut order: Vec<u32> = (0..n as u32).collect();
+    let mut order: Vec<u32> = (0..index::id(n)).collect();
     order.shuffle(&mut rand_chacha::ChaCha8Rng::seed_from_u64(seed));
     let ranges = contiguous(n, parts);
     let mut part_of = std::vec![0u32; n];
@@ -485,6 +491,10 @@ pub(crate) fn nonzero_weights(
             },
         });
     }
+    #[allow(
+        clippy::cast_possible_truncation,
+        reason = "each weight is at most the total, checked to be at most `max` (≤ i32::MAX) above"
+    )]
     Ok(xadj.windows(2).map(|w| (w[1] - w[0] + 1) as i32).collect())
 }
 
@@ -532,6 +542,10 @@ fn metis_kway(
     )?;
     // Both fit idx_t (checked above): offsets narrow losslessly, and node ids below N ≤ idx_t's
     // maximum have the same bits as i32, so the neighbour array is reinterpreted, not copied.
+    #[allow(
+        clippy::cast_possible_truncation,
+        reason = "the offsets fit idx_t, checked above"
+    )]
     let xadj: Vec<metis::Idx> = adjacency.xadj().iter().map(|&e| e as metis::Idx).collect();
     let adjncy: &[metis::Idx] = bytemuck::cast_slice(adjacency.adjncy());
     let mut part: Vec<metis::Idx> = std::vec![0; adjacency.num_nodes()];
@@ -603,7 +617,7 @@ fn fill_empty_parts(adjacency: &Adjacency, parts: u32, part_of: &mut [u32]) {
             to = empty,
             "filling a part METIS left empty"
         );
-        part_of[node] = empty as u32;
+        part_of[node] = index::id(empty);
         sizes[largest] -= 1;
         sizes[empty] += 1;
     }
@@ -661,9 +675,9 @@ mod tests {
             let p = partition(&adj, 1, &method).unwrap();
             assert!(p.part_of().iter().all(|&x| x == 0));
             assert_eq!(p.edge_cut(&adj).unwrap(), 0);
-            let err = partition(&adj, n as u32 + 1, &method).unwrap_err();
+            let err = partition(&adj, u32::try_from(n).unwrap() + 1, &method).unwrap_err();
             assert!(
-                matches!(err, PartitionError::TooManyParts { parts, nodes } if parts == n as u32 + 1 && nodes == n as u64)
+                matches!(err, PartitionError::TooManyParts { parts, nodes } if parts == u32::try_from(n).unwrap() + 1 && nodes == n as u64)
             );
             assert!(matches!(
                 partition(&adj, 0, &method),
@@ -919,6 +933,10 @@ mod tests {
     #[cfg(feature = "kaminpar")]
     fn kaminpar_bound(total: u64, parts: u32, heaviest: u64) -> u64 {
         let perfect = total.div_ceil(u64::from(parts));
+        #[allow(
+            clippy::cast_possible_truncation,
+            reason = "deliberate: KaMinPar's own floor of the relaxed bound, well below u64::MAX"
+        )]
         let eps = (perfect as f64 * KAMINPAR_IMBALANCE).floor() as u64;
         if heaviest > 1 {
             eps.max(perfect + heaviest)
@@ -976,9 +994,9 @@ mod tests {
             edges in proptest::collection::vec((0u32..300, 0u32..300), 0..1200),
             seed in 0u64..1000,
         ) {
-            let parts = parts_raw.min(n as u32);
+            let parts = parts_raw.min(u32::try_from(n).unwrap());
             let (src, dst): (Vec<u32>, Vec<u32>) =
-                edges.iter().map(|&(u, v)| (u % n as u32, v % n as u32)).unzip();
+                edges.iter().map(|&(u, v)| (u % u32::try_from(n).unwrap(), v % u32::try_from(n).unwrap())).unzip();
             let adj = Adjacency::from_edges(n, &src, &dst).unwrap();
             let method = kaminpar(1, seed, Balance::Nodes);
             let p = partition(&adj, parts, &method).unwrap();
@@ -1003,9 +1021,9 @@ mod tests {
             edges in proptest::collection::vec((0u32..60, 0u32..60), 0..300),
             which in 0usize..3,
         ) {
-            let parts = parts_raw.min(n as u32);
+            let parts = parts_raw.min(u32::try_from(n).unwrap());
             let (src, dst): (Vec<u32>, Vec<u32>) =
-                edges.iter().map(|&(u, v)| (u % n as u32, v % n as u32)).unzip();
+                edges.iter().map(|&(u, v)| (u % u32::try_from(n).unwrap(), v % u32::try_from(n).unwrap())).unzip();
             let adj = Adjacency::from_edges(n, &src, &dst).unwrap();
             let method = all_methods()[which];
             let p = partition(&adj, parts, &method).unwrap();

@@ -1,6 +1,7 @@
 //! Renumbering nodes part by part, so part p owns the contiguous new-id range
 //! `[offsets[p], offsets[p+1])`.
 
+use crate::index;
 use std::ops::Range;
 use std::vec::Vec;
 
@@ -29,8 +30,13 @@ impl Renumbering {
         for (old, &p) in part_of.iter().enumerate() {
             let new = next[p as usize];
             next[p as usize] += 1;
-            old_to_new[old] = new as u32;
-            new_to_old[new as usize] = old as u32;
+            #[allow(
+                clippy::cast_possible_truncation,
+                reason = "a new id below the node count, which fits u32 ids"
+            )]
+            let new_id = new as u32;
+            old_to_new[old] = new_id;
+            new_to_old[index::offset(new)] = index::id(old);
         }
         Self {
             offsets,
@@ -41,7 +47,8 @@ impl Renumbering {
 
     /// Number of parts.
     pub fn parts(&self) -> u32 {
-        (self.offsets.len() - 1) as u32
+        // Built from a u32 part count.
+        index::id(self.offsets.len() - 1)
     }
 
     /// Number of nodes.
@@ -66,7 +73,7 @@ impl Renumbering {
 
     /// The new-id range owned by `part`.
     pub fn part_range(&self, part: u32) -> Range<usize> {
-        self.offsets[part as usize] as usize..self.offsets[part as usize + 1] as usize
+        index::offset(self.offsets[part as usize])..index::offset(self.offsets[part as usize + 1])
     }
 
     /// Number of nodes in `part`.
@@ -95,11 +102,11 @@ mod tests {
             let part_of: Vec<u32> = raw.iter().map(|&p| p % parts).collect();
             let r = Renumbering::from_part_map(parts, &part_of);
             prop_assert_eq!(r.parts(), parts);
-            prop_assert_eq!(r.offsets()[parts as usize] as usize, part_of.len());
+            prop_assert_eq!(usize::try_from(r.offsets()[parts as usize]).unwrap(), part_of.len());
             for p in 0..parts {
                 let nodes = r.part_nodes(p);
                 // Exactly the nodes of p, in increasing original order.
-                let want: Vec<u32> = (0..part_of.len() as u32)
+                let want: Vec<u32> = (0..u32::try_from(part_of.len()).unwrap())
                     .filter(|&v| part_of[v as usize] == p)
                     .collect();
                 prop_assert_eq!(nodes, &want[..]);

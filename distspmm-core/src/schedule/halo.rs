@@ -1,5 +1,6 @@
 //! [`HaloPlan`]: the sparsity-aware schedule, one exchange of halo rows per call.
 
+use crate::index;
 use chunk_format::ChunkView;
 
 use super::{LayerTraffic, Traffic, Workspace, VALUE_BYTES};
@@ -62,7 +63,7 @@ impl<'a> HaloPlan<'a> {
     /// # Panics
     /// If `q ≥ P`.
     pub fn recv_list(&self, q: usize) -> &'a [u32] {
-        &self.recv[self.recv_offsets[q] as usize..self.recv_offsets[q + 1] as usize]
+        &self.recv[index::offset(self.recv_offsets[q])..index::offset(self.recv_offsets[q + 1])]
     }
 
     /// The sorted local ids of the rows this rank sends to `r`.
@@ -70,7 +71,7 @@ impl<'a> HaloPlan<'a> {
     /// # Panics
     /// If `r ≥ P`.
     pub fn send_list(&self, r: usize) -> &'a [u32] {
-        &self.send[self.send_offsets[r] as usize..self.send_offsets[r + 1] as usize]
+        &self.send[index::offset(self.send_offsets[r])..index::offset(self.send_offsets[r + 1])]
     }
 
     /// The parts this rank receives halo rows from, increasing.

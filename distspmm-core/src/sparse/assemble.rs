@@ -1,6 +1,7 @@
 //! Building compressed arrays from unordered entries: a counting sort by outer index, then a
 //! sort and duplicate merge within each (short) outer index, in parallel under `std`.
 
+use crate::index;
 use alloc::vec::Vec;
 use core::ops::Range;
 
@@ -43,7 +44,7 @@ struct Block<'a, T> {
 
 impl<T: Send> SplitRows for Block<'_, T> {
     fn split_rows(self, indptr: &[u64], rows: &Range<usize>, mid: usize) -> (Self, Self) {
-        let cut = (indptr[mid] - indptr[rows.start]) as usize;
+        let cut = index::offset(indptr[mid] - indptr[rows.start]);
         let (e1, e2) = self.entries.split_at_mut(cut);
         let (m1, m2) = self.merged.split_at_mut(mid - rows.start);
         (
@@ -64,7 +65,10 @@ impl<T: Send> SplitRows for Block<'_, T> {
 fn sort_and_merge<T: Scalar>(indptr: &[u64], rows: Range<usize>, block: Block<'_, T>) {
     let base = indptr[rows.start];
     for (r, merged) in rows.zip(block.merged.iter_mut()) {
-        let (s, e) = ((indptr[r] - base) as usize, (indptr[r + 1] - base) as usize);
+        let (s, e) = (
+            index::offset(indptr[r] - base),
+            index::offset(indptr[r + 1] - base),
+        );
         let seg = &mut block.entries[s..e];
         seg.sort_by_key(|&(j, _)| j);
         let mut len = 0usize;
@@ -120,7 +124,7 @@ pub(crate) fn assemble<T: Scalar>(
     let mut entries = filled(source.len(), (0u32, T::ZERO))?;
     source.for_each(|o, i, v| {
         let c = &mut cursor[o as usize];
-        entries[*c as usize] = (i, v);
+        entries[index::offset(*c)] = (i, v);
         *c += 1;
     });
     drop(cursor);
@@ -141,8 +145,8 @@ pub(crate) fn assemble<T: Scalar>(
     // Compact in place: every outer index moves its merged entries down, never up.
     let mut write = 0usize;
     for o in 0..outer {
-        let start = indptr[o] as usize;
-        let len = merged[o] as usize;
+        let start = index::offset(indptr[o]);
+        let len = index::offset(merged[o]);
         entries.copy_within(start..start + len, write);
         indptr[o] = write as u64;
         write += len;

@@ -1,5 +1,6 @@
 //! Compressed sparse matrices (CSR and CSC) over owned or borrowed storage.
 
+use crate::index;
 use alloc::vec;
 use alloc::vec::Vec;
 use core::fmt;
@@ -198,7 +199,7 @@ fn validate<T, O: Orientation>(
     for (o, w) in indptr.windows(2).enumerate() {
         let (start, end) = (w[0], w[1]);
         // In range: start <= end <= last == indices.len().
-        let (s, e) = (start as usize, end as usize);
+        let (s, e) = (index::offset(start), index::offset(end));
         let mut previous: Option<u32> = None;
         for (position, &index) in indices[s..e].iter().enumerate() {
             let position = s + position;
@@ -368,7 +369,7 @@ where
     /// Panics when `i >= outer_dim()`.
     pub fn outer_view(&self, i: usize) -> (&[u32], &[T]) {
         let p = self.indptr();
-        let (s, e) = (p[i] as usize, p[i + 1] as usize);
+        let (s, e) = (index::offset(p[i]), index::offset(p[i + 1]));
         (&self.indices()[s..e], &self.data()[s..e])
     }
 
@@ -441,14 +442,14 @@ where
         let mut out_idx = vec![0u32; self.nnz()];
         let mut out_val = vec![T::ZERO; self.nnz()];
         for o in 0..self.outer {
-            let (s, e) = (indptr[o] as usize, indptr[o + 1] as usize);
+            let (s, e) = (index::offset(indptr[o]), index::offset(indptr[o + 1]));
             for k in s..e {
                 let j = indices[k] as usize;
-                let dst = cursor[j] as usize;
+                let dst = index::offset(cursor[j]);
                 cursor[j] += 1;
                 // `o < outer <= u32::MAX + 1` because a flipped matrix must index it with u32;
                 // checked by the callers.
-                out_idx[dst] = o as u32;
+                out_idx[dst] = index::id(o);
                 out_val[dst] = data[k];
             }
         }
@@ -703,13 +704,20 @@ mod tests {
             let entries = if r == 0 || c == 0 {
                 Just(Vec::new()).boxed()
             } else {
-                proptest::collection::vec((0..r as u32, 0..c as u32, -4i32..5), 0..60)
-                    .prop_map(|v| {
-                        v.into_iter()
-                            .map(|(a, b, x)| (a, b, f64::from(x)))
-                            .collect()
-                    })
-                    .boxed()
+                proptest::collection::vec(
+                    (
+                        0..u32::try_from(r).unwrap(),
+                        0..u32::try_from(c).unwrap(),
+                        -4i32..5,
+                    ),
+                    0..60,
+                )
+                .prop_map(|v| {
+                    v.into_iter()
+                        .map(|(a, b, x)| (a, b, f64::from(x)))
+                        .collect()
+                })
+                .boxed()
             };
             (Just(r), Just(c), entries)
         })

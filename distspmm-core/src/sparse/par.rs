@@ -1,6 +1,7 @@
 //! Splitting the rows of a compressed matrix into blocks of balanced work (non-zeros plus a
 //! per-row cost), run in parallel with rayon under `std` and in order without it.
 
+use crate::index;
 use core::ops::Range;
 
 /// The work of rows `rows`: their stored entries plus `row_cost` per row.
@@ -33,7 +34,7 @@ pub(crate) trait SplitRows: Sized + Send {
 /// The stored entries (values) of the rows: split where the pointer array says.
 impl<T: Send> SplitRows for &mut [T] {
     fn split_rows(self, indptr: &[u64], rows: &Range<usize>, mid: usize) -> (Self, Self) {
-        self.split_at_mut((indptr[mid] - indptr[rows.start]) as usize)
+        self.split_at_mut(index::offset(indptr[mid] - indptr[rows.start]))
     }
 }
 

@@ -60,6 +60,10 @@ macro_rules! impl_scalar {
                 f64::from(self)
             }
             #[inline]
+            #[allow(
+                clippy::cast_possible_truncation,
+                reason = "deliberate: rounds to the nearest f32, as documented"
+            )]
             fn from_f64(value: f64) -> Self {
                 value as $t
             }

@@ -1042,6 +1042,10 @@ fn check_device_operands(
 }
 
 #[cfg(test)]
+#[allow(
+    clippy::cast_possible_truncation,
+    reason = "small test graphs: every narrowing is exact"
+)]
 mod tests {
     use super::*;
     use crate::tests::{chunks, views};

@@ -1,3 +1,8 @@
+#![allow(
+    clippy::cast_possible_truncation,
+    reason = "small test graphs: every narrowing is exact; f32 rounding is deliberate"
+)]
+
 use super::*;
 use std::collections::BTreeSet;
 
@@ -265,6 +270,12 @@ fn csbm_rejects_impossible_parameters() {
         CsbmParams {
             classes: 1,
             homophily: 0.5,
+            ..small_csbm(0)
+        },
+        // Labels are i32: more classes than that is refused before anything is allocated.
+        CsbmParams {
+            nodes: i32::MAX as usize + 1,
+            classes: i32::MAX as usize + 1,
             ..small_csbm(0)
         },
     ];

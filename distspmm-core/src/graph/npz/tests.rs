@@ -662,7 +662,7 @@ mod mapping_properties {
         ) {
             let edges: Vec<(i64, i64)> = edges.into_iter().map(|(a, b)| (a % n as i64, b % n as i64)).collect();
             let flat: Vec<i64> = edges.iter().map(|e| e.0).chain(edges.iter().map(|e| e.1)).collect();
-            let x: Vec<f32> = (0..n * dim).map(|i| ((i as u32).wrapping_mul(2_654_435_761) ^ seed) as f32 * 1e-9).collect();
+            let x: Vec<f32> = (0..n * dim).map(|i| (u32::try_from(i).unwrap().wrapping_mul(2_654_435_761) ^ seed) as f32 * 1e-9).collect();
             let dir = tempfile::tempdir().unwrap();
             let path = file_in(dir.path(), "s.npz", &savez_like(pad, &flat, &x, &[n as u64, dim as u64]));
             let copied = read_npz_with(&path, Mapping::Never).unwrap();
