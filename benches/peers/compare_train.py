@@ -148,6 +148,7 @@ def main():
         sys.exit(f"{args.bin} not found: cargo build --release -p distspmm-cli")
     graphs = prepare(args)
     load_start = os.getloadavg()
+    started = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M")
     rows = []
     log = os.path.join(args.out, "compare_train.jsonl")
     with open(log, "w") as f:
@@ -163,15 +164,16 @@ def main():
                     f.flush()
     versions = next(r for r in rows if r["library"] == "pyg")
     commit = sh(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"]).strip()
-    when = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    when = datetime.datetime.now(datetime.timezone.utc).strftime("%H:%M UTC")
     load = os.getloadavg()
     cmd = "flock /tmp/bench.lock .venv/bin/python benches/peers/compare_train.py " + " ".join(
         shlex.quote(a) for a in sys.argv[1:])
     text = "\n".join([
-        f"Measured {when}, commit {commit}, {args.rounds} round(s), load average (1 / 5 / 15 min) "
+        f"Measured {started}–{when}, commit {commit}, {args.rounds} round(s), load average (1 / 5 / 15 min) "
         f"at the start {load_start[0]:.1f} / {load_start[1]:.1f} / {load_start[2]:.1f}, at the end "
         f"{load[0]:.1f} / {load[1]:.1f} / {load[2]:.1f}; torch {versions['torch']}, "
-        f"torch_geometric {versions['torch_geometric']}; raw lines in `{os.path.relpath(log, ROOT)}`. "
+        f"torch_geometric {versions['torch_geometric']}; raw lines (with each run's 1-minute load average) "
+        f"in `{os.path.relpath(log, ROOT)}`. "
         "Median epoch of the best round [median round], ms.",
         "",
         "```", cmd, "```", "",
