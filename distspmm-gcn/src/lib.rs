@@ -1071,6 +1071,22 @@ mod tests {
             ..with(Mode::Tensor, None, Some("g"), true)
         };
         assert_eq!(resumed.source(), Ok(Source::Graph(Path::new("g"))));
+        let isolated = |mode, chunks, input, reps| Config {
+            isolated_kernels: Some(reps),
+            ..with(mode, chunks, input, false)
+        };
+        assert_eq!(
+            isolated(Mode::Data, Some("d"), None, 0).source(),
+            Err(ConfigError::ZeroKernelReps)
+        );
+        assert_eq!(
+            isolated(Mode::Tensor, None, Some("g"), 3).source(),
+            Err(ConfigError::IsolatedKernelsInTensorMode)
+        );
+        assert_eq!(
+            isolated(Mode::Data, Some("d"), None, 3).source(),
+            Ok(Source::Chunks(Path::new("d")))
+        );
     }
 
     #[test]
