@@ -6,6 +6,9 @@ along both of its paths (edge_index and sparse CSR; the faster is the peer).
 
 Every configuration runs ROUNDS times, interleaved (PyG, P = 1, P = 2, next round), so all
 see the same machine; the table gives the median epoch of the best round [median round].
+The P = 1 runs also time the last epoch's SpMM and GEMM calls in isolation
+(`train --isolated-kernels`: the same operator, shapes, routines and thread pool, median of 7
+repetitions each) and the table sets their sum beside that run's median epoch.
 Raw JSON lines go to OUT/compare_train.jsonl. With --write-doc the table replaces the block
 between the markers `<!-- compare_train:begin -->` and `<!-- compare_train:end -->` in
 docs/performance.md, with the command, the date and the commit next to it.
@@ -85,6 +88,8 @@ def run_ours(args, g, p, hidden, epochs):
     chunks = os.path.join(args.out, f"{g}-p{p}")
     train = [args.bin, "train", "--chunks", chunks, "--epochs", str(epochs), "--hidden", str(hidden),
              "--json"]
+    if p == 1:
+        train.append("--isolated-kernels")
     threads = max(1, args.threads // p)
     env = dict(os.environ, RAYON_NUM_THREADS=str(threads), OMPI_ALLOW_RUN_AS_ROOT="1",
                OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
@@ -104,8 +109,9 @@ def table(graphs, rows, args):
 
     lines = [
         "| graph | hidden | epochs | PyG edge_index ms | PyG CSR ms | distspmm P=1×2 ms | distspmm P=2×1 ms "
-        "| PyG best / P=1 | P=2 / P=1 | P=1 split spmm/dense/other/comm ms | test acc PyG / P=1 / P=2 |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---|",
+        "| PyG best / P=1 | P=2 / P=1 | P=1 split spmm/dense/other/comm ms "
+        "| P=1 isolated SpMM + GEMM ms | P=1 epoch / isolated | test acc PyG / P=1 / P=2 |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---|---:|---|",
     ]
     for g, (_, hidden, epochs) in graphs.items():
         ms = {}
@@ -120,6 +126,11 @@ def table(graphs, rows, args):
         if "spmm_seconds" in one:
             split = " / ".join(f"{one[k] * 1e3:.1f}" for k in
                                ("spmm_seconds", "dense_seconds", "other_seconds", "comm_seconds"))
+        iso, ratio = "—", "—"
+        if "isolated" in one:
+            k = one["isolated"]
+            iso = f"{k['spmm_seconds'] * 1e3:.1f} + {k['gemm_seconds'] * 1e3:.1f} = {k['sum_seconds'] * 1e3:.1f}"
+            ratio = f"**{k['epoch_over_sum']:.2f}**"
         pyg_acc = min(by(g, "pyg:edge_index") + by(g, "pyg:csr"),
                       key=lambda r: r["epoch_seconds_median"])["test_acc"]
         acc = f"{pyg_acc:.3f} / {one['test_acc']:.3f} / {by(g, 'ours:2')[0]['test_acc']:.3f}"
@@ -127,7 +138,7 @@ def table(graphs, rows, args):
             f"| {g} | {hidden} | {epochs} | {fmt('pyg:edge_index')} | {fmt('pyg:csr')} | {fmt('ours:1')} "
             f"| {fmt('ours:2')} | **{best_pyg / ms['ours:1'][0]:.1f}×** [{med_pyg / ms['ours:1'][1]:.1f}×] "
             f"| {ms['ours:2'][0] / ms['ours:1'][0]:.2f} [{ms['ours:2'][1] / ms['ours:1'][1]:.2f}] "
-            f"| {split} | {acc} |")
+            f"| {split} | {iso} | {ratio} | {acc} |")
     return "\n".join(lines)
 
 
@@ -136,6 +147,8 @@ def main():
     if not os.path.exists(args.bin):
         sys.exit(f"{args.bin} not found: cargo build --release -p distspmm-cli")
     graphs = prepare(args)
+    load_start = os.getloadavg()
+    started = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M")
     rows = []
     log = os.path.join(args.out, "compare_train.jsonl")
     with open(log, "w") as f:
@@ -145,20 +158,22 @@ def main():
                 runs = [(f"pyg:{r['path']}", r) for r in run_pyg(args, path, hidden, epochs)]
                 runs += [(f"ours:{p}", run_ours(args, g, p, hidden, epochs)) for p in (1, 2)]
                 for key, r in runs:
-                    r.update(graph=g, key=key, round=rnd)
+                    r.update(graph=g, key=key, round=rnd, loadavg=os.getloadavg()[0])
                     rows.append(r)
                     f.write(json.dumps(r) + "\n")
                     f.flush()
     versions = next(r for r in rows if r["library"] == "pyg")
     commit = sh(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"]).strip()
-    when = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    when = datetime.datetime.now(datetime.timezone.utc).strftime("%H:%M UTC")
     load = os.getloadavg()
     cmd = "flock /tmp/bench.lock .venv/bin/python benches/peers/compare_train.py " + " ".join(
         shlex.quote(a) for a in sys.argv[1:])
     text = "\n".join([
-        f"Measured {when}, commit {commit}, {args.rounds} round(s), load average at the end "
+        f"Measured {started}–{when}, commit {commit}, {args.rounds} round(s), load average (1 / 5 / 15 min) "
+        f"at the start {load_start[0]:.1f} / {load_start[1]:.1f} / {load_start[2]:.1f}, at the end "
         f"{load[0]:.1f} / {load[1]:.1f} / {load[2]:.1f}; torch {versions['torch']}, "
-        f"torch_geometric {versions['torch_geometric']}; raw lines in `{os.path.relpath(log, ROOT)}`. "
+        f"torch_geometric {versions['torch_geometric']}; raw lines (with each run's 1-minute load average) "
+        f"in `{os.path.relpath(log, ROOT)}`. "
         "Median epoch of the best round [median round], ms.",
         "",
         "```", cmd, "```", "",

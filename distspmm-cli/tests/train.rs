@@ -210,6 +210,85 @@ fn same_seed_same_losses_and_both_schedules_agree() {
     );
 }
 
+/// `--isolated-kernels`: the last epoch's SpMM and GEMM calls timed apart, summed, and set
+/// beside the median epoch; at P = 2 the SpMM replays are collective and must not hang.
+#[test]
+fn isolated_kernels_report_the_epochs_calls_and_their_sum() {
+    let (Some(cora), true) = (cora(), mpirun_available()) else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    for p in [1usize, 2] {
+        let chunks = dir.path().join(format!("p{p}"));
+        partition(&cora, p, &chunks);
+        let args = [
+            "train",
+            "--json",
+            "--chunks",
+            chunks.to_str().unwrap(),
+            "--epochs",
+            "3",
+            "--isolated-kernels",
+            "--kernel-reps",
+            "2",
+        ];
+        let s = summary(&mpirun(p, &args));
+        let k = &s["isolated"];
+        assert_eq!(k["reps"], 2, "P={p}: {s}");
+        let calls = k["calls"].as_array().unwrap_or_else(|| panic!("{s}"));
+        let count = |kernel: &str| {
+            calls
+                .iter()
+                .filter(|c| c["kernel"] == kernel)
+                .map(|c| c["count"].as_u64().unwrap())
+                .sum::<u64>()
+        };
+        // Cora (1433 features > hidden 16 > 7 classes): both layers transform first, so the
+        // training step aggregates forward at widths 16 and 7 and backward at 7 and 16, and
+        // the evaluation forward at 16 and 7.
+        assert_eq!(count("spmm"), 6, "P={p}: {s}");
+        // Forward X·W0, H·W1 (twice: training and evaluation), backward dW1, dH, dW0.
+        assert_eq!(count("gemm"), 7, "P={p}: {s}");
+        let f = |key: &str| {
+            k[key]
+                .as_f64()
+                .unwrap_or_else(|| panic!("P={p}: no {key}: {s}"))
+        };
+        assert!(f("spmm_seconds") > 0.0 && f("gemm_seconds") > 0.0, "{s}");
+        assert!(
+            (f("spmm_seconds") + f("gemm_seconds") - f("sum_seconds")).abs() < 1e-9,
+            "{s}"
+        );
+        let epoch = s["epoch_seconds_median"].as_f64().unwrap();
+        assert!(
+            (f("epoch_over_sum") - epoch / f("sum_seconds")).abs() < 1e-6 * f("epoch_over_sum"),
+            "{s}"
+        );
+        assert!(
+            calls
+                .iter()
+                .all(|c| c["seconds"].as_f64().unwrap() > 0.0 && c["what"].is_string()),
+            "{s}"
+        );
+    }
+    let out = mpirun(
+        1,
+        &[
+            "train",
+            "--mode",
+            "tensor",
+            "--input",
+            cora.to_str().unwrap(),
+            "--isolated-kernels",
+        ],
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && stderr.contains("--isolated-kernels times the data-parallel"),
+        "{stderr}"
+    );
+}
+
 #[test]
 fn tensor_parallel_mode_reaches_the_same_accuracy() {
     let (Some(cora), true) = (cora(), mpirun_available()) else {

@@ -3,7 +3,7 @@
 //! shapes passed explicitly; the wrappers check the shapes so the raw-pointer call is sound.
 
 /// Which operand of a product is used transposed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Op {
     /// The matrix as stored (row-major `rows × cols`).
     N,

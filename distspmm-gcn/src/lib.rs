@@ -11,6 +11,7 @@ pub mod checkpoint;
 pub mod data;
 pub mod dense;
 pub mod dropout;
+pub mod isolated;
 pub mod model;
 pub mod par;
 pub mod tensor;
@@ -84,6 +85,9 @@ pub struct Config {
     pub resume: bool,
     /// NaN or infinite values in features, weights or gradients: fail or warn.
     pub on_nonfinite: NonFinite,
+    /// After training, time the last epoch's SpMM and GEMM calls in isolation with this many
+    /// repetitions each ([`isolated`]; data mode) and report them in [`Summary::isolated`].
+    pub isolated_kernels: Option<usize>,
 }
 
 impl Default for Config {
@@ -106,6 +110,7 @@ impl Default for Config {
             checkpoint_every: 0,
             resume: false,
             on_nonfinite: NonFinite::Fail,
+            isolated_kernels: None,
         }
     }
 }
@@ -145,6 +150,13 @@ pub enum ConfigError {
     /// Zero epochs asked for a fresh run.
     #[error("--epochs 0 trains nothing: give the number of epochs to train, at least 1")]
     ZeroEpochs,
+    /// Isolated kernel timings with no repetitions.
+    #[error("--kernel-reps 0 times nothing: give at least 1 repetition")]
+    ZeroKernelReps,
+    /// Isolated kernel timings in tensor mode, whose products do not run through the
+    /// data-parallel model's routines.
+    #[error("--isolated-kernels times the data-parallel model's kernels: train with --chunks (data mode)")]
+    IsolatedKernelsInTensorMode,
 }
 
 impl Config {
@@ -168,6 +180,11 @@ impl Config {
         // epoch count once it is read.
         if self.epochs == 0 && !self.resume {
             return Err(ConfigError::ZeroEpochs);
+        }
+        match (self.isolated_kernels, self.mode) {
+            (Some(0), _) => return Err(ConfigError::ZeroKernelReps),
+            (Some(_), Mode::Tensor) => return Err(ConfigError::IsolatedKernelsInTensorMode),
+            _ => {}
         }
         source
     }
@@ -295,6 +312,10 @@ pub struct Summary {
     pub mode: &'static str,
     /// `halo` or `broadcast` (data mode).
     pub schedule: &'static str,
+    /// With [`Config::isolated_kernels`]: the last epoch's SpMM and GEMM calls timed in
+    /// isolation on this rank, beside `epoch_seconds_median`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub isolated: Option<isolated::IsolatedKernels>,
 }
 
 /// Sums over any communicator with an allreduce, through a [`Counting`] layer of its own, so
@@ -340,20 +361,36 @@ impl<C: AllReduce> Reduce for CommReduce<'_, C> {
     }
 }
 
-/// An [`Aggregate`] that clocks the calls it passes on.
+/// An [`Aggregate`] that clocks the calls it passes on (and logs them while `log` is set).
 struct TimedAggregate<'a> {
     inner: &'a mut dyn Aggregate,
     seconds: f64,
+    log: Option<Vec<isolated::SpmmCall>>,
+}
+
+impl TimedAggregate<'_> {
+    fn note(&mut self, backward: bool, width: usize, x: &[f32], y: &[f32]) {
+        if let Some(log) = &mut self.log {
+            log.push(isolated::SpmmCall {
+                backward,
+                width,
+                x_len: x.len(),
+                y_len: y.len(),
+            });
+        }
+    }
 }
 
 impl Aggregate for TimedAggregate<'_> {
     fn forward(&mut self, x: &[f32], f: usize, y: &mut [f32]) -> Result<()> {
+        self.note(false, f, x, y);
         let t = Instant::now();
         let r = self.inner.forward(x, f, y);
         self.seconds += t.elapsed().as_secs_f64();
         r
     }
     fn backward(&mut self, dy: &[f32], f: usize, dx: &mut [f32]) -> Result<()> {
+        self.note(true, f, dy, dx);
         let t = Instant::now();
         let r = self.inner.backward(dy, f, dx);
         self.seconds += t.elapsed().as_secs_f64();
@@ -714,6 +751,7 @@ fn train_loop<C: AllReduce + AllGather + Group, M: Trainable>(
     let mut timed = TimedAggregate {
         inner: agg,
         seconds: 0.0,
+        log: None,
     };
     let mut start_epoch = 0;
     if let Some(dir) = args.resume_from()? {
@@ -750,7 +788,14 @@ fn train_loop<C: AllReduce + AllGather + Group, M: Trainable>(
     let mut records: Vec<EpochReport> = Vec::new();
     // Steps whose summed gradient was not finite and whose update was skipped (warn policy).
     let mut skipped = 0u64;
+    // The last epoch's kernel calls, logged for `isolated_kernels`.
+    let mut products = Vec::new();
     for epoch in start_epoch..args.epochs {
+        let logging = args.isolated_kernels.is_some() && epoch + 1 == args.epochs;
+        if logging {
+            timed.log = Some(Vec::new());
+            par::start_recording();
+        }
         let t = Instant::now();
         let before = [timed.bytes_received(), red.bytes_received()];
         let clocks = (timed.seconds, model::dense_seconds(), red.seconds);
@@ -776,6 +821,9 @@ fn train_loop<C: AllReduce + AllGather + Group, M: Trainable>(
         };
         let metrics = model.eval(&mut timed, &mut red, data)?;
         let local = t.elapsed().as_secs_f64();
+        if logging {
+            products = par::stop_recording();
+        }
         let spmm = timed.seconds - clocks.0;
         let dense = model::dense_seconds() - clocks.1;
         let reduce = red.seconds - clocks.2;
@@ -846,13 +894,26 @@ fn train_loop<C: AllReduce + AllGather + Group, M: Trainable>(
         v.sort_by(f64::total_cmp);
         v[v.len() / 2]
     };
+    let epoch_seconds = median(&|r| r.seconds);
+    let isolated = match (args.isolated_kernels, timed.log.take()) {
+        (Some(reps), Some(calls)) => {
+            // Every rank logged the same calls: the SpMM replays are collective, the GEMM
+            // replays local; the buffers are agreed on before the first collective call.
+            let (x, mut y) = agree(comm, isolated::spmm_buffers(&calls))?;
+            let mut timings = isolated::time_spmm(&mut *timed.inner, &calls, reps, (&x, &mut y))?;
+            drop((x, y));
+            timings.extend(agree(comm, isolated::time_gemm(&products, reps))?);
+            Some(isolated::IsolatedKernels::new(reps, timings, epoch_seconds))
+        }
+        _ => None,
+    };
     let summary = Summary {
         epochs: args.epochs,
         train_acc: last.metrics.train_acc,
         val_acc: last.metrics.val_acc,
         test_acc: last.metrics.test_acc,
         final_loss: last.loss,
-        epoch_seconds_median: median(&|r| r.seconds),
+        epoch_seconds_median: epoch_seconds,
         spmm_seconds: median(&|r| r.split[0]),
         dense_seconds: median(&|r| r.split[1]),
         comm_seconds: median(&|r| r.split[2]),
@@ -868,6 +929,7 @@ fn train_loop<C: AllReduce + AllGather + Group, M: Trainable>(
             (_, Schedule::Halo) => "halo",
             (_, Schedule::Broadcast) => "broadcast",
         },
+        isolated,
     };
     Ok(summary)
 }
@@ -1014,6 +1076,22 @@ mod tests {
             ..with(Mode::Tensor, None, Some("g"), true)
         };
         assert_eq!(resumed.source(), Ok(Source::Graph(Path::new("g"))));
+        let isolated = |mode, chunks, input, reps| Config {
+            isolated_kernels: Some(reps),
+            ..with(mode, chunks, input, false)
+        };
+        assert_eq!(
+            isolated(Mode::Data, Some("d"), None, 0).source(),
+            Err(ConfigError::ZeroKernelReps)
+        );
+        assert_eq!(
+            isolated(Mode::Tensor, None, Some("g"), 3).source(),
+            Err(ConfigError::IsolatedKernelsInTensorMode)
+        );
+        assert_eq!(
+            isolated(Mode::Data, Some("d"), None, 3).source(),
+            Ok(Source::Chunks(Path::new("d")))
+        );
     }
 
     #[test]

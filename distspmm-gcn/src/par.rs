@@ -11,6 +11,88 @@
 
 use super::dense::{gemm, Op, Shape};
 use rayon::prelude::*;
+use std::cell::RefCell;
+
+/// A dense product as the trainer called it: the shapes of one [`gemm_rows`] or
+/// [`gemm_tn_sum`] call, logged by [`start_recording`] and replayed in isolation by
+/// [`crate::isolated`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Product {
+    /// [`gemm_rows`]: `C (n × m) = A (n × k) · op(W)`, `W` stored `k × m` (`Op::N`) or
+    /// `m × k` (`Op::T`).
+    Rows {
+        /// Rows of `A` and `C`.
+        n: usize,
+        /// Columns of `A`.
+        k: usize,
+        /// Columns of `C`.
+        m: usize,
+        /// How `W` is read.
+        op_w: Op,
+    },
+    /// [`gemm_tn_sum`]: `G (k × m) = Aᵀ · B` for `A (n × k)` and `B (n × m)`.
+    TnSum {
+        /// Rows of `A` and `B` (the summed dimension).
+        n: usize,
+        /// Columns of `A`.
+        k: usize,
+        /// Columns of `B`.
+        m: usize,
+    },
+}
+
+impl Product {
+    /// Floating-point operations of the product (`2·n·k·m`).
+    pub fn flops(&self) -> f64 {
+        let (Self::Rows { n, k, m, .. } | Self::TnSum { n, k, m }) = *self;
+        2.0 * n as f64 * k as f64 * m as f64
+    }
+}
+
+impl std::fmt::Display for Product {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match *self {
+            Self::Rows {
+                n,
+                k,
+                m,
+                op_w: Op::N,
+            } => write!(f, "A[{n}x{k}]·W[{k}x{m}]"),
+            Self::Rows {
+                n,
+                k,
+                m,
+                op_w: Op::T,
+            } => write!(f, "A[{n}x{k}]·W[{m}x{k}]ᵀ"),
+            Self::TnSum { n, k, m } => write!(f, "A[{n}x{k}]ᵀ·B[{n}x{m}]"),
+        }
+    }
+}
+
+thread_local! {
+    /// The products this thread has called since [`start_recording`], if it is recording.
+    static RECORDING: RefCell<Option<Vec<Product>>> = const { RefCell::new(None) };
+}
+
+/// Starts logging, on the calling thread, the shape of every [`gemm_rows`] and
+/// [`gemm_tn_sum`] call it makes (the trainer calls them from the thread that runs the epoch).
+pub fn start_recording() {
+    RECORDING.with(|r| *r.borrow_mut() = Some(Vec::new()));
+}
+
+/// Stops logging on the calling thread and returns the products called since
+/// [`start_recording`], in call order (empty if it was not recording).
+pub fn stop_recording() -> Vec<Product> {
+    RECORDING.with(|r| r.borrow_mut().take().unwrap_or_default())
+}
+
+fn record(p: Product) {
+    RECORDING.with(|r| {
+        if let Some(log) = r.borrow_mut().as_mut() {
+            log.push(p);
+        }
+    });
+}
 
 /// Rows per block of the row-wise stages (products, epilogues, softmax): the unit of
 /// parallel work.
@@ -53,6 +135,7 @@ pub fn gemm_rows<F>(
     if n == 0 || m == 0 {
         return;
     }
+    record(Product::Rows { n, k, m, op_w });
     let w_shape = match op_w {
         Op::N => Shape::new(k, m),
         Op::T => Shape::new(m, k),
@@ -104,6 +187,7 @@ pub fn gemm_tn_sum(
     if k == 0 || m == 0 {
         return;
     }
+    record(Product::TnSum { n, k, m });
     let nb = blocks(n);
     if partials.len() < nb * k * m {
         partials.resize(nb * k * m, 0.0);

@@ -88,6 +88,19 @@ pub struct Args {
     /// NaN or infinite values in features, weights or gradients: fail or warn.
     #[arg(long, value_enum, default_value = "fail")]
     pub on_nonfinite: NonFinite,
+    /// After training, time each SpMM and GEMM call of the last epoch in isolation (the same
+    /// operator, shapes, routines and threads; median of --kernel-reps after one untimed call)
+    /// and report their sum beside the median epoch (data mode; JSON field `isolated`).
+    #[arg(long)]
+    pub isolated_kernels: bool,
+    /// Timed repetitions of each call for --isolated-kernels.
+    #[arg(
+        long,
+        default_value_t = 7,
+        value_name = "N",
+        requires = "isolated_kernels"
+    )]
+    pub kernel_reps: usize,
     /// Print only a final JSON line on stdout (epoch lines go to stderr).
     #[arg(long)]
     pub json: bool,
@@ -122,6 +135,7 @@ impl Args {
                 NonFinite::Fail => distspmm_gcn::NonFinite::Fail,
                 NonFinite::Warn => distspmm_gcn::NonFinite::Warn,
             },
+            isolated_kernels: self.isolated_kernels.then_some(self.kernel_reps),
         }
     }
 }
@@ -197,6 +211,28 @@ pub fn run(args: &Args) -> Result<()> {
                 summary.spmm_bytes_per_epoch,
                 summary.allreduce_bytes_per_epoch
             );
+            if let Some(k) = &summary.isolated {
+                for c in &k.calls {
+                    println!(
+                        "isolated {} {} x{}: median {:.3} ms (min {:.3} ms over {} reps){}",
+                        c.kernel,
+                        c.what,
+                        c.count,
+                        c.seconds * 1e3,
+                        c.min_seconds * 1e3,
+                        k.reps,
+                        c.gflops
+                            .map_or_else(String::new, |g| format!(", {g:.1} GFLOP/s"))
+                    );
+                }
+                println!(
+                    "the last epoch's kernels in isolation (rank 0): SpMM {:.2} ms + GEMM {:.2} ms = {:.2} ms; the median epoch is {:.2}x that",
+                    k.spmm_seconds * 1e3,
+                    k.gemm_seconds * 1e3,
+                    k.sum_seconds * 1e3,
+                    k.epoch_over_sum
+                );
+            }
         }
     }
     Ok(())
