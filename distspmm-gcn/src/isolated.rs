@@ -131,6 +131,10 @@ fn median_time(reps: usize, mut f: impl FnMut() -> Result<()>) -> Result<(f64, f
 fn operand(len: usize, salt: u32, what: &str) -> Result<Vec<f32>> {
     let mut v = zeros(len, what)?;
     v.iter_mut().enumerate().for_each(|(i, x)| {
+        #[allow(
+            clippy::cast_possible_truncation,
+            reason = "deliberate: a hash of the index's low 32 bits"
+        )]
         let h = (i as u32 ^ salt).wrapping_mul(0x9E37_79B1).rotate_left(13);
         *x = (h >> 8) as f32 / (1u32 << 23) as f32 - 1.0;
     });
@@ -262,7 +266,7 @@ mod tests {
                 .collect(),
         };
         let x: Vec<f32> = (0..n * in_dim).map(|i| (i % 5) as f32).collect();
-        let labels: Vec<i32> = (0..n as i32).map(|i| i % 3).collect();
+        let labels: Vec<i32> = (0..i32::try_from(n).unwrap()).map(|i| i % 3).collect();
         let masks = vec![TRAIN; n];
         let ids: Vec<u64> = (0..n as u64).collect();
         let data = LocalData {
