@@ -142,8 +142,10 @@ fn allreduce_bytes_are_counted_apart_from_the_spmm_exchange() {
 }
 
 /// Training with every MPI message longer than 64 elements sent as a large message (derived
-/// datatypes, all-reduces in pieces; in production the limit is `i32::MAX`) gives bit for bit
-/// the losses of the ordinary path, on both schedules, at P = 3.
+/// datatypes, all-reduces in pieces; in production the limit is `i32::MAX`) gives the losses of
+/// the ordinary path, on both schedules, at P = 3. Equal to rounding, not bit for bit: OpenMPI
+/// picks its all-reduce algorithm by message size, so a 64-element piece is summed across the
+/// ranks in another order than the whole gradient (measured: 1.920278743 vs 1.920278740).
 #[test]
 fn large_message_paths_train_to_the_same_loss() {
     let (Some(cora), true) = (cora(), mpirun_available()) else {
@@ -157,14 +159,18 @@ fn large_message_paths_train_to_the_same_loss() {
         let args = ["--chunks", c, "--epochs", "5", "--schedule", schedule];
         let plain = train_json(3, &args);
         let split = train_json_with(3, &args, Some(64));
-        assert_eq!(
-            split.final_loss.to_bits(),
-            plain.final_loss.to_bits(),
+        assert!(
+            close(split.final_loss, plain.final_loss, 1e-6),
             "{schedule}: {} with 64-element MPI calls, {} without",
             split.final_loss,
             plain.final_loss
         );
+        assert_eq!(split.test_acc.to_bits(), plain.test_acc.to_bits());
         assert_eq!(split.spmm_bytes_per_epoch, plain.spmm_bytes_per_epoch);
+        assert_eq!(
+            split.allreduce_bytes_per_epoch,
+            plain.allreduce_bytes_per_epoch
+        );
     }
 }
 
