@@ -507,7 +507,7 @@ impl AllToAllV for MpiComm {
 }
 
 impl MpiComm {
-    /// Whether `flag` holds on any rank (a max-reduction of one byte; collective).
+    /// Whether `flag` holds on any rank (a max-reduction of one word; collective).
     fn any_rank(&self, flag: bool) -> Result<bool, CommError> {
         let mut flag = [u32::from(flag)];
         self.all_reduce(&mut flag, ReduceOp::Max)?;

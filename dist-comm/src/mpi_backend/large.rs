@@ -80,15 +80,7 @@ impl Span {
         len: usize,
         what: &'static str,
     ) -> Result<Self, CommError> {
-        Self::with_limit(kind, len, max_count(), what)
-    }
-
-    fn with_limit(
-        kind: ElementKind,
-        len: usize,
-        limit: usize,
-        what: &'static str,
-    ) -> Result<Self, CommError> {
+        let limit = max_count();
         let base = datatype(kind);
         if len <= limit {
             return Ok(Span {

@@ -441,6 +441,29 @@ impl Arrays for NpyDir<'_> {
         allowed: &[Dtype],
         read: impl FnOnce(&mut dyn Read, &NpyHeader) -> Result<T, GraphErrorKind>,
     ) -> Result<T, GraphError> {
+        let (mut r, header) = self.open(name, allowed)?;
+        read(&mut r, &header).map_err(|kind| GraphError::in_array(name, kind))
+    }
+
+    fn stored(
+        &mut self,
+        name: &str,
+        allowed: &[Dtype],
+    ) -> Result<Option<(NpyHeader, File, u64)>, GraphError> {
+        let (r, header) = self.open(name, allowed)?;
+        let offset = header.prefix_len;
+        Ok(Some((header, r.into_inner(), offset)))
+    }
+}
+
+impl NpyDir<'_> {
+    /// Opens `<name>.npy` (a regular file) and reads its checked header; the reader is left
+    /// at the first data byte.
+    fn open(
+        &self,
+        name: &str,
+        allowed: &[Dtype],
+    ) -> Result<(BufReader<File>, NpyHeader), GraphError> {
         let at = |kind| GraphError::in_array(name, kind);
         let file = chunk_format::open_regular(self.dir.join(format!("{name}.npy")))
             .map_err(|e| at(GraphErrorKind::Io(e)))?;
@@ -450,25 +473,18 @@ impl Arrays for NpyDir<'_> {
             .len();
         let mut r = BufReader::with_capacity(1 << 16, file);
         let header = checked_header(&mut r, size, allowed).map_err(at)?;
-        read(&mut r, &header).map_err(at)
+        Ok((r, header))
     }
+}
 
-    fn stored(
-        &mut self,
-        name: &str,
-        allowed: &[Dtype],
-    ) -> Result<Option<(NpyHeader, File, u64)>, GraphError> {
-        let at = |kind| GraphError::in_array(name, kind);
-        let file = chunk_format::open_regular(self.dir.join(format!("{name}.npy")))
-            .map_err(|e| at(GraphErrorKind::Io(e)))?;
-        let size = file
-            .metadata()
-            .map_err(|e| at(GraphErrorKind::Io(e)))?
-            .len();
-        let header = checked_header(&mut BufReader::new(&file), size, allowed).map_err(at)?;
-        let offset = header.prefix_len;
-        Ok(Some((header, file, offset)))
-    }
+/// Member `<name>.npy` of the archive.
+fn member<'z, R: Read + Seek>(
+    archive: &'z mut ZipArchive<R>,
+    name: &str,
+) -> Result<zip::read::ZipFile<'z, R>, GraphError> {
+    archive
+        .by_name(&format!("{name}.npy"))
+        .map_err(|e| GraphError::in_array(name, zip_error(e)))
 }
 
 fn zip_error(e: ZipError) -> GraphErrorKind {
@@ -499,10 +515,7 @@ impl<R: Read + Seek> Arrays for Npz<R> {
         read: impl FnOnce(&mut dyn Read, &NpyHeader) -> Result<T, GraphErrorKind>,
     ) -> Result<T, GraphError> {
         let at = |kind| GraphError::in_array(name, kind);
-        let mut entry = self
-            .archive
-            .by_name(&format!("{name}.npy"))
-            .map_err(|e| at(zip_error(e)))?;
+        let mut entry = member(&mut self.archive, name)?;
         let size = entry.size();
         let header = checked_header(&mut entry, size, allowed).map_err(at)?;
         read(&mut entry, &header).map_err(at)
@@ -517,10 +530,7 @@ impl<R: Read + Seek> Arrays for Npz<R> {
         let Some(file) = &self.file else {
             return Ok(None);
         };
-        let mut entry = self
-            .archive
-            .by_name(&format!("{name}.npy"))
-            .map_err(|e| at(zip_error(e)))?;
+        let mut entry = member(&mut self.archive, name)?;
         // A stored member's bytes are the file's bytes only if it is neither compressed nor
         // encrypted (the zip crate refuses encrypted members in `by_name`).
         if entry.compression() != CompressionMethod::Stored
@@ -568,6 +578,15 @@ fn vec_with_capacity<T>(n: u64) -> Result<Vec<T>, GraphErrorKind> {
     Ok(v)
 }
 
+/// `(rows, columns)` of a feature array: `(N, F)`, or `(N,)` for one column.
+fn feature_shape(h: &NpyHeader) -> Result<(u64, u64), GraphErrorKind> {
+    match h.shape[..] {
+        [rows, dim] => Ok((rows, dim)),
+        [rows] => Ok((rows, 1)),
+        _ => Err(shape_error(h, "(N, F)")),
+    }
+}
+
 /// Whether a reader may map arrays (features) instead of copying them; tests compare the two.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Mapping {
@@ -584,11 +603,7 @@ fn map_features(npz: &mut impl Arrays) -> Result<Option<(usize, Features)>, Grap
     let Some((h, file, offset)) = npz.stored("x", FLOATS)? else {
         return Ok(None);
     };
-    let (rows, dim) = match h.shape[..] {
-        [rows, dim] => (rows, dim),
-        [rows] => (rows, 1),
-        _ => return Err(at(shape_error(&h, "(N, F)"))),
-    };
+    let (rows, dim) = feature_shape(&h).map_err(at)?;
     if h.dtype != Dtype::F32 || h.fortran {
         return Ok(None);
     }
@@ -704,11 +719,7 @@ fn read_archive(mut npz: impl Arrays, map: Mapping) -> Result<Graph, GraphError>
         mapped
     } else if npz.has("x") {
         Some(npz.with_array("x", FLOATS, |r, h| {
-            let (rows, dim) = match h.shape[..] {
-                [rows, dim] => (rows, dim),
-                [rows] => (rows, 1),
-                _ => return Err(shape_error(h, "(N, F)")),
-            };
+            let (rows, dim) = feature_shape(h)?;
             let count = h.count().unwrap_or(u64::MAX);
             let mut data = vec_with_capacity(count)?;
             let (rows, dim) = (array_len(rows)?, array_len(dim)?);
