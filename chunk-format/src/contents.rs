@@ -11,6 +11,7 @@ use crate::layout::{
     align_up, file_checksum, ChunkHeader, ElemType, SectionEntry, SectionKind, ValueDtype,
     FORMAT_VERSION, HEADER_LEN, INDEX_WIDTH, SECTION_ENTRY_LEN, SECTION_FLAG_OPTIONAL,
 };
+use crate::validate::Arrays;
 use crate::view::{BlockView, ChunkView};
 
 /// Everything one chunk holds, borrowed from the builder (nothing is copied before writing).
@@ -279,6 +280,32 @@ impl<'a> Plan<'a> {
         };
         plan.layout()?;
         Ok(plan)
+    }
+
+    /// Checks `contents` (the arrays this plan was made from) against every rule a reader checks
+    /// ([`ChunkView::parse`] with `check_transpose` as `verify_csc_matches_csr`), in memory,
+    /// before anything is written; the layout rules hold by construction of the plan.
+    pub(crate) fn validate(
+        &self,
+        contents: &ChunkContents<'a>,
+        check_transpose: bool,
+    ) -> Result<(), ChunkError> {
+        let arrays = Arrays {
+            header: &self.header,
+            part_offsets: contents.part_offsets,
+            halo_recv_offsets: contents.halo_recv_offsets,
+            halo_recv: contents.halo_recv,
+            halo_send_offsets: contents.halo_send_offsets,
+            halo_send: contents.halo_send,
+            original_ids: contents.original_ids,
+            features: contents.features,
+            labels: contents.labels,
+            masks: contents.masks,
+        };
+        arrays.validate_lists()?;
+        let src: Vec<u32> = contents.blocks.iter().map(|b| b.src_part).collect();
+        arrays.validate_sources(&src)?;
+        arrays.validate_blocks(&contents.blocks, check_transpose)
     }
 
     /// The per-block length rules the layout relies on (nrows = n_p, pointer lengths, equal

@@ -126,11 +126,15 @@ fn write_zeros(w: &mut impl Write, mut n: u64) -> io::Result<()> {
     Ok(())
 }
 
-/// Writes `contents` as a chunk file at `path`, atomically: the data streams (hashed on the way)
-/// through a buffered writer into `<path>.tmp-<pid>-<seq>`, the header and table follow, the
-/// temporary file is re-read with the validating reader, fsynced, renamed to `path`, and the
-/// directory is fsynced. A crash leaves the old file or the new one under `path`, never half a
-/// chunk; on any error the temporary file is removed and `path` is untouched.
+/// Writes `contents` as a chunk file at `path`, atomically. The contents are first checked in
+/// memory against every rule the validating reader checks (the same code, CSC against CSR
+/// included), so an invalid chunk is refused before anything is written; then the data stream
+/// (hashed on the way) through a buffered writer into `<path>.tmp-<pid>-<seq>`, the header and
+/// table follow, the temporary file is fsynced, renamed to `path`, and the directory is fsynced.
+/// The file is not read back: a read-back maps the whole file, which on a large part doubles
+/// the writer's resident memory and rereads every byte. A crash leaves the old file or the new
+/// one under `path`, never half a chunk; on any error the temporary file is removed and `path`
+/// is untouched.
 pub fn write_chunk(
     path: impl AsRef<Path>,
     contents: &ChunkContents<'_>,
@@ -141,12 +145,13 @@ pub fn write_chunk(
         source,
     };
     let plan = Plan::new(contents).map_err(invalid)?;
+    plan.validate(contents, true).map_err(invalid)?;
     let mut atomic = AtomicFile::create(path)?;
     let tmp = atomic.temporary_path().to_path_buf();
     let mut out = BufWriter::with_capacity(1 << 20, atomic.file());
     let write_err = io_error("write", &tmp);
     let mut checksums = Vec::with_capacity(plan.sections.len());
-    let stream = (|| -> io::Result<&mut File> {
+    let stream = (|| -> io::Result<u64> {
         let mut at = 0u64;
         for s in &plan.sections {
             write_zeros(&mut out, s.offset - at)?;
@@ -160,18 +165,13 @@ pub fn write_chunk(
         }
         write_zeros(&mut out, plan.header.file_len - at)?;
         let file = out.into_inner().map_err(io::IntoInnerError::into_error)?;
-        let (head, _) = plan.header_and_table(&checksums);
+        let (head, file_checksum) = plan.header_and_table(&checksums);
         file.seek(SeekFrom::Start(0))?;
         file.write_all(&head)?;
-        Ok(file)
+        Ok(file_checksum)
     })();
-    let file = stream.map_err(write_err)?;
+    let file_checksum = stream.map_err(write_err)?;
 
-    // SAFETY: the temporary file was created new by this call under a per-process name and
-    // nothing else writes it while the map lives; the map is dropped before the rename.
-    let map = unsafe { Mmap::map(&*file) }.map_err(io_error("map", &tmp))?;
-    let file_checksum = ChunkView::parse(&map).map_err(invalid)?.file_checksum();
-    drop(map);
     atomic.commit()?;
     tracing::debug!(
         path = %path.display(),

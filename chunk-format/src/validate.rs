@@ -8,7 +8,7 @@ use alloc::string::String;
 use alloc::vec::Vec;
 
 use crate::error::ChunkError;
-use crate::layout::SectionKind;
+use crate::layout::{ChunkHeader, SectionKind};
 use crate::view::{BlockView, ChunkView};
 
 /// Checks that `actual` elements is the `expected` count (`what` says where it comes from).
@@ -107,8 +107,109 @@ pub(crate) fn peer_range(offsets: &[u64], peer: usize) -> core::ops::Range<usize
     to_usize(offsets[peer])..to_usize(offsets[peer + 1])
 }
 
+/// The arrays a chunk's invariants are stated on, however the chunk is held: parsed from a file
+/// ([`ChunkView::validate`], after the file's own layout is checked) or about to be written
+/// ([`Plan::validate`](crate::contents::Plan::validate), from the builder's arrays). One home for
+/// the rules, so what a writer refuses is exactly what a reader would.
+pub(crate) struct Arrays<'a, 'h> {
+    pub(crate) header: &'h ChunkHeader,
+    pub(crate) part_offsets: &'a [u64],
+    pub(crate) halo_recv_offsets: &'a [u64],
+    pub(crate) halo_recv: &'a [u32],
+    pub(crate) halo_send_offsets: &'a [u64],
+    pub(crate) halo_send: &'a [u32],
+    pub(crate) original_ids: &'a [u64],
+    pub(crate) features: Option<&'a [f32]>,
+    pub(crate) labels: Option<&'a [i32]>,
+    pub(crate) masks: Option<&'a [u8]>,
+}
+
 impl ChunkView<'_> {
     pub(crate) fn validate(&self, check_transpose: bool) -> Result<(), ChunkError> {
+        let arrays = Arrays {
+            header: &self.header,
+            part_offsets: self.part_offsets,
+            halo_recv_offsets: self.halo_recv_offsets,
+            halo_recv: self.halo_recv,
+            halo_send_offsets: self.halo_send_offsets,
+            halo_send: self.halo_send,
+            original_ids: self.original_ids,
+            features: self.features,
+            labels: self.labels,
+            masks: self.masks,
+        };
+        arrays.validate_lists()?;
+        arrays.validate_sources(self.block_src)?;
+        self.validate_block_layout()?;
+        let blocks: Vec<BlockView<'_>> = self.blocks().collect();
+        arrays.validate_blocks(&blocks, check_transpose)
+    }
+
+    /// How the blocks lie in the file's concatenated sections: the per-block offset tables and
+    /// every section's length, so that [`ChunkView::block`] cannot fail afterwards.
+    fn validate_block_layout(&self) -> Result<(), ChunkError> {
+        let h = &self.header;
+        let n_p = h.num_local_nodes;
+        let blocks = self.block_src.len() as u64;
+        let total_cols = n_p.checked_add(h.num_halo_rows).ok_or_else(|| {
+            ChunkError::header(
+                "num_halo_rows",
+                format!("{} + num_local_nodes overflows", h.num_halo_rows),
+            )
+        })?;
+        let kind = SectionKind::BLOCK_COL_OFFSETS;
+        expect_len(kind, self.block_col_offsets.len(), blocks + 1, "blocks + 1")?;
+        check_prefix(
+            self.block_col_offsets,
+            total_cols,
+            "num_local_nodes + num_halo_rows",
+        )
+        .map_err(|d| ChunkError::section(kind, d))?;
+        let kind = SectionKind::BLOCK_NNZ_OFFSETS;
+        expect_len(kind, self.block_nnz_offsets.len(), blocks + 1, "blocks + 1")?;
+        check_prefix(self.block_nnz_offsets, h.nnz, "the header's nnz")
+            .map_err(|d| ChunkError::section(kind, d))?;
+
+        let rowptr_len = blocks.checked_mul(n_p + 1).ok_or_else(|| {
+            ChunkError::section(
+                SectionKind::CSR_ROWPTR,
+                "blocks × (n_p + 1) overflows".into(),
+            )
+        })?;
+        expect_len(
+            SectionKind::CSR_ROWPTR,
+            self.csr_rowptr.len(),
+            rowptr_len,
+            "blocks × (num_local_nodes + 1)",
+        )?;
+        // A saturated count matches no real length, so saturating is as good as checking here.
+        expect_len(
+            SectionKind::CSC_COLPTR,
+            self.csc_colptr.len(),
+            total_cols.saturating_add(blocks),
+            "sum over blocks of (ncols + 1)",
+        )?;
+        for kind in [
+            SectionKind::CSR_COLS,
+            SectionKind::CSR_VALS,
+            SectionKind::CSC_ROWS,
+            SectionKind::CSC_VALS,
+        ] {
+            let len = match kind {
+                SectionKind::CSR_COLS => self.csr_cols.len(),
+                SectionKind::CSR_VALS => self.csr_vals.len(),
+                SectionKind::CSC_ROWS => self.csc_rows.len(),
+                _ => self.csc_vals.len(),
+            };
+            expect_len(kind, len, h.nnz, "the header's nnz")?;
+        }
+        Ok(())
+    }
+}
+
+impl Arrays<'_, '_> {
+    /// The part offsets and both halo lists (checked before any block, which they describe).
+    pub(crate) fn validate_lists(&self) -> Result<(), ChunkError> {
         self.validate_part_offsets()?;
         let part_offsets = self.part_offsets;
         self.validate_halo_lists(
@@ -123,17 +224,26 @@ impl ChunkView<'_> {
             self.halo_send_offsets,
             self.halo_send,
             |_| n_p,
-        )?;
-        self.validate_block_table()?;
-        for (i, block) in self.blocks().enumerate() {
-            validate_block(&block, i, block.src_part == self.header.part_id)?;
+        )
+    }
+
+    /// The blocks (after [`Arrays::validate_lists`]): which peers they come from and their
+    /// shapes, each block's CSR and CSC, the node data, and last (the expensive check, so cheap
+    /// failures are reported first) that each CSC holds its CSR's entries.
+    pub(crate) fn validate_blocks(
+        &self,
+        blocks: &[BlockView<'_>],
+        check_transpose: bool,
+    ) -> Result<(), ChunkError> {
+        self.validate_block_table(blocks)?;
+        for (i, block) in blocks.iter().enumerate() {
+            validate_block(block, i, block.src_part == self.header.part_id)?;
         }
         self.validate_node_data()?;
-        // The expensive check last, so cheap failures are reported first.
         if check_transpose {
             let mut cursor = Vec::new();
-            for (i, block) in self.blocks().enumerate() {
-                check_csc_matches_csr(&block, i, &mut cursor)?;
+            for (i, block) in blocks.iter().enumerate() {
+                check_csc_matches_csr(block, i, &mut cursor)?;
             }
         }
         Ok(())
@@ -225,12 +335,11 @@ impl ChunkView<'_> {
         Ok(())
     }
 
-    fn validate_block_table(&self) -> Result<(), ChunkError> {
+    /// The blocks' source parts (after [`Arrays::validate_lists`]): sorted and below P, the
+    /// diagonal block's among them, and one for every part rows are received from.
+    pub(crate) fn validate_sources(&self, src: &[u32]) -> Result<(), ChunkError> {
         let h = &self.header;
         let part = h.part_id;
-        let n_p = h.num_local_nodes;
-        let src = self.block_src;
-        let blocks = src.len() as u64;
         check_sorted_below(src, u64::from(h.num_parts))
             .map_err(|d| ChunkError::section(SectionKind::BLOCK_SRC, d))?;
         if src.binary_search(&part).is_err() {
@@ -251,65 +360,19 @@ impl ChunkView<'_> {
                 ),
             ));
         }
-        let total_cols = n_p.checked_add(h.num_halo_rows).ok_or_else(|| {
-            ChunkError::header(
-                "num_halo_rows",
-                format!("{} + num_local_nodes overflows", h.num_halo_rows),
-            )
-        })?;
-        let kind = SectionKind::BLOCK_COL_OFFSETS;
-        expect_len(kind, self.block_col_offsets.len(), blocks + 1, "blocks + 1")?;
-        check_prefix(
-            self.block_col_offsets,
-            total_cols,
-            "num_local_nodes + num_halo_rows",
-        )
-        .map_err(|d| ChunkError::section(kind, d))?;
-        let kind = SectionKind::BLOCK_NNZ_OFFSETS;
-        expect_len(kind, self.block_nnz_offsets.len(), blocks + 1, "blocks + 1")?;
-        check_prefix(self.block_nnz_offsets, h.nnz, "the header's nnz")
-            .map_err(|d| ChunkError::section(kind, d))?;
+        Ok(())
+    }
 
-        let rowptr_len = blocks.checked_mul(n_p + 1).ok_or_else(|| {
-            ChunkError::section(
-                SectionKind::CSR_ROWPTR,
-                "blocks × (n_p + 1) overflows".into(),
-            )
-        })?;
-        expect_len(
-            SectionKind::CSR_ROWPTR,
-            self.csr_rowptr.len(),
-            rowptr_len,
-            "blocks × (num_local_nodes + 1)",
-        )?;
-        // A saturated count matches no real length, so saturating is as good as checking here.
-        expect_len(
-            SectionKind::CSC_COLPTR,
-            self.csc_colptr.len(),
-            total_cols.saturating_add(blocks),
-            "sum over blocks of (ncols + 1)",
-        )?;
-        for kind in [
-            SectionKind::CSR_COLS,
-            SectionKind::CSR_VALS,
-            SectionKind::CSC_ROWS,
-            SectionKind::CSC_VALS,
-        ] {
-            let len = match kind {
-                SectionKind::CSR_COLS => self.csr_cols.len(),
-                SectionKind::CSR_VALS => self.csr_vals.len(),
-                SectionKind::CSC_ROWS => self.csc_rows.len(),
-                _ => self.csc_vals.len(),
-            };
-            expect_len(kind, len, h.nnz, "the header's nnz")?;
-        }
-
-        for (i, (&q, w)) in src
-            .iter()
-            .zip(self.block_col_offsets.windows(2))
-            .enumerate()
-        {
-            let ncols = w[1] - w[0];
+    /// The block table (after [`Arrays::validate_sources`]): a block only for a part rows are
+    /// received from, and each block as wide as the rows it compacts.
+    fn validate_block_table(&self, blocks: &[BlockView<'_>]) -> Result<(), ChunkError> {
+        let h = &self.header;
+        let part = h.part_id;
+        let n_p = h.num_local_nodes;
+        let recv = self.halo_recv_offsets;
+        for (i, b) in blocks.iter().enumerate() {
+            let q = b.src_part;
+            let ncols = b.ncols as u64;
             let expected = if q == part {
                 n_p
             } else {
