@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context};
 use distspmm_core::chunk::{
     write_chunk_dir, BoundedBuilder, ChunkBuilder, ChunkDirError, DirLock, EdgeBuckets, Manifest,
-    PartChunkBuilder, WriteOptions,
+    ParkedEdges, PartChunkBuilder, WriteOptions,
 };
 use distspmm_core::normalize::{self, Normalization};
 use distspmm_core::partition::{
@@ -352,12 +352,26 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
                 .write_metis_graph(path)
                 .context("cannot write the METIS graph file")?;
         }
+        // METIS and KaMinPar need only the adjacency: the edge arrays wait on disk meanwhile,
+        // out of this phase's peak (the run's peak), and come back once the adjacency is gone.
+        let parked = match (&args.partition_map, &method) {
+            (None, Method::Metis(_) | Method::Kaminpar(_)) => Some(
+                ParkedEdges::park(&lock, &mut graph)
+                    .context("cannot park the edge arrays beside the output directory")?,
+            ),
+            _ => None,
+        };
         let partition = match &args.partition_map {
             Some(path) => load_map(path, args.parts, graph.num_nodes)?,
             None => partition::partition(&adjacency, args.parts, &method)?,
         };
         let edge_cut = partition.edge_cut(&adjacency)?;
         drop(adjacency);
+        if let Some(parked) = parked {
+            parked
+                .restore(&mut graph)
+                .context("cannot read the parked edge arrays back")?;
+        }
         phases.record("partition", phase.done());
         (partition, edge_cut)
     };

@@ -31,17 +31,10 @@ use crate::sparse::{assemble, TripletSource};
 
 use super::build::{split_location, HaloScan, Layout, PartRows};
 use super::dir::{PartChunkBuilder, ScratchDir};
-use super::{ChunkBuildError, ChunkDirError, DirLock, HaloLists, PartChunk};
+use super::{io_error, ChunkBuildError, ChunkDirError, DirLock, HaloLists, PartChunk};
 
 /// Bytes of write buffer per bucket, at most (less with many parts: 256 MiB in all).
 const BUCKET_BUFFER: usize = 1 << 20;
-
-fn io_error(path: &Path) -> impl FnOnce(std::io::Error) -> ChunkDirError + '_ {
-    move |source| ChunkDirError::Io {
-        path: path.to_path_buf(),
-        source,
-    }
-}
 
 /// The edges of a graph bucketed by the part of their row node (Â's row v lists v's
 /// in-neighbours, so `u → v` goes to part(v)), in files of a work directory beside the output

@@ -17,7 +17,7 @@ use super::manifest::{
     encode_hex, format_checksum, parse_checksum, Manifest, ManifestChunk, ManifestFile,
     MANIFEST_FILE, MANIFEST_FORMAT, MANIFEST_VERSION, PARTITION_MAP_FILE,
 };
-use super::{ChunkBuilder, ChunkDirError, HaloLists, PartChunk};
+use super::{io_error, ChunkBuilder, ChunkDirError, HaloLists, PartChunk};
 use crate::partition::Renumbering;
 
 /// File name of part `p`'s chunk.
@@ -155,13 +155,6 @@ impl Default for WriteOptions {
             edges: None,
             lock: None,
         }
-    }
-}
-
-fn io_error(path: &Path) -> impl FnOnce(std::io::Error) -> ChunkDirError + '_ {
-    move |source| ChunkDirError::Io {
-        path: path.to_path_buf(),
-        source,
     }
 }
 

@@ -18,8 +18,9 @@ mod bounded;
 mod build;
 mod dir;
 mod manifest;
+mod park;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::string::String;
 
 pub use bounded::{BoundedBuilder, EdgeBuckets};
@@ -32,6 +33,7 @@ pub use manifest::{
     fingerprint_hex, Manifest, ManifestChunk, ManifestFile, MANIFEST_FILE, MANIFEST_FORMAT,
     MANIFEST_VERSION, PARTITION_MAP_FILE,
 };
+pub use park::ParkedEdges;
 
 /// The graph, Â and partition given to [`ChunkBuilder::new`] do not fit together.
 #[derive(Debug, thiserror::Error)]
@@ -122,6 +124,17 @@ pub enum ChunkDirError {
     /// The partition map could not be written or read.
     #[error(transparent)]
     Partition(#[from] crate::partition::PartitionError),
+    /// An array does not fit in memory (e.g. the parked edges read back).
+    #[error(transparent)]
+    Memory(#[from] crate::memory::MemoryError),
+}
+
+/// The error for an I/O failure on `path` (every file of this module names its path).
+fn io_error(path: &Path) -> impl FnOnce(std::io::Error) -> ChunkDirError + '_ {
+    move |source| ChunkDirError::Io {
+        path: path.to_path_buf(),
+        source,
+    }
 }
 
 #[cfg(test)]

@@ -105,27 +105,95 @@ fn filled<T: Clone>(len: usize, value: T) -> Result<Vec<T>, AllocFailed> {
     Ok(v)
 }
 
+/// How many tasks count and place entries: one per thread (three in unit tests, so the split
+/// runs there), each owning a contiguous range of at least 1024 outer indices.
+fn place_tasks(outer: usize) -> usize {
+    let (wanted, min_range) = if cfg!(test) {
+        (3, 1)
+    } else {
+        (super::par::threads(), 1024)
+    };
+    wanted.min(outer / min_range).max(1)
+}
+
+/// Runs `f(task, state)` for every state, in parallel under `std`.
+fn for_each_task<S: Send>(states: Vec<S>, f: impl Fn(usize, S) + Sync) {
+    #[cfg(feature = "std")]
+    {
+        use rayon::prelude::*;
+        states
+            .into_par_iter()
+            .enumerate()
+            .for_each(|(t, state)| f(t, state));
+    }
+    #[cfg(not(feature = "std"))]
+    for (t, state) in states.into_iter().enumerate() {
+        f(t, state);
+    }
+}
+
+/// Splits `slice` into consecutive pieces of the given lengths.
+fn split_lengths<X>(mut slice: &mut [X], lengths: impl Iterator<Item = usize>) -> Vec<&mut [X]> {
+    let mut pieces = Vec::new();
+    for len in lengths {
+        let (piece, rest) = slice.split_at_mut(len);
+        pieces.push(piece);
+        slice = rest;
+    }
+    pieces
+}
+
 /// The compressed arrays `(indptr, indices, data)` of `outer` outer indices holding the entries
 /// of `source`, sorted within each outer index, duplicates summed in input order.
 ///
-/// Time O(nnz + outer) plus the per-row sorts; memory: the entries once as pairs, then once in
-/// the output arrays, every array allocated fallibly (a refused one is [`AllocFailed`]).
+/// Time O(nnz + outer) plus the per-row sorts. Counting and placing run as one task per thread,
+/// each owning a contiguous range of outer indices and visiting every entry in order (so each
+/// outer index's entries keep the input order whatever the thread count; the visits are
+/// sequential reads, the writes random, and each task writes only its own range). Memory: the
+/// entries once as pairs, then once in the output arrays, every array allocated fallibly (a
+/// refused one is [`AllocFailed`]).
 pub(crate) fn assemble<T: Scalar>(
     outer: usize,
-    source: &impl TripletSource<T>,
+    source: &(impl TripletSource<T> + Sync),
 ) -> Result<Arrays<T>, AllocFailed> {
+    let tasks = place_tasks(outer);
+    let bounds: Vec<usize> = (0..=tasks).map(|t| outer * t / tasks).collect();
     let mut indptr = filled(outer.saturating_add(1), 0u64)?;
-    source.for_each(|o, _, _| indptr[o as usize + 1] += 1);
+    let counts = split_lengths(&mut indptr[1..], bounds.windows(2).map(|w| w[1] - w[0]));
+    for_each_task(counts, |t, counts| {
+        let range = bounds[t]..bounds[t + 1];
+        source.for_each(|o, _, _| {
+            if range.contains(&(o as usize)) {
+                counts[o as usize - range.start] += 1;
+            }
+        });
+    });
     for o in 0..outer {
         indptr[o + 1] += indptr[o];
     }
     let mut cursor = filled(outer, 0u64)?;
     cursor.copy_from_slice(&indptr[..outer]);
     let mut entries = filled(source.len(), (0u32, T::ZERO))?;
-    source.for_each(|o, i, v| {
-        let c = &mut cursor[o as usize];
-        entries[index::offset(*c)] = (i, v);
-        *c += 1;
+    let lengths = bounds
+        .windows(2)
+        .map(|w| index::offset(indptr[w[1]] - indptr[w[0]]));
+    let places: Vec<_> = split_lengths(&mut entries, lengths)
+        .into_iter()
+        .zip(split_lengths(
+            &mut cursor,
+            bounds.windows(2).map(|w| w[1] - w[0]),
+        ))
+        .collect();
+    for_each_task(places, |t, (entries, cursor)| {
+        let range = bounds[t]..bounds[t + 1];
+        let base = indptr[range.start];
+        source.for_each(|o, i, v| {
+            if range.contains(&(o as usize)) {
+                let c = &mut cursor[o as usize - range.start];
+                entries[index::offset(*c - base)] = (i, v);
+                *c += 1;
+            }
+        });
     });
     drop(cursor);
 
