@@ -51,6 +51,10 @@ struct RmatArgs {
     /// Classes of the random labels (with --features).
     #[arg(long, default_value_t = 8)]
     classes: usize,
+    /// Edge keys (8 bytes each, two per sampled edge) held in memory at a time: a graph with
+    /// more is sampled into sorted bucket files beside --out and streamed into the archive.
+    #[arg(long, default_value_t = generate::RMAT_BUCKET_KEYS, value_parser = clap::value_parser!(u64).range(1..))]
+    bucket_keys: u64,
     #[command(flatten)]
     output: Output,
 }
@@ -113,34 +117,48 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
     check_memory(&args.what)?;
     let spinner = spinner(!output.json);
     spinner.set_message(format!("generating {name} graph"));
-    let graph = match &args.what {
+    // The graph's node data, and its edges when they are not in the graph's own arrays.
+    let (graph, sorted) = match &args.what {
         GenerateWhat::Rmat(a) => {
-            let make = if a.directed {
-                generate::rmat_directed
-            } else {
-                generate::rmat
-            };
-            let mut g =
-                make(a.scale, a.edge_factor, a.seed).context("cannot generate the RMAT graph")?;
+            let edges = generate::rmat_edges(
+                a.scale,
+                a.edge_factor,
+                a.seed,
+                a.directed,
+                a.bucket_keys,
+                Some(&output.out),
+            )
+            .context("cannot generate the RMAT graph")?;
+            let mut g = Graph::from_edges(edges.num_nodes(), Vec::new(), Vec::new());
             if a.features > 0 {
                 generate::random_node_data(&mut g, a.features, a.classes, a.seed)
                     .context("cannot generate random node data")?;
             }
-            g
+            (g, Some(edges))
         }
-        GenerateWhat::Csbm(a) => generate::csbm(&CsbmParams {
-            nodes: a.nodes,
-            classes: a.classes,
-            features: a.features,
-            avg_degree: a.avg_degree,
-            homophily: a.homophily,
-            separation: a.separation,
-            seed: a.seed,
-        })
-        .context("cannot generate the CSBM graph")?,
+        GenerateWhat::Csbm(a) => (
+            generate::csbm(&CsbmParams {
+                nodes: a.nodes,
+                classes: a.classes,
+                features: a.features,
+                avg_degree: a.avg_degree,
+                homophily: a.homophily,
+                separation: a.separation,
+                seed: a.seed,
+            })
+            .context("cannot generate the CSBM graph")?,
+            None,
+        ),
     };
+    let num_edges = sorted
+        .as_ref()
+        .map_or(graph.num_edges() as u64, |s| s.num_edges());
     spinner.set_message(format!("writing {}", output.out.display()));
-    let written = write(&graph, &output.out, output.force)?;
+    let written = write(&output.out, output.force, |path| match &sorted {
+        Some(edges) => npz::write_npz_edges(path, &graph, edges),
+        None => npz::write_npz(path, &graph),
+    })?;
+    drop(sorted);
     spinner.finish_and_clear();
     let bytes = std::fs::metadata(&output.out)
         .with_context(|| format!("cannot read back {}", output.out.display()))?
@@ -152,7 +170,7 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
             "generator": name,
             "seed": seed,
             "nodes": graph.num_nodes,
-            "edges": graph.num_edges(),
+            "edges": num_edges,
             "directed": directed,
             "features": graph.feature_dim(),
             "classes": graph.num_classes(),
@@ -168,12 +186,11 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
             "unchanged (same contents)"
         };
         let edges = if directed {
-            format!("{} directed edges", graph.num_edges())
+            format!("{num_edges} directed edges")
         } else {
             format!(
-                "{} directed edges (both directions of {} undirected)",
-                graph.num_edges(),
-                graph.num_edges() / 2
+                "{num_edges} directed edges (both directions of {} undirected)",
+                num_edges / 2
             )
         };
         println!(
@@ -192,13 +209,16 @@ fn check_memory(what: &GenerateWhat) -> anyhow::Result<()> {
     let (nodes, edges, features, hint) = match what {
         // The generator itself refuses scales above 31 (ids are u32), with its own message.
         GenerateWhat::Rmat(a) if a.scale > 31 => return Ok(()),
+        // The edges are held at most `bucket_keys` keys at a time (twice that for a bucket's
+        // skew), counted here as 64-byte edges like every graph's.
         GenerateWhat::Rmat(a) => {
             let nodes = 1u64 << a.scale;
+            let keys = nodes.saturating_mul(2 * u64::from(a.edge_factor));
             (
                 nodes,
-                nodes.saturating_mul(2 * u64::from(a.edge_factor)),
+                keys.min(a.bucket_keys.saturating_mul(2)) / 4,
                 a.features as u64,
-                "lower --scale, --edge-factor or --features",
+                "lower --scale, --edge-factor, --features or --bucket-keys",
             )
         }
         GenerateWhat::Csbm(a) => (
@@ -245,18 +265,23 @@ fn spinner(show: bool) -> ProgressBar {
     bar
 }
 
-/// Writes `graph` to `out` atomically. An existing file is replaced only with `force` or when
-/// the new contents are identical (then it is left alone and `false` is returned).
-fn write(graph: &Graph, out: &Path, force: bool) -> anyhow::Result<bool> {
+/// Writes the archive to `out` atomically with `write_to` (which writes a whole file at the
+/// path it is given). An existing file is replaced only with `force` or when the new contents
+/// are identical (then it is left alone and `false` is returned).
+fn write(
+    out: &Path,
+    force: bool,
+    write_to: impl Fn(&Path) -> Result<(), distspmm_core::graph::GraphError>,
+) -> anyhow::Result<bool> {
     if force || !out.exists() {
-        npz::write_npz(out, graph)?;
+        write_to(out)?;
         return Ok(true);
     }
     let name = out
         .file_name()
         .map_or_else(|| "graph.npz".into(), |n| n.to_string_lossy().into_owned());
     let candidate = out.with_file_name(format!(".{name}.{}.candidate.npz", std::process::id()));
-    let outcome = npz::write_npz(&candidate, graph)
+    let outcome = write_to(&candidate)
         .map_err(anyhow::Error::from)
         .and_then(|()| same_contents(&candidate, out));
     let _ = std::fs::remove_file(&candidate);

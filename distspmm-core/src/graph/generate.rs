@@ -117,6 +117,138 @@ pub fn rmat_directed(scale: u32, edge_factor: u32, seed: u64) -> Result<Graph, G
 }
 
 fn rmat_with(scale: u32, edge_factor: u32, seed: u64, directed: bool) -> Result<Graph, GraphError> {
+    rmat_edges(scale, edge_factor, seed, directed, u64::MAX, None)?.into_graph()
+}
+
+/// Keys per bucket that `distspmm generate rmat` holds at most while it sorts (1 GiB of keys):
+/// larger graphs are sampled into sorted bucket files ([`rmat_edges`]).
+pub const RMAT_BUCKET_KEYS: u64 = 1 << 27;
+
+/// Keys per piece handed to [`SortedEdges::for_each_piece`] (512 KiB).
+const PIECE_KEYS: usize = 1 << 16;
+
+/// Chunks sampled together before their keys are routed to the bucket files (32 MiB of keys).
+const BATCH_CHUNKS: usize = 64;
+
+/// A graph's edges as keys `src << 32 | dst`, sorted, without duplicates: in memory, or in
+/// bucket files of a work directory (each bucket a range of source ids, so the buckets in
+/// order are the sorted list), removed when this is dropped.
+#[derive(Debug)]
+pub struct SortedEdges {
+    num_nodes: usize,
+    edges: u64,
+    store: Store,
+}
+
+#[derive(Debug)]
+enum Store {
+    Memory(Vec<u64>),
+    Files { dir: WorkDir, counts: Vec<u64> },
+}
+
+/// A work directory removed with its files when dropped.
+#[derive(Debug)]
+struct WorkDir(std::path::PathBuf);
+
+impl Drop for WorkDir {
+    fn drop(&mut self) {
+        if let Err(err) = std::fs::remove_dir_all(&self.0) {
+            tracing::warn!(path = %self.0.display(), %err, "cannot remove a work directory");
+        }
+    }
+}
+
+fn io_error(path: &std::path::Path, err: std::io::Error) -> GraphError {
+    GraphError::from(err).in_file(path)
+}
+
+fn bucket_file(dir: &std::path::Path, b: usize) -> std::path::PathBuf {
+    dir.join(format!("bucket-{b:05}.u64"))
+}
+
+impl SortedEdges {
+    /// Number of nodes.
+    pub fn num_nodes(&self) -> usize {
+        self.num_nodes
+    }
+
+    /// Number of (directed) edges.
+    pub fn num_edges(&self) -> u64 {
+        self.edges
+    }
+
+    /// Whether the edges are in bucket files rather than in memory.
+    pub fn on_disk(&self) -> bool {
+        matches!(self.store, Store::Files { .. })
+    }
+
+    /// Calls `f` on the keys in order, in pieces of at most 64 Ki keys; stops at `f`'s first
+    /// error.
+    pub fn for_each_piece(
+        &self,
+        f: &mut dyn FnMut(&[u64]) -> Result<(), GraphError>,
+    ) -> Result<(), GraphError> {
+        use std::io::Read;
+        match &self.store {
+            Store::Memory(keys) => keys.chunks(PIECE_KEYS).try_for_each(f),
+            Store::Files { dir, counts } => {
+                let mut piece = vec![0u64; PIECE_KEYS];
+                for (b, &count) in counts.iter().enumerate() {
+                    let path = bucket_file(&dir.0, b);
+                    let mut file = std::io::BufReader::with_capacity(
+                        1 << 20,
+                        std::fs::File::open(&path).map_err(|e| io_error(&path, e))?,
+                    );
+                    let mut left = count;
+                    while left > 0 {
+                        let take = usize::try_from(left).map_or(PIECE_KEYS, |l| l.min(PIECE_KEYS));
+                        let buf = &mut piece[..take];
+                        file.read_exact(bytemuck::cast_slice_mut(buf))
+                            .map_err(|e| io_error(&path, e))?;
+                        f(buf)?;
+                        left -= take as u64;
+                    }
+                }
+                Ok(())
+            }
+        }
+    }
+
+    /// The edges as a [`Graph`] (source and target arrays, 8 bytes per edge in memory).
+    pub fn into_graph(self) -> Result<Graph, GraphError> {
+        let num_nodes = self.num_nodes;
+        let (src, dst) = match &self.store {
+            Store::Memory(keys) => split_keys(keys),
+            Store::Files { .. } => {
+                let len = usize::try_from(self.edges)
+                    .map_err(|_| invalid(format!("{} edges do not fit in memory", self.edges)))?;
+                let mut keys = Vec::new();
+                keys.try_reserve_exact(len)
+                    .map_err(|_| invalid(format!("not enough memory for {len} edges")))?;
+                self.for_each_piece(&mut |piece| {
+                    keys.extend_from_slice(piece);
+                    Ok(())
+                })?;
+                split_keys(&keys)
+            }
+        };
+        Ok(Graph::from_edges(num_nodes, src, dst))
+    }
+}
+
+/// The edges of [`rmat`] (or, `directed`, of [`rmat_directed`]) as [`SortedEdges`], holding
+/// at most about `bucket_keys` keys at a time: when all keys (two per sampled edge) exceed
+/// that, they are routed as sampled into `2^k` bucket files by source-id range, in a work
+/// directory `.<name>.rmat-<pid>` beside `out` (`work_beside`), and each bucket is sorted and
+/// deduplicated on its own. The result is the same whatever `bucket_keys` and thread count.
+pub fn rmat_edges(
+    scale: u32,
+    edge_factor: u32,
+    seed: u64,
+    directed: bool,
+    bucket_keys: u64,
+    work_beside: Option<&std::path::Path>,
+) -> Result<SortedEdges, GraphError> {
     if scale > 31 {
         return Err(GraphErrorKind::TooManyNodes(1u64 << scale.min(63)).into());
     }
@@ -130,72 +262,201 @@ fn rmat_with(scale: u32, edge_factor: u32, seed: u64, directed: bool) -> Result<
             ))
         })?;
     let started = std::time::Instant::now();
-
-    let mut keys: Vec<u64> = Vec::new();
-    keys.try_reserve_exact(2 * sampled).map_err(|_| {
-        invalid(format!("not enough memory for {sampled} sampled edges (scale {scale}, edge factor {edge_factor})"))
-    })?;
-    keys.resize(2 * sampled, 0);
-    let perm = random_permutation(n, &mut rng_stream(seed, STREAM_PERMUTATION));
-    // Thresholds on a uniform u32: [0, a) → (0,0), [a, a+b) → (0,1), [a+b, a+b+c) → (1,0), else (1,1).
-    let scale32 = f64::from(u32::MAX) + 1.0;
-    #[allow(
-        clippy::cast_possible_truncation,
-        reason = "deliberate: thresholds below 2^32, rounded down"
-    )]
-    let (t_a, t_ab, t_abc) = (
-        (RMAT_A * scale32) as u64,
-        ((RMAT_A + RMAT_B) * scale32) as u64,
-        ((RMAT_A + RMAT_B + RMAT_C) * scale32) as u64,
-    );
-
-    // Each undirected sample becomes two directed keys (src << 32 | dst); directed, each key
-    // is a sample of its own. Self loops become u64::MAX, which sorts last and is cut off after
-    // dedup.
-    let per_sample = if directed { 1 } else { 2 };
-    keys.par_chunks_mut(2 * RMAT_CHUNK)
-        .enumerate()
-        .for_each(|(chunk, out)| {
-            let mut rng = rng_stream(seed, chunk as u64);
-            for slot in out.chunks_exact_mut(per_sample) {
-                let (mut row, mut col) = (0usize, 0usize);
-                for _ in 0..scale {
-                    // Branch-free quadrant choice (the four outcomes are unpredictable): the row
-                    // bit is set in c and d, the column bit in b and d.
-                    let r = u64::from(rng.random::<u32>());
-                    let i = usize::from(r >= t_ab);
-                    let j = usize::from((r >= t_a) ^ (r >= t_ab) ^ (r >= t_abc));
-                    row = (row << 1) | i;
-                    col = (col << 1) | j;
-                }
-                let (u, v) = (u64::from(perm[row]), u64::from(perm[col]));
-                if u == v {
-                    slot.fill(u64::MAX);
-                } else {
-                    slot[0] = (u << 32) | v;
-                    if let Some(back) = slot.get_mut(1) {
-                        *back = (v << 32) | u;
-                    }
-                }
+    let total = 2 * sampled;
+    let sampler = Sampler::new(scale, seed, directed);
+    let buckets = (total as u64)
+        .div_ceil(bucket_keys.max(1))
+        .next_power_of_two()
+        .min(n as u64);
+    let store = match (buckets, work_beside) {
+        (1, _) | (_, None) => {
+            let mut keys: Vec<u64> = Vec::new();
+            keys.try_reserve_exact(total).map_err(|_| {
+                invalid(format!("not enough memory for {sampled} sampled edges (scale {scale}, edge factor {edge_factor})"))
+            })?;
+            keys.resize(total, 0);
+            keys.par_chunks_mut(2 * RMAT_CHUNK)
+                .enumerate()
+                .for_each(|(chunk, out)| sampler.fill(chunk, out));
+            keys.par_sort_unstable();
+            keys.dedup();
+            if keys.last() == Some(&u64::MAX) {
+                keys.pop();
             }
-        });
-    keys.par_sort_unstable();
-    keys.dedup();
-    if keys.last() == Some(&u64::MAX) {
-        keys.pop();
-    }
-    let (src, dst) = split_keys(&keys);
-    drop(keys);
+            Store::Memory(keys)
+        }
+        (buckets, Some(out)) => {
+            #[allow(
+                clippy::cast_possible_truncation,
+                reason = "buckets ≤ nodes = 2^scale ≤ 2^31"
+            )]
+            let buckets = buckets as usize;
+            sample_into_buckets(&sampler, total, buckets, scale, out)?
+        }
+    };
+    let edges = match &store {
+        Store::Memory(keys) => keys.len() as u64,
+        Store::Files { counts, .. } => counts.iter().sum(),
+    };
     tracing::debug!(
         scale,
         edge_factor,
         sampled,
         directed,
-        edges = src.len(),
+        edges,
+        buckets,
         seconds = started.elapsed().as_secs_f64(),
         "rmat generated"
     );
-    Ok(Graph::from_edges(n, src, dst))
+    Ok(SortedEdges {
+        num_nodes: n,
+        edges,
+        store,
+    })
+}
+
+/// Samples all `total` keys chunk by chunk into `buckets` files by source-id range (self loops
+/// dropped), then sorts and deduplicates each file in place.
+fn sample_into_buckets(
+    sampler: &Sampler,
+    total: usize,
+    buckets: usize,
+    scale: u32,
+    out: &std::path::Path,
+) -> Result<Store, GraphError> {
+    use std::io::{Read, Write};
+    let name = out
+        .file_name()
+        .map_or_else(|| "graph".into(), |n| n.to_string_lossy().into_owned());
+    let parent = match out.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+        _ => std::path::PathBuf::from("."),
+    };
+    let dir = WorkDir(parent.join(format!(".{name}.rmat-{}", std::process::id())));
+    std::fs::create_dir(&dir.0).map_err(|e| io_error(&dir.0, e))?;
+    let shift = scale - buckets.trailing_zeros();
+    let mut files = Vec::with_capacity(buckets);
+    for b in 0..buckets {
+        let path = bucket_file(&dir.0, b);
+        let file = std::fs::File::create(&path).map_err(|e| io_error(&path, e))?;
+        files.push(std::io::BufWriter::with_capacity(1 << 20, file));
+    }
+    let chunks = total.div_ceil(2 * RMAT_CHUNK);
+    let mut batch = vec![0u64; BATCH_CHUNKS * 2 * RMAT_CHUNK];
+    for first in (0..chunks).step_by(BATCH_CHUNKS) {
+        let end = (first * 2 * RMAT_CHUNK + batch.len()).min(total);
+        let keys = &mut batch[..end - first * 2 * RMAT_CHUNK];
+        keys.par_chunks_mut(2 * RMAT_CHUNK)
+            .enumerate()
+            .for_each(|(c, out)| sampler.fill(first + c, out));
+        for &key in keys.iter() {
+            if key != u64::MAX {
+                #[allow(
+                    clippy::cast_possible_truncation,
+                    reason = "the source id (key >> 32) is below 2^scale"
+                )]
+                let b = ((key >> 32) >> shift) as usize;
+                files[b]
+                    .write_all(&key.to_ne_bytes())
+                    .map_err(|e| io_error(&bucket_file(&dir.0, b), e))?;
+            }
+        }
+    }
+    drop(batch);
+    let mut counts = Vec::with_capacity(buckets);
+    for (b, file) in files.into_iter().enumerate() {
+        let path = bucket_file(&dir.0, b);
+        let file = file
+            .into_inner()
+            .map_err(|e| io_error(&path, e.into_error()))?;
+        drop(file);
+        let mut bytes = std::fs::File::open(&path).map_err(|e| io_error(&path, e))?;
+        let len = bytes.metadata().map_err(|e| io_error(&path, e))?.len() / 8;
+        let len = usize::try_from(len)
+            .map_err(|_| invalid(format!("bucket {b} holds more keys than memory")))?;
+        let mut keys: Vec<u64> = Vec::new();
+        keys.try_reserve_exact(len).map_err(|_| {
+            invalid(format!(
+                "not enough memory to sort bucket {b} of {len} keys: fewer keys per bucket \
+                 would need more buckets"
+            ))
+        })?;
+        keys.resize(len, 0);
+        bytes
+            .read_exact(bytemuck::cast_slice_mut(&mut keys))
+            .map_err(|e| io_error(&path, e))?;
+        drop(bytes);
+        keys.par_sort_unstable();
+        keys.dedup();
+        std::fs::write(&path, bytemuck::cast_slice::<u64, u8>(&keys))
+            .map_err(|e| io_error(&path, e))?;
+        counts.push(keys.len() as u64);
+    }
+    Ok(Store::Files { dir, counts })
+}
+
+/// Draws the keys of one chunk of samples: the per-chunk ChaCha8 stream, the quadrant
+/// thresholds and the node permutation.
+struct Sampler {
+    scale: u32,
+    seed: u64,
+    per_sample: usize,
+    perm: Vec<u32>,
+    thresholds: (u64, u64, u64),
+}
+
+impl Sampler {
+    fn new(scale: u32, seed: u64, directed: bool) -> Self {
+        let n = 1usize << scale;
+        let perm = random_permutation(n, &mut rng_stream(seed, STREAM_PERMUTATION));
+        // Thresholds on a uniform u32: [0, a) → (0,0), [a, a+b) → (0,1), [a+b, a+b+c) → (1,0), else (1,1).
+        let scale32 = f64::from(u32::MAX) + 1.0;
+        #[allow(
+            clippy::cast_possible_truncation,
+            reason = "deliberate: thresholds below 2^32, rounded down"
+        )]
+        let thresholds = (
+            (RMAT_A * scale32) as u64,
+            ((RMAT_A + RMAT_B) * scale32) as u64,
+            ((RMAT_A + RMAT_B + RMAT_C) * scale32) as u64,
+        );
+        Self {
+            scale,
+            seed,
+            per_sample: if directed { 1 } else { 2 },
+            perm,
+            thresholds,
+        }
+    }
+
+    /// Fills `out` (the keys of chunk `chunk`): each undirected sample becomes two directed
+    /// keys (src << 32 | dst); directed, each key is a sample of its own. Self loops become
+    /// u64::MAX, which sorts last and is cut off after dedup.
+    fn fill(&self, chunk: usize, out: &mut [u64]) {
+        let (t_a, t_ab, t_abc) = self.thresholds;
+        let mut rng = rng_stream(self.seed, chunk as u64);
+        for slot in out.chunks_exact_mut(self.per_sample) {
+            let (mut row, mut col) = (0usize, 0usize);
+            for _ in 0..self.scale {
+                // Branch-free quadrant choice (the four outcomes are unpredictable): the row
+                // bit is set in c and d, the column bit in b and d.
+                let r = u64::from(rng.random::<u32>());
+                let i = usize::from(r >= t_ab);
+                let j = usize::from((r >= t_a) ^ (r >= t_ab) ^ (r >= t_abc));
+                row = (row << 1) | i;
+                col = (col << 1) | j;
+            }
+            let (u, v) = (u64::from(self.perm[row]), u64::from(self.perm[col]));
+            if u == v {
+                slot.fill(u64::MAX);
+            } else {
+                slot[0] = (u << 32) | v;
+                if let Some(back) = slot.get_mut(1) {
+                    *back = (v << 32) | u;
+                }
+            }
+        }
+    }
 }
 
 /// `src << 32 | dst` keys → separate id vectors, in parallel.

@@ -22,6 +22,7 @@
 //! into the target vectors (no intermediate copy of an `int64` edge array twice the size of the
 //! `u32` result).
 
+use super::generate::SortedEdges;
 use super::{FeatureData, Features, Graph, GraphError, GraphErrorKind, MAX_NODES};
 use crate::index;
 use std::fs::File;
@@ -924,6 +925,29 @@ fn write_array<W: Write + Seek, T: Copy>(
     values: impl Iterator<Item = T>,
     encode: impl Fn(T, &mut Vec<u8>),
 ) -> Result<(), GraphError> {
+    write_array_with(zip, name, member, dtype, shape, |out| {
+        let mut buf = Vec::with_capacity(1 << 16);
+        for v in values {
+            encode(v, &mut buf);
+            if buf.len() >= (1 << 16) - 8 {
+                out(&buf)?;
+                buf.clear();
+            }
+        }
+        out(&buf)
+    })
+}
+
+/// Writes one array: header, then the bytes `fill` passes to its writer, in order (they must
+/// add up to `shape`'s elements).
+fn write_array_with<W: Write + Seek>(
+    zip: &mut ZipWriter<W>,
+    name: &str,
+    member: Member,
+    dtype: Dtype,
+    shape: &[u64],
+    fill: impl FnOnce(&mut dyn FnMut(&[u8]) -> Result<(), GraphError>) -> Result<(), GraphError>,
+) -> Result<(), GraphError> {
     let at = |kind| GraphError::in_array(name, kind);
     let header = npy_header(dtype, shape);
     let data_bytes = shape.iter().product::<u64>() * dtype.size() as u64;
@@ -941,31 +965,74 @@ fn write_array<W: Write + Seek, T: Copy>(
         .map_err(|e| at(zip_error(e)))?;
     zip.write_all(&header)
         .map_err(|e| at(GraphErrorKind::Io(e)))?;
-    let mut buf = Vec::with_capacity(1 << 16);
-    for v in values {
-        encode(v, &mut buf);
-        if buf.len() >= (1 << 16) - 8 {
-            zip.write_all(&buf).map_err(|e| at(GraphErrorKind::Io(e)))?;
-            buf.clear();
-        }
-    }
-    zip.write_all(&buf).map_err(|e| at(GraphErrorKind::Io(e)))
+    fill(&mut |bytes| zip.write_all(bytes).map_err(|e| at(GraphErrorKind::Io(e))))
 }
 
-fn write_archive<W: Write + Seek>(zip: &mut ZipWriter<W>, g: &Graph) -> Result<(), GraphError> {
+/// Where `edge_index` comes from: the graph's arrays, or sorted edges streamed in pieces.
+#[derive(Clone, Copy)]
+enum EdgeSource<'a> {
+    Graph,
+    Sorted(&'a SortedEdges),
+}
+
+fn write_archive<W: Write + Seek>(
+    zip: &mut ZipWriter<W>,
+    g: &Graph,
+    edges: EdgeSource<'_>,
+) -> Result<(), GraphError> {
     let n = g.num_nodes as u64;
-    let e = g.num_edges() as u64;
     let i64_le = |v: i64, out: &mut Vec<u8>| out.extend_from_slice(&v.to_le_bytes());
-    let ids = g.src.iter().chain(&g.dst).map(|&v| i64::from(v));
-    write_array(
-        zip,
-        "edge_index",
-        Member::Compressed,
-        Dtype::I64,
-        &[2, e],
-        ids,
-        i64_le,
-    )?;
+    let e = match edges {
+        EdgeSource::Graph => g.num_edges() as u64,
+        EdgeSource::Sorted(sorted) => sorted.num_edges(),
+    };
+    match edges {
+        EdgeSource::Graph => {
+            let ids = g.src.iter().chain(&g.dst).map(|&v| i64::from(v));
+            write_array(
+                zip,
+                "edge_index",
+                Member::Compressed,
+                Dtype::I64,
+                &[2, e],
+                ids,
+                i64_le,
+            )?;
+        }
+        EdgeSource::Sorted(sorted) => {
+            write_array_with(
+                zip,
+                "edge_index",
+                Member::Compressed,
+                Dtype::I64,
+                &[2, e],
+                |out| {
+                    // Row 0 the sources, row 1 the targets: two passes over the pieces, the
+                    // bytes handed on in the same pieces as `write_array`'s (the compressor's
+                    // output depends on them), so the file is the in-memory path's.
+                    let mut buf = Vec::with_capacity(1 << 16);
+                    for shift in [32u32, 0] {
+                        sorted.for_each_piece(&mut |keys| {
+                            for &k in keys {
+                                #[allow(
+                                    clippy::cast_possible_truncation,
+                                    reason = "deliberate: a key is (src << 32) | dst"
+                                )]
+                                let id = (k >> shift) as u32;
+                                i64_le(i64::from(id), &mut buf);
+                                if buf.len() >= (1 << 16) - 8 {
+                                    out(&buf)?;
+                                    buf.clear();
+                                }
+                            }
+                            Ok(())
+                        })?;
+                    }
+                    out(&buf)
+                },
+            )?;
+        }
+    }
     write_array(
         zip,
         "num_nodes",
@@ -1035,7 +1102,7 @@ fn write_archive<W: Write + Seek>(zip: &mut ZipWriter<W>, g: &Graph) -> Result<(
 pub fn write_npz_bytes(graph: &Graph) -> Result<Vec<u8>, GraphError> {
     graph.validate()?;
     let mut zip = ZipWriter::new(Cursor::new(Vec::new()));
-    write_archive(&mut zip, graph)?;
+    write_archive(&mut zip, graph, EdgeSource::Graph)?;
     Ok(zip.finish().map_err(zip_error)?.into_inner())
 }
 
@@ -1046,13 +1113,40 @@ pub fn write_npz_bytes(graph: &Graph) -> Result<Vec<u8>, GraphError> {
 /// fsynced (`chunk_format::atomic`), so `path` holds the old file or the complete new one,
 /// never a part. The output is byte-for-byte reproducible.
 pub fn write_npz(path: impl AsRef<Path>, graph: &Graph) -> Result<(), GraphError> {
+    write_npz_from(path.as_ref(), graph, EdgeSource::Graph)
+}
+
+/// [`write_npz`] for a graph whose edges are `edges` (sorted, in memory or in bucket files,
+/// streamed into the archive piece by piece) and whose node data (`num_nodes`, features,
+/// labels, masks) are `nodes`'s; `nodes`'s own edge arrays must be empty. The file is the one
+/// [`write_npz`] writes for the same graph, byte for byte.
+pub fn write_npz_edges(
+    path: impl AsRef<Path>,
+    nodes: &Graph,
+    edges: &SortedEdges,
+) -> Result<(), GraphError> {
     let path = path.as_ref();
+    if !nodes.src.is_empty() || nodes.weights.is_some() || nodes.num_nodes != edges.num_nodes() {
+        return Err(GraphError::from(GraphErrorKind::Invalid(format!(
+            "the node data ({} nodes, {} edges of their own) do not go with {} streamed edges \
+             over {} nodes",
+            nodes.num_nodes,
+            nodes.src.len(),
+            edges.num_edges(),
+            edges.num_nodes()
+        )))
+        .in_file(path));
+    }
+    write_npz_from(path, nodes, EdgeSource::Sorted(edges))
+}
+
+fn write_npz_from(path: &Path, graph: &Graph, edges: EdgeSource<'_>) -> Result<(), GraphError> {
     graph.validate().map_err(|e| e.in_file(path))?;
     let result = (|| -> Result<(), GraphError> {
         let mut out = chunk_format::atomic::AtomicFile::create(path).map_err(io::Error::from)?;
         let buffered = BufWriter::with_capacity(1 << 20, out.file());
         let mut zip = ZipWriter::new(StopAfterError::new(buffered));
-        write_archive(&mut zip, graph)?;
+        write_archive(&mut zip, graph, edges)?;
         zip.finish()
             .map_err(zip_error)?
             .inner

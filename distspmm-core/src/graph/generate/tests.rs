@@ -5,6 +5,7 @@
 
 use super::*;
 use std::collections::BTreeSet;
+use std::string::ToString;
 
 /// Checks the shape every generated undirected graph must have.
 fn assert_simple_symmetric(g: &Graph) {
@@ -371,4 +372,51 @@ fn csbm_default_rewards_aggregation() {
         mlp < gcn - 0.3,
         "features-only accuracy {mlp} vs aggregated {gcn}"
     );
+}
+
+/// Sampling into bucket files (forced by a small `bucket_keys`) gives exactly the in-memory
+/// edges, for both kinds of graph, through both ways out (the graph and the npz writer), and
+/// leaves no work directory behind.
+#[test]
+fn bucketed_rmat_equals_the_in_memory_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("r.npz");
+    for directed in [false, true] {
+        let whole = rmat_edges(9, 6, 4, directed, u64::MAX, Some(&out)).unwrap();
+        assert!(!whole.on_disk());
+        for bucket_keys in [1, 100, 1000] {
+            let bucketed = rmat_edges(9, 6, 4, directed, bucket_keys, Some(&out)).unwrap();
+            assert!(bucketed.on_disk());
+            assert_eq!(bucketed.num_edges(), whole.num_edges());
+            let node_data = Graph::from_edges(bucketed.num_nodes(), Vec::new(), Vec::new());
+            crate::graph::npz::write_npz_edges(&out, &node_data, &bucketed).unwrap();
+            let streamed = std::fs::read(&out).unwrap();
+            let graph = bucketed.into_graph().unwrap();
+            let reference = if directed {
+                rmat_directed(9, 6, 4).unwrap()
+            } else {
+                rmat(9, 6, 4).unwrap()
+            };
+            assert_eq!(graph, reference, "directed {directed}, {bucket_keys} keys");
+            crate::graph::npz::write_npz(&out, &reference).unwrap();
+            assert_eq!(streamed, std::fs::read(&out).unwrap());
+        }
+    }
+    let left: Vec<_> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .filter(|n| n.to_string_lossy().contains(".rmat-"))
+        .collect();
+    assert!(left.is_empty(), "work directories left: {left:?}");
+}
+
+#[test]
+fn streamed_edges_refuse_node_data_of_another_graph() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("r.npz");
+    let edges = rmat_edges(5, 4, 1, false, 10, Some(&out)).unwrap();
+    let wrong = Graph::from_edges(edges.num_nodes() + 1, Vec::new(), Vec::new());
+    let err = crate::graph::npz::write_npz_edges(&out, &wrong, &edges).unwrap_err();
+    assert!(err.to_string().contains("do not go with"), "{err}");
+    assert!(!out.exists());
 }
