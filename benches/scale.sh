@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # The billion-edge pipeline end to end on one machine: `generate rmat`, `partition --parts P`
 # (KaMinPar), `inspect`, `plan --chunks`. Prints one JSON line per step with the step's own
-# JSON output, its wall seconds and its peak RSS (getrusage of the child).
+# JSON output, its wall seconds and its peak RSS (getrusage of the child). For `partition` read
+# its own `output.peak_rss_bytes` instead: it resets the kernel's peak between phases (to report
+# each phase's), which leaves getrusage with the last phase's peak only.
 #   benches/scale.sh [SCALE (default 25)] [PARTS (default 8)] [WORKDIR (default run/scale)]
 # RMAT-25 needs about 20 GiB of RAM and 40 GB of disk in WORKDIR; run it holding the benchmark
 # lock (flock /tmp/bench.lock benches/scale.sh). BIN overrides the binary, METHOD the method.

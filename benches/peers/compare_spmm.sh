@@ -8,8 +8,9 @@
 #        read the CSR arrays again); distspmm's CSC kernel vs the faster of MKL's two ways
 #        (transpose op on A's handle, or the CSR of Âᵀ).
 #
-#   pip install mkl mkl-include scipy numpy         # into the python that PYTHON names
 #   benches/peers/compare_spmm.sh                   # SCALE=18 THREADS=2 REPS=10 ROUNDS=3
+# The MKL peer needs the PyPI wheels mkl, mkl-include, numpy and scipy: without PYTHON, the
+# script installs whichever are missing into the repository's .venv and uses that python.
 #
 # Every (F, library) run loads the graph itself and reports the median of REPS timed
 # repetitions after a warm-up; the runs are interleaved ROUNDS times so that both sides see the
@@ -23,7 +24,18 @@ THREADS=${THREADS:-2}
 REPS=${REPS:-10}
 ROUNDS=${ROUNDS:-3}
 FEATURES=${FEATURES:-"16 64 256"}
-PYTHON=${PYTHON:-python3}
+if [ -z "${PYTHON:-}" ]; then
+  [ -x .venv/bin/python ] || python3 -m venv .venv
+  PYTHON=.venv/bin/python
+  need=()
+  for w in mkl mkl-include numpy scipy; do
+    "$PYTHON" -m pip show -q "$w" >/dev/null 2>&1 || need+=("$w")
+  done
+  if [ "${#need[@]}" -gt 0 ]; then
+    echo "==> installing the MKL peer's wheels into .venv: ${need[*]}" >&2
+    "$PYTHON" -m pip install -q --no-cache-dir --disable-pip-version-check "${need[@]}"
+  fi
+fi
 OUT=${OUT:-target/peers}
 BIN=${DISTSPMM:-target/release/distspmm}
 

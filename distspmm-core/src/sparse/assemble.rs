@@ -210,22 +210,62 @@ pub(crate) fn assemble<T: Scalar>(
         &|rows, block| sort_and_merge(&indptr, rows, block),
     );
 
-    // Compact in place: every outer index moves its merged entries down, never up.
-    let mut write = 0usize;
+    // The merged layout (each outer index keeps its first `merged` entries), written out in
+    // parallel straight into the output arrays.
+    let mut out_ptr = filled(outer.saturating_add(1), 0u64)?;
     for o in 0..outer {
-        let start = index::offset(indptr[o]);
-        let len = index::offset(merged[o]);
-        entries.copy_within(start..start + len, write);
-        indptr[o] = write as u64;
-        write += len;
+        out_ptr[o + 1] = out_ptr[o] + merged[o];
     }
-    indptr[outer] = write as u64;
-    entries.truncate(write);
+    drop(merged);
+    let write = index::offset(out_ptr[outer]);
     let mut indices = filled(write, 0u32)?;
     let mut data = filled(write, T::ZERO)?;
-    for ((j, v), &(jj, vv)) in indices.iter_mut().zip(&mut data).zip(&entries) {
-        *j = jj;
-        *v = vv;
+    for_each_block(
+        &out_ptr,
+        0..outer,
+        1,
+        grain_for(write as u64 + outer as u64, 1 << 16),
+        Output {
+            indices: &mut indices,
+            data: &mut data,
+        },
+        &|rows, out| {
+            let base = out_ptr[rows.start];
+            for o in rows {
+                let from = index::offset(indptr[o]);
+                let to = index::offset(out_ptr[o] - base);
+                let len = index::offset(out_ptr[o + 1] - out_ptr[o]);
+                for (k, &(j, v)) in entries[from..from + len].iter().enumerate() {
+                    out.indices[to + k] = j;
+                    out.data[to + k] = v;
+                }
+            }
+        },
+    );
+    drop(entries);
+    Ok((out_ptr, indices, data))
+}
+
+/// The output arrays of a block of outer indices.
+struct Output<'a, T> {
+    indices: &'a mut [u32],
+    data: &'a mut [T],
+}
+
+impl<T: Send> SplitRows for Output<'_, T> {
+    fn split_rows(self, indptr: &[u64], rows: &Range<usize>, mid: usize) -> (Self, Self) {
+        let cut = index::offset(indptr[mid] - indptr[rows.start]);
+        let (i1, i2) = self.indices.split_at_mut(cut);
+        let (d1, d2) = self.data.split_at_mut(cut);
+        (
+            Output {
+                indices: i1,
+                data: d1,
+            },
+            Output {
+                indices: i2,
+                data: d2,
+            },
+        )
     }
-    Ok((indptr, indices, data))
 }
