@@ -5,8 +5,11 @@
 # its own `output.peak_rss_bytes` instead: it resets the kernel's peak between phases (to report
 # each phase's), which leaves getrusage with the last phase's peak only.
 #   benches/scale.sh [SCALE (default 25)] [PARTS (default 8)] [WORKDIR (default run/scale)]
-# RMAT-25 needs about 20 GiB of RAM and 40 GB of disk in WORKDIR; run it holding the benchmark
-# lock (flock /tmp/bench.lock benches/scale.sh). BIN overrides the binary, METHOD the method.
+# RMAT-24 took 15 GB of RAM and leaves 11.7 GB of files in WORKDIR (graph and chunks; work files
+# beside them take up to 8 bytes per edge more while it runs; RMAT-25 needs about 29 GB of RAM,
+# docs/performance.md, "Scale"); run it holding the benchmark
+# lock (flock /tmp/bench.lock benches/scale.sh). BIN overrides the binary, METHOD the method;
+# GENERATE=0 reuses an existing graph file.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 SCALE="${1:-25}"
@@ -40,7 +43,7 @@ sys.exit(proc.returncode)
 PY
 }
 
-step generate "$BIN" generate rmat --scale "$SCALE" --edge-factor 16 --seed 1 --out "$G" --force --json
+[ "${GENERATE:-1}" = 0 ] && [ -f "$G" ] || step generate "$BIN" generate rmat --scale "$SCALE" --edge-factor 16 --seed 1 --out "$G" --force --json
 step partition "$BIN" partition --input "$G" --parts "$PARTS" --out "$OUT" --method "$METHOD" --force --json
 step inspect "$BIN" inspect "$OUT" --json
 step plan "$BIN" plan --chunks "$OUT" --json

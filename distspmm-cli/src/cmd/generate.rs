@@ -209,14 +209,14 @@ fn check_memory(what: &GenerateWhat) -> anyhow::Result<()> {
     let (nodes, edges, features, hint) = match what {
         // The generator itself refuses scales above 31 (ids are u32), with its own message.
         GenerateWhat::Rmat(a) if a.scale > 31 => return Ok(()),
-        // The edges are held at most `bucket_keys` keys at a time (twice that for a bucket's
-        // skew), counted here as 64-byte edges like every graph's.
+        // The edges are held at most `bucket_keys` keys of 8 bytes at a time (twice that for a
+        // bucket's skew), counted here in the 24-byte edges of `working_set_bytes`.
         GenerateWhat::Rmat(a) => {
             let nodes = 1u64 << a.scale;
             let keys = nodes.saturating_mul(2 * u64::from(a.edge_factor));
             (
                 nodes,
-                keys.min(a.bucket_keys.saturating_mul(2)) / 4,
+                keys.min(a.bucket_keys.saturating_mul(2)).saturating_mul(8) / 24,
                 a.features as u64,
                 "lower --scale, --edge-factor, --features or --bucket-keys",
             )

@@ -62,8 +62,9 @@ pub enum BuildArg {
 }
 
 /// Bytes per non-zero of Â (counted as edges + nodes) that the in-memory build is taken to hold
-/// at its peak: 32.8 measured on RMAT-20 at P = 4 (docs/performance.md, "Partition memory:
-/// the two chunk builders"), rounded up for node data and skewed parts.
+/// at its peak: 24.5–26.4 measured on RMAT-22 at P = 4 (docs/performance.md, "The RMAT-22
+/// targets on a quiet machine"; 32.8 before the writer stopped reading chunks back), rounded up
+/// for features, node data and more skewed parts.
 const IN_MEMORY_BYTES_PER_NNZ: u64 = 40;
 
 impl BuildArg {

@@ -253,14 +253,17 @@ impl Graph {
 }
 
 /// Memory that normalising, partitioning and chunking a graph of `nodes` nodes, `edges` edges
-/// and `features` feature columns needs at the least: about 80 bytes per node (Â's row offsets,
-/// degrees, the symmetric adjacency, the partition and renumbering), 64 per edge (the edge list,
-/// Â and its assembly, the adjacency in both directions) and the features. A lower bound, used
-/// to refuse inputs that cannot fit before anything is allocated.
+/// and `features` feature columns needs: about 80 bytes per node (Â's row offsets, degrees,
+/// the symmetric adjacency, the partition and renumbering), 24 per edge and the features. The
+/// 24 bytes are the peak of the whole `distspmm partition` run per non-zero of Â, rounded
+/// down: 24.3–26.4 measured on RMAT-22 (the edge list while Â is assembled, or the symmetric
+/// adjacency next to KaMinPar's coarse graphs; docs/performance.md, issue 13), so a graph
+/// refused by this cannot have fitted; used to refuse such inputs before the pipeline
+/// allocates anything.
 pub fn working_set_bytes(nodes: u64, edges: u64, features: u64) -> u64 {
     nodes
         .saturating_mul(80)
-        .saturating_add(edges.saturating_mul(64))
+        .saturating_add(edges.saturating_mul(24))
         .saturating_add(nodes.saturating_mul(features).saturating_mul(4))
 }
 
