@@ -433,10 +433,13 @@ impl<'a> Plan<'a> {
     }
 }
 
-/// Encodes `contents` as a chunk in an aligned in-memory buffer and validates the result with
-/// [`ChunkView::parse`], so the bytes returned are always a valid chunk.
+/// Encodes `contents` as a chunk in an aligned in-memory buffer: the contents are checked first
+/// as the file writer checks them (the reader's invariants, in memory), and the result is
+/// parsed with [`ChunkView::parse`], so the bytes returned are always a valid chunk.
 pub fn encode(contents: &ChunkContents<'_>) -> Result<AlignedBuf, ChunkError> {
-    let buf = Plan::new(contents)?.encode_unchecked()?;
+    let plan = Plan::new(contents)?;
+    plan.validate(contents, true)?;
+    let buf = plan.encode_unchecked()?;
     ChunkView::parse(buf.as_bytes())?;
     Ok(buf)
 }
