@@ -102,6 +102,330 @@ pub fn gemm(
     }
 }
 
+/// `C += Aᵀ · B` for an `rows × k` block `A` of a row-major matrix whose rows are `lda` apart
+/// (`A` starts at `a[0]`), a row-major `rows × m` `B` and a row-major `k × m` `C`: one
+/// reduction block of a weight gradient, added to a slice of its rows.
+///
+/// Each element is `C + (the product over the block)`, the same bits as computing the block's
+/// product on its own and adding it to `C` (the kernel scales `C` by β = 1, exactly).
+///
+/// # Panics
+/// If `k > lda` or a slice is shorter than its shape (a programming error of the caller).
+pub fn gemm_tn_acc(
+    a: &[f32],
+    lda: usize,
+    rows: usize,
+    k: usize,
+    b: &[f32],
+    m: usize,
+    c: &mut [f32],
+) {
+    if rows == 0 || k == 0 || m == 0 {
+        return;
+    }
+    assert!(k <= lda, "gemm_tn_acc: block wider than its rows");
+    assert!(a.len() >= (rows - 1) * lda + k, "gemm_tn_acc: A too short");
+    assert!(b.len() >= rows * m, "gemm_tn_acc: B too short");
+    assert!(c.len() >= k * m, "gemm_tn_acc: C too short");
+    let (lda, m_stride) = (lda as isize, m as isize);
+    // SAFETY: the assertions above bound every index touched: Aᵀ's element (i, r) is
+    // `a[i + r·lda]` for i < k, r < rows, at most `(rows−1)·lda + k − 1`; B's (r, j) is
+    // `b[r·m + j]` < rows·m; C's (i, j) is `c[i·m + j]` < k·m. `c` is exclusively borrowed and
+    // does not alias `a` or `b`.
+    unsafe {
+        matrixmultiply::sgemm(
+            k,
+            rows,
+            m,
+            1.0,
+            a.as_ptr(),
+            1,
+            lda,
+            b.as_ptr(),
+            m_stride,
+            1,
+            1.0,
+            c.as_mut_ptr(),
+            m_stride,
+            1,
+        );
+    }
+}
+
+/// `matrixmultiply`'s depth of one pass over k (its `S_KC` for sgemm): a product's element is
+/// the sum of one fused multiply-add chain per pass, the passes added in order.
+pub(crate) const KC: usize = 256;
+
+/// Whether [`narrow_rows`] can compute `A (rows × k) · W (k × m)` here with the bits of
+/// [`gemm`]: `W` stored as is, `m` one to four vectors of 8 lanes, `k` deep enough for streaming
+/// the rows of `A` to beat packing them, and `matrixmultiply` using a fused multiply-add kernel
+/// on this CPU (its AVX-512 or FMA kernel), as `narrow_rows` does.
+pub fn narrow_applies(k: usize, m: usize, op_w: Op) -> bool {
+    op_w == Op::N && k >= 128 && m.is_multiple_of(8) && (8..=32).contains(&m) && fma_available()
+}
+
+fn fma_available() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        std::is_x86_feature_detected!("fma") && std::is_x86_feature_detected!("avx2")
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
+}
+
+/// `C = A · W` for a row-major `rows × k` `A`, a row-major `k × m` `W` and a row-major
+/// `rows × m` `C`, one row of `A` at a time against `W` held in cache, with the bits of
+/// [`gemm`] (the caller checks [`narrow_applies`]): each element is one fused multiply-add chain
+/// over each pass of [`KC`] values of k, from zero, and the passes are added in order, as
+/// `matrixmultiply`'s FMA kernels compute it. Zeros of `A` (bag-of-words features are mostly
+/// zeros) are skipped when `W` is finite (`w_finite`, which the caller checks once for all its
+/// blocks: a false claim changes NaN propagation, never memory safety): a chain that starts at
+/// +0 never holds −0, so adding `0 · w = ±0` leaves it unchanged, and skipping it changes no
+/// bit.
+///
+/// # Panics
+/// If the shapes do not hold or [`narrow_applies`] is false.
+pub fn narrow_rows(
+    a: &[f32],
+    rows: usize,
+    k: usize,
+    w: &[f32],
+    m: usize,
+    c: &mut [f32],
+    w_finite: bool,
+) {
+    assert!(
+        narrow_applies(k, m, Op::N),
+        "narrow_rows: shape not supported"
+    );
+    assert!(a.len() >= rows * k, "narrow_rows: A too short");
+    assert!(w.len() >= k * m, "narrow_rows: W too short");
+    assert!(c.len() >= rows * m, "narrow_rows: C too short");
+    let (a, w, c) = (&a[..rows * k], &w[..k * m], &mut c[..rows * m]);
+    let skip = w_finite;
+    #[cfg(target_arch = "x86_64")]
+    {
+        macro_rules! go {
+            ($f:ident) => {
+                match m {
+                    8 => x86::$f::<8>(a, k, w, c, skip),
+                    16 => x86::$f::<16>(a, k, w, c, skip),
+                    24 => x86::$f::<24>(a, k, w, c, skip),
+                    _ => x86::$f::<32>(a, k, w, c, skip),
+                }
+            };
+        }
+        if std::is_x86_feature_detected!("avx512f") {
+            // SAFETY: AVX-512F was detected just above.
+            unsafe { go!(narrow_avx512) }
+        } else {
+            // SAFETY: `narrow_applies` (asserted above) checked AVX2 and FMA.
+            unsafe { go!(narrow_avx2) }
+        }
+    }
+}
+
+/// The body of [`narrow_rows`] for `M` output columns, compiled into each instruction set's
+/// function below (`mul_add` is then one fused instruction per lane).
+#[inline(always)]
+fn narrow_body<const M: usize>(a: &[f32], k: usize, w: &[f32], c: &mut [f32], skip: bool) {
+    for (x, out) in a.chunks_exact(k).zip(c.chunks_exact_mut(M)) {
+        let mut total = [0.0f32; M];
+        for (pass, xs) in x.chunks(KC).enumerate() {
+            let base = pass * KC;
+            let mut acc = [0.0f32; M];
+            for (g, group) in xs.chunks(16).enumerate() {
+                if skip {
+                    // The non-zeros of 16 values as bits, visited in order: most groups of a
+                    // sparse row have none.
+                    let mut bits = nonzero_bits(group);
+                    while bits != 0 {
+                        let i = bits.trailing_zeros() as usize;
+                        bits &= bits - 1;
+                        let xv = group[i];
+                        let row = &w[(base + g * 16 + i) * M..][..M];
+                        for (s, &wv) in acc.iter_mut().zip(row) {
+                            *s = xv.mul_add(wv, *s);
+                        }
+                    }
+                } else {
+                    for (i, &xv) in group.iter().enumerate() {
+                        let row = &w[(base + g * 16 + i) * M..][..M];
+                        for (s, &wv) in acc.iter_mut().zip(row) {
+                            *s = xv.mul_add(wv, *s);
+                        }
+                    }
+                }
+            }
+            if pass == 0 {
+                total = acc;
+            } else {
+                total.iter_mut().zip(&acc).for_each(|(t, &v)| *t += v);
+            }
+        }
+        out.copy_from_slice(&total);
+    }
+}
+
+/// [`gemm_tn_acc`] with the bits of it, for `m` that [`narrow_applies`] to (`k` any): rows of
+/// `A` streamed against rows of `B`, each pass of [`KC`] rows summed from zero into a scratch
+/// block of `C`'s rows and then added to `C`, as `matrixmultiply`'s FMA kernels do with β = 1.
+/// Zeros of `A` are skipped when `B` is finite (see [`narrow_rows`]).
+///
+/// # Panics
+/// As [`gemm_tn_acc`], or if `m` is not one [`narrow_applies`] to.
+pub fn narrow_tn_acc(
+    a: &[f32],
+    lda: usize,
+    rows: usize,
+    k: usize,
+    b: &[f32],
+    m: usize,
+    c: &mut [f32],
+) {
+    if rows == 0 || k == 0 {
+        return;
+    }
+    assert!(
+        narrow_applies(KC, m, Op::N),
+        "narrow_tn_acc: width not supported"
+    );
+    assert!(k <= lda, "narrow_tn_acc: block wider than its rows");
+    assert!(
+        a.len() >= (rows - 1) * lda + k,
+        "narrow_tn_acc: A too short"
+    );
+    assert!(b.len() >= rows * m, "narrow_tn_acc: B too short");
+    assert!(c.len() >= k * m, "narrow_tn_acc: C too short");
+    let (b, c) = (&b[..rows * m], &mut c[..k * m]);
+    let skip = b.iter().all(|v| v.is_finite());
+    #[cfg(target_arch = "x86_64")]
+    {
+        macro_rules! go {
+            ($f:ident) => {
+                match m {
+                    8 => x86::$f::<8>(a, lda, rows, b, c, skip),
+                    16 => x86::$f::<16>(a, lda, rows, b, c, skip),
+                    24 => x86::$f::<24>(a, lda, rows, b, c, skip),
+                    _ => x86::$f::<32>(a, lda, rows, b, c, skip),
+                }
+            };
+        }
+        if std::is_x86_feature_detected!("avx512f") {
+            // SAFETY: AVX-512F was detected just above.
+            unsafe { go!(narrow_tn_avx512) }
+        } else {
+            // SAFETY: `narrow_applies` (asserted above) checked AVX2 and FMA.
+            unsafe { go!(narrow_tn_avx2) }
+        }
+    }
+}
+
+/// Bit `i` set for each `group[i]` (at most 16) that is not ±0 (NaN included).
+#[inline(always)]
+fn nonzero_bits(group: &[f32]) -> u32 {
+    group
+        .iter()
+        .enumerate()
+        .fold(0, |bits, (i, &v)| bits | (u32::from(v != 0.0) << i))
+}
+
+/// Rows of `C` one scratch block of [`narrow_tn_body`] holds.
+const TN_SLAB: usize = 64;
+
+#[inline(always)]
+fn narrow_tn_body<const M: usize>(
+    a: &[f32],
+    lda: usize,
+    rows: usize,
+    b: &[f32],
+    c: &mut [f32],
+    skip: bool,
+) {
+    let mut acc = [[0.0f32; M]; TN_SLAB];
+    for (slab, cs) in c.chunks_mut(TN_SLAB * M).enumerate() {
+        let (k0, kk) = (slab * TN_SLAB, cs.len() / M);
+        for p0 in (0..rows).step_by(KC) {
+            acc[..kk].iter_mut().for_each(|r| *r = [0.0; M]);
+            for r in p0..rows.min(p0 + KC) {
+                let x = &a[r * lda + k0..][..kk];
+                let brow: &[f32; M] = b[r * M..][..M].try_into().expect("M values");
+                for (g, group) in x.chunks(16).enumerate() {
+                    let mut bits = if skip {
+                        nonzero_bits(group)
+                    } else {
+                        (1u32 << group.len()) - 1
+                    };
+                    while bits != 0 {
+                        let i = bits.trailing_zeros() as usize;
+                        bits &= bits - 1;
+                        let xv = group[i];
+                        for (s, &bv) in acc[g * 16 + i].iter_mut().zip(brow) {
+                            *s = xv.mul_add(bv, *s);
+                        }
+                    }
+                }
+            }
+            for (crow, arow) in cs.chunks_exact_mut(M).zip(&acc[..kk]) {
+                crow.iter_mut().zip(arow).for_each(|(c, &v)| *c += v);
+            }
+        }
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+mod x86 {
+    use super::{narrow_body, narrow_tn_body};
+
+    #[target_feature(enable = "avx512f,fma")]
+    pub(super) fn narrow_tn_avx512<const M: usize>(
+        a: &[f32],
+        lda: usize,
+        rows: usize,
+        b: &[f32],
+        c: &mut [f32],
+        skip: bool,
+    ) {
+        narrow_tn_body::<M>(a, lda, rows, b, c, skip);
+    }
+
+    #[target_feature(enable = "avx2,fma")]
+    pub(super) fn narrow_tn_avx2<const M: usize>(
+        a: &[f32],
+        lda: usize,
+        rows: usize,
+        b: &[f32],
+        c: &mut [f32],
+        skip: bool,
+    ) {
+        narrow_tn_body::<M>(a, lda, rows, b, c, skip);
+    }
+
+    #[target_feature(enable = "avx512f,fma")]
+    pub(super) fn narrow_avx512<const M: usize>(
+        a: &[f32],
+        k: usize,
+        w: &[f32],
+        c: &mut [f32],
+        skip: bool,
+    ) {
+        narrow_body::<M>(a, k, w, c, skip);
+    }
+
+    #[target_feature(enable = "avx2,fma")]
+    pub(super) fn narrow_avx2<const M: usize>(
+        a: &[f32],
+        k: usize,
+        w: &[f32],
+        c: &mut [f32],
+        skip: bool,
+    ) {
+        narrow_body::<M>(a, k, w, c, skip);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -143,6 +467,81 @@ mod tests {
             gemm(1.0, &a, sa, oa, &b, sb, ob, 0.0, &mut c, Shape::new(m, n));
             for (x, y) in c.iter().zip(&want) {
                 assert!((x - y).abs() < 1e-5, "{x} vs {y}");
+            }
+        }
+    }
+
+    #[test]
+    fn narrow_rows_has_the_bits_of_gemm_on_dense_and_sparse_rows() {
+        let (rows, k) = (37, 1433);
+        for m in [8, 16, 24, 32] {
+            if !narrow_applies(k, m, Op::N) {
+                return;
+            }
+            let w: Vec<f32> = (0..k * m)
+                .map(|i| ((i * 7919) % 1000) as f32 / 700.0 - 0.7)
+                .collect();
+            for density in [1, 3, 100] {
+                // Every `density`-th value non-zero, some of them −0 or tiny.
+                let a: Vec<f32> = (0..rows * k)
+                    .map(|i| match (i * 2_654_435_761) % 997 % density {
+                        0 if i % 13 == 0 => -0.0,
+                        0 => ((i * 31) % 101) as f32 / 37.0 - 1.3,
+                        _ => 0.0,
+                    })
+                    .collect();
+                let mut want = vec![f32::NAN; rows * m];
+                gemm(
+                    1.0,
+                    &a,
+                    Shape::new(rows, k),
+                    Op::N,
+                    &w,
+                    Shape::new(k, m),
+                    Op::N,
+                    0.0,
+                    &mut want,
+                    Shape::new(rows, m),
+                );
+                let mut got = vec![f32::NAN; rows * m];
+                narrow_rows(&a, rows, k, &w, m, &mut got, true);
+                let same = got
+                    .iter()
+                    .zip(&want)
+                    .all(|(x, y)| x.to_bits() == y.to_bits());
+                assert!(same, "m {m}, density 1/{density}");
+            }
+        }
+    }
+
+    #[test]
+    fn narrow_tn_acc_has_the_bits_of_gemm_tn_acc() {
+        // 600 rows: three passes of KC; a block of 150 of 1433 columns at column 40.
+        let (rows, lda, k0, k) = (600, 1433, 40, 150);
+        for m in [8, 16, 32] {
+            if !narrow_applies(KC, m, Op::N) {
+                return;
+            }
+            let b: Vec<f32> = (0..rows * m)
+                .map(|i| ((i * 7919) % 1000) as f32 / 700.0 - 0.7)
+                .collect();
+            for density in [1, 50] {
+                let a: Vec<f32> = (0..rows * lda)
+                    .map(|i| match (i * 2_654_435_761) % 997 % density {
+                        0 if i % 13 == 0 => -0.0,
+                        0 => ((i * 31) % 101) as f32 / 37.0 - 1.3,
+                        _ => 0.0,
+                    })
+                    .collect();
+                let start: Vec<f32> = (0..k * m).map(|i| (i % 17) as f32 * 0.125 - 1.0).collect();
+                let (mut want, mut got) = (start.clone(), start);
+                gemm_tn_acc(&a[k0..], lda, rows, k, &b, m, &mut want);
+                narrow_tn_acc(&a[k0..], lda, rows, k, &b, m, &mut got);
+                let same = got
+                    .iter()
+                    .zip(&want)
+                    .all(|(x, y)| x.to_bits() == y.to_bits());
+                assert!(same, "m {m}, density 1/{density}");
             }
         }
     }

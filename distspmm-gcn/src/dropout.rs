@@ -18,9 +18,6 @@
 use rayon::prelude::*;
 use std::ops::Range;
 
-/// Rows per rayon task in [`DropoutKey::apply`].
-const ROWS_PER_TASK: usize = 256;
-
 /// Inverted dropout keyed by (seed, epoch, layer): see the module documentation.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct DropoutKey {
@@ -105,9 +102,11 @@ impl DropoutKey {
         assert!(cols.end <= width, "dropout: columns outside the row");
         let rows = ids.len();
         let (src, dst) = (&src[..rows * width], &mut dst[..rows * w]);
-        dst.par_chunks_mut(ROWS_PER_TASK * w)
-            .zip(src.par_chunks(ROWS_PER_TASK * width))
-            .zip(ids.par_chunks(ROWS_PER_TASK))
+        // Each entry's decision is its own: any cut of the rows gives the same output.
+        let task = super::par::task_rows(rows, w);
+        dst.par_chunks_mut(task * w)
+            .zip(src.par_chunks(task * width))
+            .zip(ids.par_chunks(task))
             .for_each(|((d, s), ids)| {
                 for ((d, s), &id) in d.chunks_exact_mut(w).zip(s.chunks_exact(width)).zip(ids) {
                     self.row(id).apply(cols.start, &s[cols.clone()], d);

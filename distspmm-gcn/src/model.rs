@@ -596,10 +596,11 @@ impl Gcn {
                     )
                 });
                 agg.forward(&layer.mid, fo, &mut layer.z)?;
+                let block = par::task_rows(n, fo);
                 layer
                     .z
-                    .par_chunks_mut(par::BLOCK_ROWS * fo)
-                    .zip(layer.out.par_chunks_mut(par::BLOCK_ROWS * fo))
+                    .par_chunks_mut(block * fo)
+                    .zip(layer.out.par_chunks_mut(block * fo))
                     .for_each(|(z, out)| epilogue(0, z, out));
             }
         }
@@ -846,11 +847,12 @@ pub(crate) fn nll_grad(
     train_total: f64,
     dz: &mut [f32],
 ) {
-    let block = par::BLOCK_ROWS * classes;
+    let rows = par::task_rows(labels.len(), classes);
+    let block = rows * classes;
     dz.par_chunks_mut(block)
         .zip(logits.par_chunks(block))
-        .zip(labels.par_chunks(par::BLOCK_ROWS))
-        .zip(masks.par_chunks(par::BLOCK_ROWS))
+        .zip(labels.par_chunks(rows))
+        .zip(masks.par_chunks(rows))
         .for_each(|(((dz, logits), labels), masks)| {
             dz.fill(0.0);
             for (((row, d), &y), &m) in logits

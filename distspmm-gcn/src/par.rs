@@ -8,8 +8,15 @@
 //! The products go through `matrixmultiply`'s packed, SIMD-dispatched sgemm, one
 //! single-threaded call per row block: the blocks spread over the rayon pool the SpMM uses (so
 //! the two never compete for cores), and a block's output is still in cache for its epilogue.
+//!
+//! The row-wise stages are cut into [`task_rows`] rows per task, a function of the thread count
+//! (about eight tasks per thread, so that a small graph such as Cora still balances its two
+//! cores): that is safe because each output row of those stages depends on its own input row
+//! only, and `matrixmultiply` computes an element of a product the same way (the same sum over
+//! k, in the same order) whichever rows share its call. The reductions over rows keep their
+//! blocks of [`reduce_rows`], which depend on `n` alone.
 
-use super::dense::{gemm, Op, Shape};
+use super::dense::{gemm, gemm_tn_acc, narrow_applies, narrow_rows, narrow_tn_acc, Op, Shape};
 use rayon::prelude::*;
 use std::cell::RefCell;
 
@@ -94,9 +101,34 @@ fn record(p: Product) {
     });
 }
 
-/// Rows per block of the row-wise stages (products, epilogues, softmax): the unit of
-/// parallel work.
+/// The most rows of a row-wise task (products, epilogues, softmax, dropout): a block of a
+/// product's output stays in cache for its epilogue. Also the least rows of a reduction block.
 pub const BLOCK_ROWS: usize = 256;
+const _: () = assert!(
+    BLOCK_ROWS == super::dense::KC,
+    "a reduction block is one pass over k"
+);
+
+/// Tasks per thread the row-wise stages aim for: enough that one slow task or a descheduled
+/// thread leaves little idle.
+const TASKS_PER_THREAD: usize = 8;
+
+/// Elements (rows × width) below which a row-wise task is not split further.
+const MIN_TASK_ELEMENTS: usize = 4096;
+
+/// Rows per task of a row-wise stage over `n` rows of `width` values on the current rayon pool:
+/// about [`TASKS_PER_THREAD`] tasks per thread, at most [`BLOCK_ROWS`] rows, at least
+/// [`MIN_TASK_ELEMENTS`] values (a multiple of 8 rows when it is below [`BLOCK_ROWS`]). It
+/// depends on the thread count, so it may only cut stages whose rows are computed
+/// independently of one another (their results then do not depend on it).
+pub fn task_rows(n: usize, width: usize) -> usize {
+    let per_thread = n.div_ceil(TASKS_PER_THREAD * rayon::current_num_threads().max(1));
+    let least = MIN_TASK_ELEMENTS.div_ceil(width.max(1));
+    per_thread
+        .max(least)
+        .next_multiple_of(8)
+        .clamp(1, BLOCK_ROWS)
+}
 
 /// Rows per block of the reductions over rows for `n` rows: a function of `n` alone (never of
 /// the thread count), at least [`BLOCK_ROWS`], and at most about 64 blocks, which bounds the
@@ -142,30 +174,40 @@ pub fn gemm_rows<F>(
     };
     let (a, c) = (&a[..n * k], &mut c[..n * m]);
     let extra = &mut extra[..n * extra_width];
+    let block = task_rows(n, k.max(m));
+    // A wide A times a narrow W (a first layer over many features): rows streamed against W
+    // in cache, with the same bits as the packed product.
+    let narrow = narrow_applies(k, m, op_w);
+    let w_finite = narrow && w[..k * m].iter().all(|v| v.is_finite());
     let body = |(i, (cb, eb)): (usize, (&mut [f32], &mut [f32]))| {
-        let r0 = i * BLOCK_ROWS;
+        let r0 = i * block;
         let rows = cb.len() / m;
-        gemm(
-            1.0,
-            &a[r0 * k..(r0 + rows) * k],
-            Shape::new(rows, k),
-            Op::N,
-            w,
-            w_shape,
-            op_w,
-            0.0,
-            cb,
-            Shape::new(rows, m),
-        );
+        let a = &a[r0 * k..(r0 + rows) * k];
+        if narrow {
+            narrow_rows(a, rows, k, w, m, cb, w_finite);
+        } else {
+            gemm(
+                1.0,
+                a,
+                Shape::new(rows, k),
+                Op::N,
+                w,
+                w_shape,
+                op_w,
+                0.0,
+                cb,
+                Shape::new(rows, m),
+            );
+        }
         epilogue(r0, cb, eb);
     };
     if extra_width == 0 {
-        c.par_chunks_mut(BLOCK_ROWS * m)
+        c.par_chunks_mut(block * m)
             .enumerate()
             .for_each(|(i, cb)| body((i, (cb, &mut []))));
     } else {
-        c.par_chunks_mut(BLOCK_ROWS * m)
-            .zip(extra.par_chunks_mut(BLOCK_ROWS * extra_width))
+        c.par_chunks_mut(block * m)
+            .zip(extra.par_chunks_mut(block * extra_width))
             .enumerate()
             .for_each(body);
     }
@@ -174,6 +216,12 @@ pub fn gemm_rows<F>(
 /// `out = Aᵀ · B` (`k × m`) for tall `n × k` `A` and `n × m` `B`, both row-major: the weight
 /// gradient. Each row block's partial product goes to its own slot of `partials` (grown to
 /// `blocks(n) · k · m` once, then reused), and the slots are added in block order.
+///
+/// When there are fewer row blocks than the pool has threads to keep busy (a small graph with
+/// wide features, as Cora's first layer) and `out` has rows enough, the tasks are slices of
+/// `out`'s rows instead: each adds the blocks' products to its slice, in block order, from
+/// zero. Every element is then the same sum in the same order as through the slots (see
+/// [`gemm_tn_acc`]), so the two ways give the same bits.
 pub fn gemm_tn_sum(
     a: &[f32],
     k: usize,
@@ -189,6 +237,42 @@ pub fn gemm_tn_sum(
     }
     record(Product::TnSum { n, k, m });
     let nb = blocks(n);
+    let threads = rayon::current_num_threads().max(1);
+    // Only while a block is one of matrixmultiply's passes over k (`reduce_rows(n)` is
+    // `BLOCK_ROWS`, n ≤ 16 384): a block's product is then one chain added to the slice, as it
+    // is added to the slots' sum. Longer blocks sum their passes first, which a slice adding
+    // pass after pass would not reproduce.
+    if reduce_rows(n) == BLOCK_ROWS && nb < TASKS_PER_THREAD * threads && k >= 2 * MIN_SLICE_ROWS {
+        // Slices of equal size, a multiple of the thread count of them: an even share each.
+        let tasks = 4 * threads;
+        let (a, b) = (&a[..n * k], &b[..n * m]);
+        let slice = k.div_ceil(tasks).max(MIN_SLICE_ROWS);
+        let rr = reduce_rows(n);
+        out.par_chunks_mut(slice * m)
+            .enumerate()
+            .for_each(|(s, o)| {
+                let k0 = s * slice;
+                o.fill(0.0);
+                let acc = if narrow_applies(k, m, Op::N) {
+                    narrow_tn_acc
+                } else {
+                    gemm_tn_acc
+                };
+                for r0 in (0..n).step_by(rr) {
+                    let rows = rr.min(n - r0);
+                    acc(
+                        &a[r0 * k + k0..],
+                        k,
+                        rows,
+                        o.len() / m,
+                        &b[r0 * m..(r0 + rows) * m],
+                        m,
+                        o,
+                    );
+                }
+            });
+        return;
+    }
     if partials.len() < nb * k * m {
         partials.resize(nb * k * m, 0.0);
     }
@@ -214,6 +298,9 @@ pub fn gemm_tn_sum(
         });
     sum_slots(&partials[..nb * k * m], out);
 }
+
+/// The fewest rows of `out` a task of [`gemm_tn_sum`] takes when it splits `out`.
+const MIN_SLICE_ROWS: usize = 16;
 
 /// `out[j] = Σ_rows b[row][j]` (`b` is `n × m`): the bias gradient, in fixed block order.
 pub fn col_sums(b: &[f32], m: usize, n: usize, out: &mut [f32], partials: &mut Vec<f32>) {
@@ -254,7 +341,8 @@ fn sum_slots(slots: &[f32], out: &mut [f32]) {
     });
 }
 
-/// Runs `f(first_row, block)` on the row blocks of the `n × width` row-major `buf` in parallel.
+/// Runs `f(first_row, block)` on the row blocks ([`task_rows`]) of the `n × width` row-major
+/// `buf` in parallel.
 pub fn for_row_blocks<F>(buf: &mut [f32], width: usize, n: usize, f: F)
 where
     F: Fn(usize, &mut [f32]) + Sync,
@@ -262,10 +350,11 @@ where
     if width == 0 || n == 0 {
         return;
     }
+    let block = task_rows(n, width);
     buf[..n * width]
-        .par_chunks_mut(BLOCK_ROWS * width)
+        .par_chunks_mut(block * width)
         .enumerate()
-        .for_each(|(i, b)| f(i * BLOCK_ROWS, b));
+        .for_each(|(i, b)| f(i * block, b));
 }
 
 /// `Σ_blocks f(rows of the block)` over `n` rows, the `K` sums added in block order.
@@ -378,7 +467,7 @@ mod tests {
                 let mut c = vec![f32::NAN; n * m];
                 let mut relu = vec![f32::NAN; n * m];
                 gemm_rows(&a, n, k, &w, Op::N, m, &mut c, &mut relu, m, |r0, cb, eb| {
-                    assert_eq!(r0 % BLOCK_ROWS, 0);
+                    assert_eq!(r0 % 8, 0);
                     eb.iter_mut().zip(cb.iter()).for_each(|(e, &v)| *e = v.max(0.0));
                 });
                 let mut ct = vec![f32::NAN; n * m];
@@ -396,6 +485,47 @@ mod tests {
             prop_assert!(close(&one.3, &want_g));
             prop_assert!(close(&one.4, &want_s));
             prop_assert_eq!(run(3), one, "bit-identical for any thread count");
+        }
+    }
+
+    #[test]
+    fn weight_gradients_by_row_blocks_and_by_output_slices_agree_bit_for_bit() {
+        // Cora's first layer: 11 reduction blocks, taken by row blocks on one thread and by
+        // slices of the output's rows on two or more (fewer blocks than 8 per thread).
+        // And a graph past 16 384 rows, whose blocks span several passes: row blocks always.
+        for (n, k, m, many) in [(2708, 1433, 16, 5), (20_000, 40, 8, 16)] {
+            tn_sum_agrees(n, k, m, many);
+        }
+    }
+
+    fn tn_sum_agrees(n: usize, k: usize, m: usize, many: usize) {
+        let a = values(n * k, 5);
+        let b = values(n * m, 9);
+        let run = |threads| {
+            pool(threads, || {
+                let mut g = vec![f32::NAN; k * m];
+                gemm_tn_sum(&a, k, &b, m, n, &mut g, &mut Vec::new());
+                g
+            })
+        };
+        let one = run(1);
+        let mut want = vec![0.0f64; k * m];
+        for i in 0..n {
+            for l in 0..k {
+                for j in 0..m {
+                    want[l * m + j] += f64::from(a[i * k + l]) * f64::from(b[i * m + j]);
+                }
+            }
+        }
+        assert!(close(&one, &want));
+        for threads in [2, 3, many] {
+            assert!(
+                run(threads)
+                    .iter()
+                    .zip(&one)
+                    .all(|(x, y)| x.to_bits() == y.to_bits()),
+                "{threads} threads"
+            );
         }
     }
 
