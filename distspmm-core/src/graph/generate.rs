@@ -332,6 +332,7 @@ fn sample_into_buckets(
         Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
         _ => std::path::PathBuf::from("."),
     };
+    remove_stale_work_dirs(&parent, &name);
     let dir = WorkDir(parent.join(format!(".{name}.rmat-{}", std::process::id())));
     std::fs::create_dir(&dir.0).map_err(|e| io_error(&dir.0, e))?;
     let shift = scale - buckets.trailing_zeros();
@@ -393,6 +394,43 @@ fn sample_into_buckets(
         counts.push(keys.len() as u64);
     }
     Ok(Store::Files { dir, counts })
+}
+
+/// Removes the work directories `.<name>.rmat-<pid>` in `parent` that generators killed
+/// before they could clean up left behind: those whose process no longer exists (a live one,
+/// of this user or another, is left alone). Best effort: a failure is logged, not returned.
+fn remove_stale_work_dirs(parent: &std::path::Path, name: &str) {
+    let prefix = format!(".{name}.rmat-");
+    let Ok(entries) = std::fs::read_dir(parent) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let file_name = entry.file_name();
+        let Some(pid) = file_name
+            .to_str()
+            .and_then(|n| n.strip_prefix(&prefix))
+            .and_then(|pid| pid.parse::<libc::pid_t>().ok())
+        else {
+            continue;
+        };
+        if pid <= 0 || process_exists(pid) {
+            continue;
+        }
+        let path = entry.path();
+        tracing::info!(path = %path.display(), "removing a work directory a killed generator left");
+        if let Err(err) = std::fs::remove_dir_all(&path) {
+            tracing::warn!(path = %path.display(), %err, "cannot remove a stale work directory");
+        }
+    }
+}
+
+/// Whether a process `pid` exists (signal 0 reaches it, or it exists but belongs to another
+/// user).
+fn process_exists(pid: libc::pid_t) -> bool {
+    // SAFETY: `kill` with signal 0 sends nothing; it only checks that `pid` exists and may be
+    // signalled. It reads no memory of ours.
+    let reached = unsafe { libc::kill(pid, 0) } == 0;
+    reached || std::io::Error::last_os_error().raw_os_error() != Some(libc::ESRCH)
 }
 
 /// Draws the keys of one chunk of samples: the per-chunk ChaCha8 stream, the quadrant

@@ -420,3 +420,24 @@ fn streamed_edges_refuse_node_data_of_another_graph() {
     assert!(err.to_string().contains("do not go with"), "{err}");
     assert!(!out.exists());
 }
+
+/// A work directory of a generator that no longer runs is removed by the next one; a live
+/// process's (this one's parent, the test harness) is left alone.
+#[test]
+fn stale_rmat_work_directories_are_removed() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("r.npz");
+    // Above Linux's largest pid (2^22), so no process has it.
+    let stale = dir.path().join(".r.npz.rmat-999999999");
+    let live = dir.path().join(format!(
+        ".r.npz.rmat-{}",
+        std::os::unix::process::parent_id()
+    ));
+    for d in [&stale, &live] {
+        std::fs::create_dir(d).unwrap();
+        std::fs::write(d.join("bucket-00000.u64"), [0u8; 8]).unwrap();
+    }
+    rmat_edges(6, 4, 1, false, 10, Some(&out)).unwrap();
+    assert!(!stale.exists(), "the stale work directory is still there");
+    assert!(live.exists(), "a live process's work directory was removed");
+}
