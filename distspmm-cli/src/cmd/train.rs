@@ -176,6 +176,15 @@ pub fn run(args: &Args) -> Result<()> {
     let cfg = args.config();
     // The combination of options is checked before MPI starts.
     cfg.source()?;
+    // This thread joins the global pool as its worker 0 (threads from RAYON_NUM_THREADS as
+    // before), so every parallel stage of an epoch starts here instead of hopping into the
+    // pool and back; MPI stays on this thread (MPI_THREAD_FUNNELED).
+    if let Err(err) = rayon::ThreadPoolBuilder::new()
+        .use_current_thread()
+        .build_global()
+    {
+        tracing::debug!(%err, "the global thread pool exists already; using it as it is");
+    }
     let comm = dist_comm::MpiComm::init()
         .context("cannot start MPI (is this an OpenMPI build of distspmm launched with mpirun?)")?;
     let rank = comm.rank();
