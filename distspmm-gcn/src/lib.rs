@@ -813,8 +813,14 @@ fn train_loop<C: AllReduce + AllGather + Group, M: Trainable>(
                     }
                     (bad.loss, true)
                 }
+                // The verdict is on the summed gradient, the same on every rank: an error they
+                // all hold, so each prints it before any exits (an abort by the first would
+                // kill the others before they could say it).
                 (Some(bad), NonFinite::Fail) => {
-                    bail!("{bad}; or pass --on-nonfinite warn to skip such updates")
+                    return Err(Agreed(std::format!(
+                        "{bad}; or pass --on-nonfinite warn to skip such updates"
+                    ))
+                    .into())
                 }
                 (None, _) => return Err(e),
             },
