@@ -23,3 +23,5 @@ pub mod normalize;
 pub mod partition;
 pub mod schedule;
 pub mod sparse;
+#[cfg(feature = "std")]
+mod workdir;

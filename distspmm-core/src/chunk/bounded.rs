@@ -30,8 +30,9 @@ use crate::partition::{Partition, Renumbering};
 use crate::sparse::{assemble, TripletSource};
 
 use super::build::{split_location, HaloScan, Layout, PartRows};
-use super::dir::{PartChunkBuilder, ScratchDir};
+use super::dir::PartChunkBuilder;
 use super::{io_error, ChunkBuildError, ChunkDirError, DirLock, HaloLists, PartChunk};
+use crate::workdir::WorkDir;
 
 /// Bytes of write buffer per bucket, at most (less with many parts: 256 MiB in all).
 const BUCKET_BUFFER: usize = 1 << 20;
@@ -41,7 +42,7 @@ const BUCKET_BUFFER: usize = 1 << 20;
 /// directory, removed when this is dropped.
 #[derive(Debug)]
 pub struct EdgeBuckets {
-    dir: ScratchDir,
+    dir: WorkDir,
     parts: u32,
     num_nodes: usize,
     edges: u64,

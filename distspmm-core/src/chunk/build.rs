@@ -17,7 +17,8 @@ use rayon::prelude::*;
 
 use crate::graph::Graph;
 use crate::index;
-use crate::partition::{split_lengths, Partition, Renumbering};
+use crate::partition::{Partition, Renumbering};
+use crate::sparse::par::split_lengths;
 use crate::sparse::CsrView;
 
 use super::ChunkBuildError;

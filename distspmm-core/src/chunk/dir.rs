@@ -12,6 +12,7 @@ use rayon::prelude::*;
 use crate::index;
 use crate::partition::{sync_parent_dir, write_atomically, Adjacency, Partition};
 use crate::sparse::CsrOwned;
+use crate::workdir::{self, sibling, Stale, WorkDir};
 
 use super::manifest::{
     encode_hex, format_checksum, parse_checksum, Manifest, ManifestChunk, ManifestFile,
@@ -222,11 +223,9 @@ impl DirLock {
 
     /// A fresh work directory `.<name>.buckets-<pid>` beside the locked directory, after
     /// removing those that killed writers left (this lock says none is in use).
-    pub(super) fn scratch_dir(&self) -> Result<ScratchDir, ChunkDirError> {
+    pub(super) fn scratch_dir(&self) -> Result<WorkDir, ChunkDirError> {
         remove_stale(&self.parent, &self.name, BUCKETS)?;
-        let path = sibling(&self.parent, &self.name, BUCKETS);
-        std::fs::create_dir(&path).map_err(io_error(&path))?;
-        Ok(ScratchDir { path })
+        Ok(WorkDir::create(sibling(&self.parent, &self.name, BUCKETS))?)
     }
 }
 
@@ -431,59 +430,11 @@ const STAGING: &str = "staging";
 /// The bounded builder's work directory's kind: `.<name>.buckets-<pid>`.
 const BUCKETS: &str = "buckets";
 
-/// `.<name>.<kind>-<pid>` beside `dir` (in `parent`), the name of this process's directory of
-/// that kind.
-fn sibling(parent: &Path, name: &std::ffi::OsStr, kind: &str) -> PathBuf {
-    let mut sibling = std::ffi::OsString::from(".");
-    sibling.push(name);
-    sibling.push(std::format!(".{kind}-{}", std::process::id()));
-    parent.join(sibling)
-}
-
 /// Removes the directories `.<name>.<kind>-<pid>` (staging or bucket directories) that killed
 /// writers of `parent/name` left (the caller holds the directory's lock, so no live writer owns
 /// one).
 fn remove_stale(parent: &Path, name: &std::ffi::OsStr, kind: &str) -> Result<(), ChunkDirError> {
-    let Some(name) = name.to_str() else {
-        return Ok(());
-    };
-    let prefix = std::format!(".{name}.{kind}-");
-    for entry in std::fs::read_dir(parent).map_err(io_error(parent))? {
-        let entry = entry.map_err(io_error(parent))?;
-        let file_name = entry.file_name();
-        let stale = file_name
-            .to_str()
-            .and_then(|n| n.strip_prefix(&prefix))
-            .is_some_and(|pid| !pid.is_empty() && pid.bytes().all(|b| b.is_ascii_digit()));
-        if stale {
-            let path = entry.path();
-            tracing::info!(path = %path.display(), "removing a {kind} directory left by an interrupted writer");
-            std::fs::remove_dir_all(&path).map_err(io_error(&path))?;
-        }
-    }
-    Ok(())
-}
-
-/// A work directory `.<name>.buckets-<pid>` beside a chunk directory (on the same file system,
-/// so it has the output's space), removed with its files when dropped.
-#[derive(Debug)]
-pub(super) struct ScratchDir {
-    path: PathBuf,
-}
-
-impl ScratchDir {
-    /// The directory.
-    pub(super) fn path(&self) -> &Path {
-        &self.path
-    }
-}
-
-impl Drop for ScratchDir {
-    fn drop(&mut self) {
-        if let Err(err) = std::fs::remove_dir_all(&self.path) {
-            tracing::warn!(path = %self.path.display(), %err, "cannot remove a work directory");
-        }
-    }
+    Ok(workdir::remove_stale(parent, name, kind, Stale::All)?)
 }
 
 /// Whether `name` is one of a chunk directory's own files (or a temporary of one), which a new

@@ -129,6 +129,15 @@ pub enum ChunkDirError {
     Memory(#[from] crate::memory::MemoryError),
 }
 
+impl From<crate::workdir::WorkDirError> for ChunkDirError {
+    fn from(e: crate::workdir::WorkDirError) -> Self {
+        ChunkDirError::Io {
+            path: e.path,
+            source: e.source,
+        }
+    }
+}
+
 /// The error for an I/O failure on `path` (every file of this module names its path).
 fn io_error(path: &Path) -> impl FnOnce(std::io::Error) -> ChunkDirError + '_ {
     move |source| ChunkDirError::Io {

@@ -14,8 +14,8 @@ use std::vec::Vec;
 
 use crate::graph::Graph;
 
-use super::dir::ScratchDir;
 use super::{io_error, ChunkDirError, DirLock};
+use crate::workdir::WorkDir;
 
 /// What to do when the edges read back do not fit.
 const MEMORY_HINT: &str = "use a machine with more memory, or a smaller graph";
@@ -25,7 +25,7 @@ const MEMORY_HINT: &str = "use a machine with more memory, or a smaller graph";
 /// files go with the directory when this is dropped.
 #[derive(Debug)]
 pub struct ParkedEdges {
-    dir: ScratchDir,
+    dir: WorkDir,
     edges: usize,
     weighted: bool,
 }

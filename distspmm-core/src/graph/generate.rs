@@ -6,6 +6,7 @@
 
 use super::{Features, Graph, GraphError, GraphErrorKind, MAX_NODES};
 use crate::index;
+use crate::workdir::{self, Stale, WorkDir, WorkDirError};
 use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -130,13 +131,15 @@ const PIECE_KEYS: usize = 1 << 16;
 /// Chunks sampled together before their keys are routed to the bucket files (32 MiB of keys).
 const BATCH_CHUNKS: usize = 64;
 
+/// The kind of the generator's work directory, `.<name>.rmat-<pid>` beside the output.
+const RMAT_WORK: &str = "rmat";
+
 /// A graph's edges as keys `src << 32 | dst`, sorted, without duplicates: in memory, or in
 /// bucket files of a work directory (each bucket a range of source ids, so the buckets in
 /// order are the sorted list), removed when this is dropped.
 #[derive(Debug)]
 pub struct SortedEdges {
     num_nodes: usize,
-    edges: u64,
     store: Store,
 }
 
@@ -146,20 +149,14 @@ enum Store {
     Files { dir: WorkDir, counts: Vec<u64> },
 }
 
-/// A work directory removed with its files when dropped.
-#[derive(Debug)]
-struct WorkDir(std::path::PathBuf);
-
-impl Drop for WorkDir {
-    fn drop(&mut self) {
-        if let Err(err) = std::fs::remove_dir_all(&self.0) {
-            tracing::warn!(path = %self.0.display(), %err, "cannot remove a work directory");
-        }
-    }
-}
-
 fn io_error(path: &std::path::Path, err: std::io::Error) -> GraphError {
     GraphError::from(err).in_file(path)
+}
+
+impl From<WorkDirError> for GraphError {
+    fn from(e: WorkDirError) -> Self {
+        io_error(&e.path, e.source)
+    }
 }
 
 fn bucket_file(dir: &std::path::Path, b: usize) -> std::path::PathBuf {
@@ -174,7 +171,10 @@ impl SortedEdges {
 
     /// Number of (directed) edges.
     pub fn num_edges(&self) -> u64 {
-        self.edges
+        match &self.store {
+            Store::Memory(keys) => keys.len() as u64,
+            Store::Files { counts, .. } => counts.iter().sum(),
+        }
     }
 
     /// Whether the edges are in bucket files rather than in memory.
@@ -194,7 +194,7 @@ impl SortedEdges {
             Store::Files { dir, counts } => {
                 let mut piece = vec![0u64; PIECE_KEYS];
                 for (b, &count) in counts.iter().enumerate() {
-                    let path = bucket_file(&dir.0, b);
+                    let path = bucket_file(dir.path(), b);
                     let mut file = std::io::BufReader::with_capacity(
                         1 << 20,
                         std::fs::File::open(&path).map_err(|e| io_error(&path, e))?,
@@ -220,8 +220,9 @@ impl SortedEdges {
         let (src, dst) = match &self.store {
             Store::Memory(keys) => split_keys(keys),
             Store::Files { .. } => {
-                let len = usize::try_from(self.edges)
-                    .map_err(|_| invalid(format!("{} edges do not fit in memory", self.edges)))?;
+                let edges = self.num_edges();
+                let len = usize::try_from(edges)
+                    .map_err(|_| invalid(format!("{edges} edges do not fit in memory")))?;
                 let mut keys = Vec::new();
                 keys.try_reserve_exact(len)
                     .map_err(|_| invalid(format!("not enough memory for {len} edges")))?;
@@ -294,25 +295,21 @@ pub fn rmat_edges(
             sample_into_buckets(&sampler, total, buckets, scale, out)?
         }
     };
-    let edges = match &store {
-        Store::Memory(keys) => keys.len() as u64,
-        Store::Files { counts, .. } => counts.iter().sum(),
+    let edges = SortedEdges {
+        num_nodes: n,
+        store,
     };
     tracing::debug!(
         scale,
         edge_factor,
         sampled,
         directed,
-        edges,
+        edges = edges.num_edges(),
         buckets,
         seconds = started.elapsed().as_secs_f64(),
         "rmat generated"
     );
-    Ok(SortedEdges {
-        num_nodes: n,
-        edges,
-        store,
-    })
+    Ok(edges)
 }
 
 /// Samples all `total` keys chunk by chunk into `buckets` files by source-id range (self loops
@@ -325,20 +322,20 @@ fn sample_into_buckets(
     out: &std::path::Path,
 ) -> Result<Store, GraphError> {
     use std::io::{Read, Write};
-    let name = out
-        .file_name()
-        .map_or_else(|| "graph".into(), |n| n.to_string_lossy().into_owned());
+    let name = out.file_name().unwrap_or(std::ffi::OsStr::new("graph"));
     let parent = match out.parent() {
-        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
-        _ => std::path::PathBuf::from("."),
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => std::path::Path::new("."),
     };
-    remove_stale_work_dirs(&parent, &name);
-    let dir = WorkDir(parent.join(format!(".{name}.rmat-{}", std::process::id())));
-    std::fs::create_dir(&dir.0).map_err(|e| io_error(&dir.0, e))?;
+    // Without a lock on the output, only the directories of processes that are gone are stale.
+    if let Err(err) = workdir::remove_stale(parent, name, RMAT_WORK, Stale::OfDeadProcesses) {
+        tracing::warn!(path = %err.path.display(), err = %err.source, "cannot remove a stale work directory");
+    }
+    let dir = WorkDir::create(workdir::sibling(parent, name, RMAT_WORK))?;
     let shift = scale - buckets.trailing_zeros();
     let mut files = Vec::with_capacity(buckets);
     for b in 0..buckets {
-        let path = bucket_file(&dir.0, b);
+        let path = bucket_file(dir.path(), b);
         let file = std::fs::File::create(&path).map_err(|e| io_error(&path, e))?;
         files.push(std::io::BufWriter::with_capacity(1 << 20, file));
     }
@@ -359,14 +356,14 @@ fn sample_into_buckets(
                 let b = ((key >> 32) >> shift) as usize;
                 files[b]
                     .write_all(&key.to_ne_bytes())
-                    .map_err(|e| io_error(&bucket_file(&dir.0, b), e))?;
+                    .map_err(|e| io_error(&bucket_file(dir.path(), b), e))?;
             }
         }
     }
     drop(batch);
     let mut counts = Vec::with_capacity(buckets);
     for (b, file) in files.into_iter().enumerate() {
-        let path = bucket_file(&dir.0, b);
+        let path = bucket_file(dir.path(), b);
         let file = file
             .into_inner()
             .map_err(|e| io_error(&path, e.into_error()))?;
@@ -394,43 +391,6 @@ fn sample_into_buckets(
         counts.push(keys.len() as u64);
     }
     Ok(Store::Files { dir, counts })
-}
-
-/// Removes the work directories `.<name>.rmat-<pid>` in `parent` that generators killed
-/// before they could clean up left behind: those whose process no longer exists (a live one,
-/// of this user or another, is left alone). Best effort: a failure is logged, not returned.
-fn remove_stale_work_dirs(parent: &std::path::Path, name: &str) {
-    let prefix = format!(".{name}.rmat-");
-    let Ok(entries) = std::fs::read_dir(parent) else {
-        return;
-    };
-    for entry in entries.flatten() {
-        let file_name = entry.file_name();
-        let Some(pid) = file_name
-            .to_str()
-            .and_then(|n| n.strip_prefix(&prefix))
-            .and_then(|pid| pid.parse::<libc::pid_t>().ok())
-        else {
-            continue;
-        };
-        if pid <= 0 || process_exists(pid) {
-            continue;
-        }
-        let path = entry.path();
-        tracing::info!(path = %path.display(), "removing a work directory a killed generator left");
-        if let Err(err) = std::fs::remove_dir_all(&path) {
-            tracing::warn!(path = %path.display(), %err, "cannot remove a stale work directory");
-        }
-    }
-}
-
-/// Whether a process `pid` exists (signal 0 reaches it, or it exists but belongs to another
-/// user).
-fn process_exists(pid: libc::pid_t) -> bool {
-    // SAFETY: `kill` with signal 0 sends nothing; it only checks that `pid` exists and may be
-    // signalled. It reads no memory of ours.
-    let reached = unsafe { libc::kill(pid, 0) } == 0;
-    reached || std::io::Error::last_os_error().raw_os_error() != Some(libc::ESRCH)
 }
 
 /// Draws the keys of one chunk of samples: the per-chunk ChaCha8 stream, the quadrant

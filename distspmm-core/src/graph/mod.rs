@@ -257,9 +257,10 @@ impl Graph {
 /// the symmetric adjacency, the partition and renumbering), 24 per edge and the features. The
 /// 24 bytes are the peak of the whole `distspmm partition` run per non-zero of Â, rounded
 /// down: 24.3–26.4 measured on RMAT-22 (the edge list while Â is assembled, or the symmetric
-/// adjacency next to KaMinPar's coarse graphs; docs/performance.md, issue 13), so a graph
-/// refused by this cannot have fitted; used to refuse such inputs before the pipeline
-/// allocates anything.
+/// adjacency next to KaMinPar's coarse graphs; docs/performance.md, issue 13). The bounded
+/// builder with a light partitioner (`contiguous`) can peak lower, about 17 bytes, so this is
+/// the default pipeline's need rather than a bound for every method; used to refuse inputs
+/// that cannot fit it before the pipeline allocates anything.
 pub fn working_set_bytes(nodes: u64, edges: u64, features: u64) -> u64 {
     nodes
         .saturating_mul(80)

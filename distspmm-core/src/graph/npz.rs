@@ -926,16 +926,44 @@ fn write_array<W: Write + Seek, T: Copy>(
     encode: impl Fn(T, &mut Vec<u8>),
 ) -> Result<(), GraphError> {
     write_array_with(zip, name, member, dtype, shape, |out| {
-        let mut buf = Vec::with_capacity(1 << 16);
+        let mut pieces = Pieces::new(out);
         for v in values {
-            encode(v, &mut buf);
-            if buf.len() >= (1 << 16) - 8 {
-                out(&buf)?;
-                buf.clear();
-            }
+            pieces.push(|buf| encode(v, buf))?;
         }
-        out(&buf)
+        pieces.finish()
     })
+}
+
+/// Encoded elements handed on to a member in pieces of about 64 KiB. Every array goes through
+/// here: the compressor's output depends on where the writes are cut, so one rule for the cut
+/// keeps a streamed array byte-identical to the same array written from memory.
+struct Pieces<'o> {
+    buf: Vec<u8>,
+    out: &'o mut dyn FnMut(&[u8]) -> Result<(), GraphError>,
+}
+
+impl<'o> Pieces<'o> {
+    fn new(out: &'o mut dyn FnMut(&[u8]) -> Result<(), GraphError>) -> Self {
+        Self {
+            buf: Vec::with_capacity(1 << 16),
+            out,
+        }
+    }
+
+    /// Adds one element's bytes (`encode` appends at most 8).
+    fn push(&mut self, encode: impl FnOnce(&mut Vec<u8>)) -> Result<(), GraphError> {
+        encode(&mut self.buf);
+        if self.buf.len() >= (1 << 16) - 8 {
+            (self.out)(&self.buf)?;
+            self.buf.clear();
+        }
+        Ok(())
+    }
+
+    /// Hands on what is left.
+    fn finish(self) -> Result<(), GraphError> {
+        (self.out)(&self.buf)
+    }
 }
 
 /// Writes one array: header, then the bytes `fill` passes to its writer, in order (they must
@@ -986,31 +1014,22 @@ fn write_archive<W: Write + Seek>(
         EdgeSource::Graph => g.num_edges() as u64,
         EdgeSource::Sorted(sorted) => sorted.num_edges(),
     };
-    match edges {
-        EdgeSource::Graph => {
-            let ids = g.src.iter().chain(&g.dst).map(|&v| i64::from(v));
-            write_array(
-                zip,
-                "edge_index",
-                Member::Compressed,
-                Dtype::I64,
-                &[2, e],
-                ids,
-                i64_le,
-            )?;
-        }
-        EdgeSource::Sorted(sorted) => {
-            write_array_with(
-                zip,
-                "edge_index",
-                Member::Compressed,
-                Dtype::I64,
-                &[2, e],
-                |out| {
-                    // Row 0 the sources, row 1 the targets: two passes over the pieces, the
-                    // bytes handed on in the same pieces as `write_array`'s (the compressor's
-                    // output depends on them), so the file is the in-memory path's.
-                    let mut buf = Vec::with_capacity(1 << 16);
+    write_array_with(
+        zip,
+        "edge_index",
+        Member::Compressed,
+        Dtype::I64,
+        &[2, e],
+        |out| {
+            let mut pieces = Pieces::new(out);
+            match edges {
+                EdgeSource::Graph => {
+                    for &v in g.src.iter().chain(&g.dst) {
+                        pieces.push(|buf| i64_le(i64::from(v), buf))?;
+                    }
+                }
+                // Row 0 the sources, row 1 the targets: two passes over the pieces.
+                EdgeSource::Sorted(sorted) => {
                     for shift in [32u32, 0] {
                         sorted.for_each_piece(&mut |keys| {
                             for &k in keys {
@@ -1019,20 +1038,16 @@ fn write_archive<W: Write + Seek>(
                                     reason = "deliberate: a key is (src << 32) | dst"
                                 )]
                                 let id = (k >> shift) as u32;
-                                i64_le(i64::from(id), &mut buf);
-                                if buf.len() >= (1 << 16) - 8 {
-                                    out(&buf)?;
-                                    buf.clear();
-                                }
+                                pieces.push(|buf| i64_le(i64::from(id), buf))?;
                             }
                             Ok(())
                         })?;
                     }
-                    out(&buf)
-                },
-            )?;
-        }
-    }
+                }
+            }
+            pieces.finish()
+        },
+    )?;
     write_array(
         zip,
         "num_nodes",

@@ -10,7 +10,8 @@ use std::vec::Vec;
 
 use rayon::prelude::*;
 
-use super::{split_lengths, PartitionError};
+use super::PartitionError;
+use crate::sparse::par::{range_tasks, split_lengths};
 
 /// Undirected structure of a graph in CSR (`xadj` as `u64` offsets, `adjncy` as `u32` node ids):
 /// both directions of every edge, no self loops, no duplicates. Edge weights are ignored —
@@ -55,7 +56,7 @@ impl Adjacency {
                 num_nodes: n as u64,
             });
         }
-        let tasks = row_tasks(n);
+        let tasks = range_tasks(n);
         let bounds: Vec<usize> = (0..=tasks).map(|t| n * t / tasks).collect();
         let edges = || src.iter().zip(dst).filter(|(u, v)| u != v);
 
@@ -237,21 +238,8 @@ fn push_decimal(line: &mut std::string::String, mut value: u64) {
     }
 }
 
-/// Row ranges for [`Adjacency::from_edges`]: one per thread (each reads every edge, so not
-/// more), at least 1024 rows each; three in the unit tests, to exercise the split.
 /// What to do when the adjacency does not fit.
 const MEMORY_HINT: &str = "use a machine with more memory, or partition a smaller graph";
-
-fn row_tasks(num_nodes: usize) -> usize {
-    let wanted = if cfg!(test) {
-        3
-    } else {
-        rayon::current_num_threads()
-    };
-    wanted
-        .min(num_nodes / if cfg!(test) { 1 } else { 1024 })
-        .max(1)
-}
 
 #[cfg(test)]
 mod tests {

@@ -386,21 +386,6 @@ impl Partition {
     }
 }
 
-/// Splits `slice` into consecutive pieces of the given lengths (which sum to its length), so
-/// that parallel tasks can each own one.
-pub(crate) fn split_lengths<T>(
-    mut slice: &mut [T],
-    lengths: impl IntoIterator<Item = usize>,
-) -> Vec<&mut [T]> {
-    let mut pieces = Vec::new();
-    for len in lengths {
-        let (head, tail) = std::mem::take(&mut slice).split_at_mut(len);
-        pieces.push(head);
-        slice = tail;
-    }
-    pieces
-}
-
 fn check_parts(parts: u32, nodes: usize) -> Result<(), PartitionError> {
     if parts == 0 {
         return Err(PartitionError::ZeroParts);

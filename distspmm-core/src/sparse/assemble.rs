@@ -5,7 +5,7 @@ use crate::index;
 use alloc::vec::Vec;
 use core::ops::Range;
 
-use super::par::{for_each_block, grain_for, SplitRows};
+use super::par::{for_each_block, grain_for, range_tasks, split_lengths, SplitRows};
 use super::Scalar;
 
 /// Entries `(outer, inner, value)` that can be visited twice (count, then place).
@@ -105,17 +105,6 @@ fn filled<T: Clone>(len: usize, value: T) -> Result<Vec<T>, AllocFailed> {
     Ok(v)
 }
 
-/// How many tasks count and place entries: one per thread (three in unit tests, so the split
-/// runs there), each owning a contiguous range of at least 1024 outer indices.
-fn place_tasks(outer: usize) -> usize {
-    let (wanted, min_range) = if cfg!(test) {
-        (3, 1)
-    } else {
-        (super::par::threads(), 1024)
-    };
-    wanted.min(outer / min_range).max(1)
-}
-
 /// Runs `f(task, state)` for every state, in parallel under `std`.
 fn for_each_task<S: Send>(states: Vec<S>, f: impl Fn(usize, S) + Sync) {
     #[cfg(feature = "std")]
@@ -132,17 +121,6 @@ fn for_each_task<S: Send>(states: Vec<S>, f: impl Fn(usize, S) + Sync) {
     }
 }
 
-/// Splits `slice` into consecutive pieces of the given lengths.
-fn split_lengths<X>(mut slice: &mut [X], lengths: impl Iterator<Item = usize>) -> Vec<&mut [X]> {
-    let mut pieces = Vec::new();
-    for len in lengths {
-        let (piece, rest) = slice.split_at_mut(len);
-        pieces.push(piece);
-        slice = rest;
-    }
-    pieces
-}
-
 /// The compressed arrays `(indptr, indices, data)` of `outer` outer indices holding the entries
 /// of `source`, sorted within each outer index, duplicates summed in input order.
 ///
@@ -156,7 +134,7 @@ pub(crate) fn assemble<T: Scalar>(
     outer: usize,
     source: &(impl TripletSource<T> + Sync),
 ) -> Result<Arrays<T>, AllocFailed> {
-    let tasks = place_tasks(outer);
+    let tasks = range_tasks(outer);
     let bounds: Vec<usize> = (0..=tasks).map(|t| outer * t / tasks).collect();
     let mut indptr = filled(outer.saturating_add(1), 0u64)?;
     let counts = split_lengths(&mut indptr[1..], bounds.windows(2).map(|w| w[1] - w[0]));

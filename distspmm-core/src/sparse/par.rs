@@ -82,6 +82,33 @@ pub(crate) fn threads() -> usize {
     }
 }
 
+/// Splits `slice` into consecutive pieces of the given lengths (which sum to at most its
+/// length), so that parallel tasks can each own one.
+pub(crate) fn split_lengths<T>(
+    mut slice: &mut [T],
+    lengths: impl IntoIterator<Item = usize>,
+) -> alloc::vec::Vec<&mut [T]> {
+    let mut pieces = alloc::vec::Vec::new();
+    for len in lengths {
+        let (head, tail) = core::mem::take(&mut slice).split_at_mut(len);
+        pieces.push(head);
+        slice = tail;
+    }
+    pieces
+}
+
+/// How many tasks split `n` rows into contiguous ranges when each task reads all the input and
+/// writes only its own rows (so more tasks than threads only repeat the reading): one per
+/// thread, at least 1024 rows each; three in unit tests, so the split runs there.
+pub(crate) fn range_tasks(n: usize) -> usize {
+    let (wanted, min_rows) = if cfg!(test) {
+        (3, 1)
+    } else {
+        (threads(), 1024)
+    };
+    wanted.min(n / min_rows).max(1)
+}
+
 /// A grain that gives each thread several blocks (for balance) of at least `min` work.
 pub(crate) fn grain_for(total: u64, min: u64) -> u64 {
     let threads = threads() as u64;
