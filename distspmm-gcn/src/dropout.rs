@@ -157,6 +157,35 @@ impl RowKey {
             Isa::Portable => apply_portable(self, first_col, src, dst),
         }
     }
+    /// `dst[j] = src[j] · scale` if column `cols[j]` is kept, else 0: [`RowKey::apply`] for the
+    /// stored entries of a sparse row (their columns listed), with the same decisions and values.
+    ///
+    /// # Panics
+    /// If the three slices differ in length.
+    pub fn apply_at(&self, cols: &[u32], src: &[f32], dst: &mut [f32]) {
+        assert!(
+            cols.len() == src.len() && src.len() == dst.len(),
+            "dropout: row lengths differ"
+        );
+        if self.threshold == 0 {
+            let s = self.scale();
+            dst.iter_mut().zip(src).for_each(|(d, &v)| *d = v * s);
+            return;
+        }
+        match isa() {
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx512 => {
+                // SAFETY: `isa()` returned Avx512 only after detecting AVX-512F on this CPU.
+                unsafe { x86::apply_at_avx512(self, cols, src, dst) }
+            }
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx2 => {
+                // SAFETY: `isa()` returned Avx2 only after detecting AVX2 on this CPU.
+                unsafe { x86::apply_at_avx2(self, cols, src, dst) }
+            }
+            Isa::Portable => apply_at_body(self, cols, src, dst),
+        }
+    }
 }
 
 /// The 24-bit draw of column `col` of the row with keys `(mul, add)`.
@@ -198,13 +227,34 @@ fn apply_body(key: &RowKey, first_col: usize, src: &[f32], dst: &mut [f32]) {
     }
 }
 
+/// [`apply_body`] over listed columns (a gather-free lane-wise loop: the columns are loaded
+/// as a vector like the values).
+#[inline(always)]
+fn apply_at_body(key: &RowKey, cols: &[u32], src: &[f32], dst: &mut [f32]) {
+    let (mul, add, threshold, scale) = (key.mul, key.add, key.threshold, key.scale());
+    for ((d, &s), &c) in dst.iter_mut().zip(src).zip(cols) {
+        let keep = draw(mul, add, c) >= threshold;
+        *d = if keep { s * scale } else { 0.0 };
+    }
+}
+
 fn apply_portable(key: &RowKey, first_col: usize, src: &[f32], dst: &mut [f32]) {
     apply_body(key, first_col, src, dst);
 }
 
 #[cfg(target_arch = "x86_64")]
 mod x86 {
-    use super::{apply_body, RowKey};
+    use super::{apply_at_body, apply_body, RowKey};
+
+    #[target_feature(enable = "avx512f")]
+    pub(super) fn apply_at_avx512(key: &RowKey, cols: &[u32], src: &[f32], dst: &mut [f32]) {
+        apply_at_body(key, cols, src, dst);
+    }
+
+    #[target_feature(enable = "avx2")]
+    pub(super) fn apply_at_avx2(key: &RowKey, cols: &[u32], src: &[f32], dst: &mut [f32]) {
+        apply_at_body(key, cols, src, dst);
+    }
 
     #[target_feature(enable = "avx512f")]
     pub(super) fn apply_avx512(key: &RowKey, first_col: usize, src: &[f32], dst: &mut [f32]) {

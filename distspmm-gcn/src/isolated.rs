@@ -14,8 +14,10 @@
 //! softmax/NLL, bias gradients, Adam, allreduces), so it is a floor that the epoch cannot
 //! reach: `epoch_over_sum` is at least 1 up to noise.
 
+use crate::dropout::DropoutKey;
 use crate::model::{len_of, zeros, Aggregate};
 use crate::par::{self, Product};
+use crate::sparse_input::SparseInput;
 use anyhow::Result;
 use std::time::Instant;
 
@@ -141,6 +143,26 @@ fn operand(len: usize, salt: u32, what: &str) -> Result<Vec<f32>> {
     Ok(v)
 }
 
+/// A sparse `n × k` input with `nnz` stored entries spread evenly over the rows (at spread
+/// columns of each row, values as [`operand`]'s), as [`SparseInput`] holds it for an `m`-wide
+/// product: the replay of a [`Product::SparseRows`] or [`Product::SparseTnSum`].
+fn sparse_operand(n: usize, k: usize, m: usize, nnz: usize, what: &str) -> Result<SparseInput> {
+    let mut x = zeros(len_of(n, k, what)?, what)?;
+    let values = operand(nnz, 2, what)?;
+    let mut at = 0;
+    for (r, row) in x.chunks_exact_mut(k.max(1)).enumerate() {
+        let count = nnz / n + usize::from(r < nnz % n);
+        for j in 0..count {
+            // Distinct columns (count ≤ k), shifted per row; a zero value would not be stored.
+            row[(j * k / count + r) % k] = if values[at] == 0.0 { 0.5 } else { values[at] };
+            at += 1;
+        }
+    }
+    SparseInput::build(&x, n, k, m)?.ok_or_else(|| {
+        anyhow::anyhow!("the replay of a sparse product ({n}x{k}, {nnz} stored) is not sparse here")
+    })
+}
+
 /// Input and output buffers long enough for every call in `calls`: allocated before any
 /// replay, so that a refused allocation is found before the first (collective) call.
 pub fn spmm_buffers(calls: &[SpmmCall]) -> Result<(Vec<f32>, Vec<f32>)> {
@@ -205,6 +227,38 @@ pub fn time_gemm(products: &[Product], reps: usize) -> Result<Vec<KernelTime>> {
                     let mut partials = zeros(len_of(par::blocks(n), k * m, what)?, what)?;
                     median_time(reps, || {
                         par::gemm_tn_sum(&a, k, &b, m, n, &mut out, &mut partials);
+                        Ok(())
+                    })?
+                }
+                Product::SparseRows { n, k, m, nnz } => {
+                    let mut x = sparse_operand(n, k, m, nnz, what)?;
+                    let w = operand(len_of(k, m, what)?, 3, what)?;
+                    let mut c = zeros(len_of(n, m, what)?, what)?;
+                    median_time(reps, || {
+                        x.product(None, &w, m, &mut c);
+                        Ok(())
+                    })?
+                }
+                Product::SparseTnSum { n, k, m, nnz } => {
+                    let mut x = sparse_operand(n, k, m, nnz, what)?;
+                    let b = operand(len_of(n, m, what)?, 5, what)?;
+                    let mut out = zeros(len_of(k, m, what)?, what)?;
+                    // The values the weight gradient reads: a dropout keeping everything.
+                    let ids: Vec<u64> = (0..n as u64).collect();
+                    let keep_all = DropoutKey {
+                        seed: 0,
+                        epoch: 0,
+                        layer: 0,
+                        p: 0.0,
+                    };
+                    x.product(
+                        Some((&keep_all, &ids)),
+                        &zeros(len_of(k, m, what)?, what)?,
+                        m,
+                        &mut zeros(len_of(n, m, what)?, what)?,
+                    );
+                    median_time(reps, || {
+                        anyhow::ensure!(x.tn_sum(&b, m, &mut out), "the operand is finite");
                         Ok(())
                     })?
                 }

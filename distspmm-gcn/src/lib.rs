@@ -14,6 +14,7 @@ pub mod dropout;
 pub mod isolated;
 pub mod model;
 pub mod par;
+pub mod sparse_input;
 pub mod tensor;
 
 use anyhow::{bail, Context, Result};

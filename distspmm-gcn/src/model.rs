@@ -11,6 +11,7 @@
 use super::dense::Op;
 pub(crate) use super::dropout::DropoutKey;
 use super::par;
+use super::sparse_input::SparseInput;
 use anyhow::{ensure, Result};
 use rand::{Rng, SeedableRng};
 use rayon::prelude::*;
@@ -415,7 +416,25 @@ pub struct Gcn {
     /// `Â·X` of the undropped features, when the first layer aggregates first: evaluation
     /// passes see the same input every epoch, so it is computed once.
     eval_mid0: Option<Vec<f32>>,
+    /// How the first layer reads its input, once the features have been seen.
+    first_input: FirstInput,
+    /// Whether the last training forward pass took the sparse first layer (its dropped input
+    /// is then in the [`SparseInput`], not in `layers[0].input`).
+    sparse_step: bool,
     train_total: f64,
+}
+
+/// How the first layer reads the features: found out on the first forward pass (and again if
+/// the features are another slice).
+#[derive(Debug)]
+enum FirstInput {
+    /// Not looked at yet.
+    Unknown,
+    /// Dense (too many non-zeros, or a layer the sparse path does not take); the address and
+    /// length of the features looked at.
+    Dense((usize, usize)),
+    /// Sparse rows of the features (boxed: the other states are two words).
+    Sparse(Box<SparseInput>),
 }
 
 impl Gcn {
@@ -492,6 +511,8 @@ impl Gcn {
             d_b: zeros(len_of(rows, widest, what)?, what)?,
             partials,
             eval_mid0: None,
+            first_input: FirstInput::Unknown,
+            sparse_step: false,
             dims,
             train_total: train_total as f64,
             cfg,
@@ -518,6 +539,40 @@ impl Gcn {
         );
     }
 
+    /// Decides, once for these features, whether the first layer reads them as sparse rows
+    /// ([`SparseInput`]: a first layer that transforms before it aggregates, over features at
+    /// most one in [`crate::sparse_input::MAX_DENSITY`] non-zero); the dense copy of its
+    /// dropped input is then released.
+    fn look_at_features(&mut self, features: &[f32]) -> Result<()> {
+        let (fi, fo) = (self.dims[0], self.dims[1]);
+        let x = &features[..self.rows * fi];
+        let id = (x.as_ptr() as usize, x.len());
+        match &self.first_input {
+            FirstInput::Sparse(sp) if sp.built_from(x) => return Ok(()),
+            FirstInput::Dense(seen) if *seen == id => return Ok(()),
+            _ => {}
+        }
+        self.sparse_step = false;
+        let sparse = if self.layers[0].aggregate_first {
+            None
+        } else {
+            SparseInput::build(x, self.rows, fi, fo)?
+        };
+        self.first_input = match sparse {
+            Some(sp) => {
+                tracing::debug!(
+                    stored = sp.nnz(),
+                    entries = x.len(),
+                    "the first layer reads its input as sparse rows"
+                );
+                self.layers[0].input = Vec::new();
+                FirstInput::Sparse(Box::new(sp))
+            }
+            None => FirstInput::Dense(id),
+        };
+        Ok(())
+    }
+
     fn key(&self, layer: usize, epoch: u64, training: bool) -> DropoutKey {
         DropoutKey {
             seed: self.cfg.seed,
@@ -536,6 +591,7 @@ impl Gcn {
         training: bool,
     ) -> Result<()> {
         let n = self.rows;
+        self.look_at_features(data.features)?;
         for l in 0..self.cfg.layers {
             let (fi, fo) = (self.dims[l], self.dims[l + 1]);
             let key = self.key(l, epoch, training);
@@ -580,21 +636,40 @@ impl Gcn {
                     )
                 });
             } else {
-                key.apply(data.original_ids, src, fi, 0..fi, &mut layer.input);
-                dense(|| {
-                    par::gemm_rows(
-                        &layer.input,
-                        n,
-                        fi,
-                        w,
-                        Op::N,
-                        fo,
-                        &mut layer.mid,
-                        &mut [],
-                        0,
-                        |_, _, _| {},
-                    )
-                });
+                // The first layer over sparse features reads their non-zeros only (the same
+                // bits; a non-finite weight takes the dense path, see `sparse_input`).
+                let sparse = match &mut self.first_input {
+                    FirstInput::Sparse(sp) if l == 0 && w.iter().all(|v| v.is_finite()) => Some(sp),
+                    _ => None,
+                };
+                if l == 0 && training {
+                    self.sparse_step = sparse.is_some();
+                }
+                if let Some(sp) = sparse {
+                    let dropout = training.then_some((&key, data.original_ids));
+                    dense(|| sp.product(dropout, w, fo, &mut layer.mid));
+                } else {
+                    if layer.input.len() < n * fi {
+                        // Released when the sparse path was chosen; back for this pass.
+                        let what = "the GCN's activations";
+                        layer.input = zeros(len_of(n, fi, what)?, what)?;
+                    }
+                    key.apply(data.original_ids, src, fi, 0..fi, &mut layer.input);
+                    dense(|| {
+                        par::gemm_rows(
+                            &layer.input,
+                            n,
+                            fi,
+                            w,
+                            Op::N,
+                            fo,
+                            &mut layer.mid,
+                            &mut [],
+                            0,
+                            |_, _, _| {},
+                        )
+                    });
+                }
                 agg.forward(&layer.mid, fo, &mut layer.z)?;
                 let block = par::task_rows(n, fo);
                 layer
@@ -692,15 +767,17 @@ impl Gcn {
                 if let Some(prev) = l.checked_sub(1).map(|p| &self.layers[p]) {
                     let range = r0 * fi..r0 * fi + d.len();
                     let (kept, z) = (&layer.input[range.clone()], &prev.z[range]);
+                    // Selects, not branches: the dropped entries and the ReLU's zeros fall
+                    // at random, and a branch on them would be mispredicted half the time.
+                    let factor = if dropout == 0.0 { 1.0 } else { scale };
                     for ((d, &kept), &z) in d.iter_mut().zip(kept).zip(z) {
-                        let keep = if dropout == 0.0 {
-                            1.0
-                        } else if kept == 0.0 {
-                            0.0
+                        let keep = if dropout == 0.0 || kept != 0.0 {
+                            factor
                         } else {
-                            scale
+                            0.0
                         };
-                        *d = if z > 0.0 { *d * keep } else { 0.0 };
+                        let v = *d * keep;
+                        *d = if z > 0.0 { v } else { 0.0 };
                     }
                 }
             };
@@ -728,7 +805,22 @@ impl Gcn {
             } else {
                 // Z = Â·(H·W): d(H·W) = Âᵀ·dZ, dW = Hᵀ·d(H·W), dH = d(H·W)·Wᵀ.
                 agg.backward(&dz[..n * fo], fo, &mut scratch[..n * fo])?;
-                dense(|| par::gemm_tn_sum(&layer.input, fi, &scratch, fo, n, gw, partials));
+                let sparse = match &self.first_input {
+                    FirstInput::Sparse(sp) if l == 0 && self.sparse_step => Some(sp),
+                    _ => None,
+                };
+                if !sparse.is_some_and(|sp| dense(|| sp.tn_sum(&scratch, fo, gw))) {
+                    // Dense, or sparse with a non-finite gradient: the dropped input made dense
+                    // in `dz`, which this layer no longer needs (no input gradient at l = 0).
+                    let input: &[f32] = match sparse {
+                        Some(sp) => {
+                            sp.densify_kept(&mut dz[..n * fi]);
+                            &dz[..n * fi]
+                        }
+                        None => &layer.input,
+                    };
+                    dense(|| par::gemm_tn_sum(input, fi, &scratch, fo, n, gw, partials));
+                }
                 if need_input_grad {
                     dense(|| {
                         par::gemm_rows(
@@ -1094,6 +1186,101 @@ mod tests {
         assert!(err.to_string().contains("at epoch 2"), "{err}");
         assert!(NonFiniteGradient::check(&[1.0, -3.0], 0, 0.5).is_ok());
         assert!(NonFiniteGradient::check(&[1.0, f32::INFINITY], 0, 0.5).is_err());
+    }
+
+    #[test]
+    fn sparse_features_train_with_the_bits_of_the_dense_first_layer() {
+        // Bag-of-words-like features (about 3 % non-zero, 160 wide) into a 16-wide first
+        // layer, which transforms before it aggregates: the sparse path where it applies.
+        let (n, in_dim) = (300, 160);
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(11);
+        let a: Vec<f32> = (0..n * n)
+            .map(|_| {
+                if rng.random::<f32>() < 0.02 {
+                    rng.random_range(0.1..1.0)
+                } else {
+                    0.0
+                }
+            })
+            .collect();
+        let x: Vec<f32> = (0..n * in_dim)
+            .map(|_| {
+                if rng.random::<f32>() < 0.03 {
+                    rng.random_range(0.0..1.0)
+                } else {
+                    0.0
+                }
+            })
+            .collect();
+        let labels: Vec<i32> = (0..n as i32).map(|i| i % 5).collect();
+        let masks: Vec<u8> = (0..n)
+            .map(|i| if i % 3 == 0 { TRAIN } else { TEST })
+            .collect();
+        let ids: Vec<u64> = (0..n as u64).map(|i| 5 * i + 1).collect();
+        let data = LocalData {
+            features: &x,
+            labels: &labels,
+            masks: &masks,
+            original_ids: &ids,
+        };
+        let mut cfg = test_config(in_dim, 16, 2);
+        cfg.classes = 5;
+        cfg.dropout = 0.5;
+        let run = |dense: bool, threads: usize| {
+            rayon::ThreadPoolBuilder::new()
+                .num_threads(threads)
+                .build()
+                .unwrap()
+                .install(|| {
+                    let mut agg = DenseAgg { n, a: a.clone() };
+                    let mut model = Gcn::new(cfg.clone(), n, 100).unwrap();
+                    if dense {
+                        model.first_input = FirstInput::Dense((x.as_ptr() as usize, x.len()));
+                    }
+                    let mut losses = Vec::new();
+                    for epoch in 0..6 {
+                        losses.push(
+                            model
+                                .train_step(&mut agg, &mut Alone, &data, epoch)
+                                .unwrap(),
+                        );
+                        losses.push(model.evaluate(&mut agg, &mut Alone, &data).unwrap().loss);
+                    }
+                    let sparse = matches!(model.first_input, FirstInput::Sparse(_));
+                    (losses, model.params, sparse)
+                })
+        };
+        let (want, want_params, was_sparse) = run(true, 2);
+        assert!(!was_sparse, "forced dense");
+        for threads in [1, 2, 3] {
+            let (got, params, sparse) = run(false, threads);
+            assert_eq!(
+                sparse,
+                crate::dense::narrow_applies(in_dim, 16, Op::N),
+                "sparse where it applies"
+            );
+            assert_eq!(got, want, "losses, {threads} threads");
+            assert_eq!(params, want_params, "parameters, {threads} threads");
+        }
+        // A non-finite weight takes the dense path for that pass (its buffer comes back), with
+        // the dense path's result (here ReLU turns the NaN column into zeros).
+        let nan_step = |dense: bool| {
+            let mut agg = DenseAgg { n, a: a.clone() };
+            let mut model = Gcn::new(cfg.clone(), n, 100).unwrap();
+            if dense {
+                model.first_input = FirstInput::Dense((x.as_ptr() as usize, x.len()));
+            }
+            model.train_step(&mut agg, &mut Alone, &data, 0).unwrap();
+            model.params.weights[0][3] = f32::NAN;
+            let loss = model
+                .train_step(&mut agg, &mut Alone, &data, 1)
+                .map_err(|e| e.to_string());
+            assert!(!model.sparse_step);
+            assert_eq!(model.layers[0].input.len(), n * in_dim);
+            let params: Vec<u32> = model.params.flatten().iter().map(|v| v.to_bits()).collect();
+            (loss.map(f64::to_bits), params)
+        };
+        assert_eq!(nan_step(false), nan_step(true));
     }
 
     #[test]

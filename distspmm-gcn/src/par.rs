@@ -46,13 +46,43 @@ pub enum Product {
         /// Columns of `B`.
         m: usize,
     },
+    /// [`crate::sparse_input::SparseInput::product`]: `C (n × m) = X (n × k, nnz stored) · W`.
+    SparseRows {
+        /// Rows of `X` and `C`.
+        n: usize,
+        /// Columns of `X`.
+        k: usize,
+        /// Columns of `C`.
+        m: usize,
+        /// Stored entries of `X`.
+        nnz: usize,
+    },
+    /// [`crate::sparse_input::SparseInput::tn_sum`]: `G (k × m) = Xᵀ · B` for `X (n × k, nnz
+    /// stored)` and `B (n × m)`.
+    SparseTnSum {
+        /// Rows of `X` and `B` (the summed dimension).
+        n: usize,
+        /// Columns of `X`.
+        k: usize,
+        /// Columns of `B`.
+        m: usize,
+        /// Stored entries of `X`.
+        nnz: usize,
+    },
 }
 
 impl Product {
     /// Floating-point operations of the product (`2·n·k·m`).
     pub fn flops(&self) -> f64 {
-        let (Self::Rows { n, k, m, .. } | Self::TnSum { n, k, m }) = *self;
-        2.0 * n as f64 * k as f64 * m as f64
+        match *self {
+            Self::Rows { n, k, m, .. } | Self::TnSum { n, k, m } => {
+                2.0 * n as f64 * k as f64 * m as f64
+            }
+            // Only the stored entries are multiplied (`2·nnz·m`).
+            Self::SparseRows { nnz, m, .. } | Self::SparseTnSum { nnz, m, .. } => {
+                2.0 * nnz as f64 * m as f64
+            }
+        }
     }
 }
 
@@ -72,6 +102,12 @@ impl std::fmt::Display for Product {
                 op_w: Op::T,
             } => write!(f, "A[{n}x{k}]·W[{m}x{k}]ᵀ"),
             Self::TnSum { n, k, m } => write!(f, "A[{n}x{k}]ᵀ·B[{n}x{m}]"),
+            Self::SparseRows { n, k, m, nnz } => {
+                write!(f, "X[{n}x{k}, {nnz} stored]·W[{k}x{m}]")
+            }
+            Self::SparseTnSum { n, k, m, nnz } => {
+                write!(f, "X[{n}x{k}, {nnz} stored]ᵀ·B[{n}x{m}]")
+            }
         }
     }
 }
@@ -93,7 +129,7 @@ pub fn stop_recording() -> Vec<Product> {
     RECORDING.with(|r| r.borrow_mut().take().unwrap_or_default())
 }
 
-fn record(p: Product) {
+pub(crate) fn record(p: Product) {
     RECORDING.with(|r| {
         if let Some(log) = r.borrow_mut().as_mut() {
             log.push(p);

@@ -111,12 +111,23 @@ fn pass_body<T: Scalar, const W: usize>(
                 }
             }
         } else {
+            // A narrower pass (e.g. 7 classes in a pass of 8) still runs at the full width
+            // wherever X has W values from the row's offset on: the lanes past `w` read the
+            // next columns (or row) and are never stored, and lanes `..w` are computed as
+            // they would be alone. Only the last rows of X, whose W values would run past its
+            // end, take the `w`-wide loop.
             for k in s..e {
                 ahead(k);
                 let a = data[k];
                 let off = indices[k] as usize * ldx + f0;
-                for (acc_j, &x_j) in acc[..w].iter_mut().zip(&xs[off..off + w]) {
-                    *acc_j += a * x_j;
+                if let Some(xr) = xs.get(off..off + W).and_then(|x| x.first_chunk::<W>()) {
+                    for (acc_j, &x_j) in acc.iter_mut().zip(xr) {
+                        *acc_j += a * x_j;
+                    }
+                } else {
+                    for (acc_j, &x_j) in acc[..w].iter_mut().zip(&xs[off..off + w]) {
+                        *acc_j += a * x_j;
+                    }
                 }
             }
         }
