@@ -156,6 +156,38 @@ pub fn gemm_tn_acc(
 /// the sum of one fused multiply-add chain per pass, the passes added in order.
 pub(crate) const KC: usize = 256;
 
+/// Calls `x86::$avx512::<M>(args…)` or `x86::$avx2::<M>(args…)` (functions of the calling
+/// module, generic over the output width `M`, compiled for AVX-512F + FMA and for AVX2 + FMA)
+/// for the narrow width `$m` (8, 16, 24, else 32): the AVX-512 build where the CPU has AVX-512F.
+/// Only for callers that checked [`narrow_applies`] for `$m` (which detected AVX2 and FMA).
+macro_rules! narrow_dispatch {
+    ($m:expr, $avx512:ident, $avx2:ident, ($($arg:expr),* $(,)?)) => {
+        if std::is_x86_feature_detected!("avx512f") {
+            // SAFETY: AVX-512F was detected just above, and FMA by `narrow_applies`, which
+            // the caller checked.
+            unsafe {
+                match $m {
+                    8 => x86::$avx512::<8>($($arg),*),
+                    16 => x86::$avx512::<16>($($arg),*),
+                    24 => x86::$avx512::<24>($($arg),*),
+                    _ => x86::$avx512::<32>($($arg),*),
+                }
+            }
+        } else {
+            // SAFETY: `narrow_applies`, which the caller checked, detected AVX2 and FMA.
+            unsafe {
+                match $m {
+                    8 => x86::$avx2::<8>($($arg),*),
+                    16 => x86::$avx2::<16>($($arg),*),
+                    24 => x86::$avx2::<24>($($arg),*),
+                    _ => x86::$avx2::<32>($($arg),*),
+                }
+            }
+        }
+    };
+}
+pub(crate) use narrow_dispatch;
+
 /// Whether [`narrow_rows`] can compute `A (rows × k) · W (k × m)` here with the bits of
 /// [`gemm`]: `W` stored as is, `m` one to four vectors of 8 lanes, `k` deep enough for streaming
 /// the rows of `A` to beat packing them, and `matrixmultiply` using a fused multiply-add kernel
@@ -206,25 +238,7 @@ pub fn narrow_rows(
     let (a, w, c) = (&a[..rows * k], &w[..k * m], &mut c[..rows * m]);
     let skip = w_finite;
     #[cfg(target_arch = "x86_64")]
-    {
-        macro_rules! go {
-            ($f:ident) => {
-                match m {
-                    8 => x86::$f::<8>(a, k, w, c, skip),
-                    16 => x86::$f::<16>(a, k, w, c, skip),
-                    24 => x86::$f::<24>(a, k, w, c, skip),
-                    _ => x86::$f::<32>(a, k, w, c, skip),
-                }
-            };
-        }
-        if std::is_x86_feature_detected!("avx512f") {
-            // SAFETY: AVX-512F was detected just above.
-            unsafe { go!(narrow_avx512) }
-        } else {
-            // SAFETY: `narrow_applies` (asserted above) checked AVX2 and FMA.
-            unsafe { go!(narrow_avx2) }
-        }
-    }
+    narrow_dispatch!(m, narrow_avx512, narrow_avx2, (a, k, w, c, skip));
 }
 
 /// The body of [`narrow_rows`] for `M` output columns, compiled into each instruction set's
@@ -302,25 +316,12 @@ pub fn narrow_tn_acc(
     let (b, c) = (&b[..rows * m], &mut c[..k * m]);
     let skip = b.iter().all(|v| v.is_finite());
     #[cfg(target_arch = "x86_64")]
-    {
-        macro_rules! go {
-            ($f:ident) => {
-                match m {
-                    8 => x86::$f::<8>(a, lda, rows, b, c, skip),
-                    16 => x86::$f::<16>(a, lda, rows, b, c, skip),
-                    24 => x86::$f::<24>(a, lda, rows, b, c, skip),
-                    _ => x86::$f::<32>(a, lda, rows, b, c, skip),
-                }
-            };
-        }
-        if std::is_x86_feature_detected!("avx512f") {
-            // SAFETY: AVX-512F was detected just above.
-            unsafe { go!(narrow_tn_avx512) }
-        } else {
-            // SAFETY: `narrow_applies` (asserted above) checked AVX2 and FMA.
-            unsafe { go!(narrow_tn_avx2) }
-        }
-    }
+    narrow_dispatch!(
+        m,
+        narrow_tn_avx512,
+        narrow_tn_avx2,
+        (a, lda, rows, b, c, skip)
+    );
 }
 
 /// Bit `i` set for each `group[i]` (at most 16) that is not ±0 (NaN included).

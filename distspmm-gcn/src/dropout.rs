@@ -138,25 +138,9 @@ impl RowKey {
     /// If the two slices differ in length.
     pub fn apply(&self, first_col: usize, src: &[f32], dst: &mut [f32]) {
         assert_eq!(src.len(), dst.len(), "dropout: row lengths differ");
-        if self.threshold == 0 {
-            let s = self.scale();
-            dst.iter_mut().zip(src).for_each(|(d, &v)| *d = v * s);
-            return;
-        }
-        match isa() {
-            #[cfg(target_arch = "x86_64")]
-            Isa::Avx512 => {
-                // SAFETY: `isa()` returned Avx512 only after detecting AVX-512F on this CPU.
-                unsafe { x86::apply_avx512(self, first_col, src, dst) }
-            }
-            #[cfg(target_arch = "x86_64")]
-            Isa::Avx2 => {
-                // SAFETY: `isa()` returned Avx2 only after detecting AVX2 on this CPU.
-                unsafe { x86::apply_avx2(self, first_col, src, dst) }
-            }
-            Isa::Portable => apply_portable(self, first_col, src, dst),
-        }
+        self.run(Cols::From(first_col), src, dst);
     }
+
     /// `dst[j] = src[j] · scale` if column `cols[j]` is kept, else 0: [`RowKey::apply`] for the
     /// stored entries of a sparse row (their columns listed), with the same decisions and values.
     ///
@@ -167,6 +151,11 @@ impl RowKey {
             cols.len() == src.len() && src.len() == dst.len(),
             "dropout: row lengths differ"
         );
+        self.run(Cols::At(cols), src, dst);
+    }
+
+    /// Both of the above, on the widest instruction set this CPU has.
+    fn run(&self, cols: Cols<'_>, src: &[f32], dst: &mut [f32]) {
         if self.threshold == 0 {
             let s = self.scale();
             dst.iter_mut().zip(src).for_each(|(d, &v)| *d = v * s);
@@ -176,16 +165,24 @@ impl RowKey {
             #[cfg(target_arch = "x86_64")]
             Isa::Avx512 => {
                 // SAFETY: `isa()` returned Avx512 only after detecting AVX-512F on this CPU.
-                unsafe { x86::apply_at_avx512(self, cols, src, dst) }
+                unsafe { x86::apply_avx512(self, cols, src, dst) }
             }
             #[cfg(target_arch = "x86_64")]
             Isa::Avx2 => {
                 // SAFETY: `isa()` returned Avx2 only after detecting AVX2 on this CPU.
-                unsafe { x86::apply_at_avx2(self, cols, src, dst) }
+                unsafe { x86::apply_avx2(self, cols, src, dst) }
             }
-            Isa::Portable => apply_at_body(self, cols, src, dst),
+            Isa::Portable => apply_body(self, cols, src, dst),
         }
     }
+}
+
+/// The columns of a row's entries: consecutive from a first column, or listed (the stored
+/// entries of a sparse row).
+#[derive(Debug, Clone, Copy)]
+enum Cols<'a> {
+    From(usize),
+    At(&'a [u32]),
 }
 
 /// The 24-bit draw of column `col` of the row with keys `(mul, add)`.
@@ -212,58 +209,52 @@ fn splitmix64(mut x: u64) -> u64 {
 }
 
 /// The loop every instruction set compiles: branch-free, lane-wise, so LLVM vectorises it at
-/// the width the enclosing function's target features allow.
+/// the width the enclosing function's target features allow (listed columns are loaded as a
+/// vector like the values: no gather).
 #[inline(always)]
 #[allow(
     clippy::cast_possible_truncation,
     reason = "columns are below the feature width, a u32 (the chunk's feature_dim)"
 )]
-fn apply_body(key: &RowKey, first_col: usize, src: &[f32], dst: &mut [f32]) {
-    let (mul, add, threshold, scale) = (key.mul, key.add, key.threshold, key.scale());
-    let first = first_col as u32;
-    for (j, (d, &s)) in dst.iter_mut().zip(src).enumerate() {
-        let keep = draw(mul, add, first.wrapping_add(j as u32)) >= threshold;
-        *d = if keep { s * scale } else { 0.0 };
+fn apply_body(key: &RowKey, cols: Cols<'_>, src: &[f32], dst: &mut [f32]) {
+    // A function, not a closure, so that it is compiled with the caller's target features.
+    #[inline(always)]
+    fn one(key: &RowKey, scale: f32, s: f32, c: u32) -> f32 {
+        let keep = draw(key.mul, key.add, c) >= key.threshold;
+        if keep {
+            s * scale
+        } else {
+            0.0
+        }
     }
-}
-
-/// [`apply_body`] over listed columns (a gather-free lane-wise loop: the columns are loaded
-/// as a vector like the values).
-#[inline(always)]
-fn apply_at_body(key: &RowKey, cols: &[u32], src: &[f32], dst: &mut [f32]) {
-    let (mul, add, threshold, scale) = (key.mul, key.add, key.threshold, key.scale());
-    for ((d, &s), &c) in dst.iter_mut().zip(src).zip(cols) {
-        let keep = draw(mul, add, c) >= threshold;
-        *d = if keep { s * scale } else { 0.0 };
+    let scale = key.scale();
+    match cols {
+        Cols::From(first_col) => {
+            let first = first_col as u32;
+            for (j, (d, &s)) in dst.iter_mut().zip(src).enumerate() {
+                *d = one(key, scale, s, first.wrapping_add(j as u32));
+            }
+        }
+        Cols::At(cols) => {
+            for ((d, &s), &c) in dst.iter_mut().zip(src).zip(cols) {
+                *d = one(key, scale, s, c);
+            }
+        }
     }
-}
-
-fn apply_portable(key: &RowKey, first_col: usize, src: &[f32], dst: &mut [f32]) {
-    apply_body(key, first_col, src, dst);
 }
 
 #[cfg(target_arch = "x86_64")]
 mod x86 {
-    use super::{apply_at_body, apply_body, RowKey};
+    use super::{apply_body, Cols, RowKey};
 
     #[target_feature(enable = "avx512f")]
-    pub(super) fn apply_at_avx512(key: &RowKey, cols: &[u32], src: &[f32], dst: &mut [f32]) {
-        apply_at_body(key, cols, src, dst);
+    pub(super) fn apply_avx512(key: &RowKey, cols: Cols<'_>, src: &[f32], dst: &mut [f32]) {
+        apply_body(key, cols, src, dst);
     }
 
     #[target_feature(enable = "avx2")]
-    pub(super) fn apply_at_avx2(key: &RowKey, cols: &[u32], src: &[f32], dst: &mut [f32]) {
-        apply_at_body(key, cols, src, dst);
-    }
-
-    #[target_feature(enable = "avx512f")]
-    pub(super) fn apply_avx512(key: &RowKey, first_col: usize, src: &[f32], dst: &mut [f32]) {
-        apply_body(key, first_col, src, dst);
-    }
-
-    #[target_feature(enable = "avx2")]
-    pub(super) fn apply_avx2(key: &RowKey, first_col: usize, src: &[f32], dst: &mut [f32]) {
-        apply_body(key, first_col, src, dst);
+    pub(super) fn apply_avx2(key: &RowKey, cols: Cols<'_>, src: &[f32], dst: &mut [f32]) {
+        apply_body(key, cols, src, dst);
     }
 }
 
@@ -319,21 +310,22 @@ mod tests {
 
     /// Every instruction-set variant this CPU has.
     fn variants() -> Vec<(&'static str, Apply)> {
-        let mut v: Vec<(&'static str, Apply)> = vec![("portable", apply_portable)];
+        let mut v: Vec<(&'static str, Apply)> =
+            vec![("portable", |k, c, s, d| apply_body(k, Cols::From(c), s, d))];
         #[cfg(target_arch = "x86_64")]
         {
             if std::is_x86_feature_detected!("avx2") {
                 v.push((
                     "avx2",
                     // SAFETY: AVX2 was detected just above.
-                    |k, c, s, d| unsafe { x86::apply_avx2(k, c, s, d) },
+                    |k, c, s, d| unsafe { x86::apply_avx2(k, Cols::From(c), s, d) },
                 ));
             }
             if std::is_x86_feature_detected!("avx512f") {
                 v.push((
                     "avx512",
                     // SAFETY: AVX-512F was detected just above.
-                    |k, c, s, d| unsafe { x86::apply_avx512(k, c, s, d) },
+                    |k, c, s, d| unsafe { x86::apply_avx512(k, Cols::From(c), s, d) },
                 ));
             }
         }

@@ -14,7 +14,6 @@
 //! softmax/NLL, bias gradients, Adam, allreduces), so it is a floor that the epoch cannot
 //! reach: `epoch_over_sum` is at least 1 up to noise.
 
-use crate::dropout::DropoutKey;
 use crate::model::{len_of, zeros, Aggregate};
 use crate::par::{self, Product};
 use crate::sparse_input::SparseInput;
@@ -243,20 +242,7 @@ pub fn time_gemm(products: &[Product], reps: usize) -> Result<Vec<KernelTime>> {
                     let mut x = sparse_operand(n, k, m, nnz, what)?;
                     let b = operand(len_of(n, m, what)?, 5, what)?;
                     let mut out = zeros(len_of(k, m, what)?, what)?;
-                    // The values the weight gradient reads: a dropout keeping everything.
-                    let ids: Vec<u64> = (0..n as u64).collect();
-                    let keep_all = DropoutKey {
-                        seed: 0,
-                        epoch: 0,
-                        layer: 0,
-                        p: 0.0,
-                    };
-                    x.product(
-                        Some((&keep_all, &ids)),
-                        &zeros(len_of(k, m, what)?, what)?,
-                        m,
-                        &mut zeros(len_of(n, m, what)?, what)?,
-                    );
+                    x.keep_all();
                     median_time(reps, || {
                         anyhow::ensure!(x.tn_sum(&b, m, &mut out), "the operand is finite");
                         Ok(())

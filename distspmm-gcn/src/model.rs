@@ -1032,6 +1032,15 @@ pub(crate) mod testing {
         }
     }
 
+    /// Runs `f` on a fresh rayon pool of `threads` threads.
+    pub(crate) fn pool<T: Send>(threads: usize, f: impl FnOnce() -> T + Send) -> T {
+        rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .build()
+            .expect("a test thread pool")
+            .install(f)
+    }
+
     /// A single rank: sums are the identity.
     pub(crate) struct Alone;
     impl Reduce for Alone {
@@ -1052,7 +1061,7 @@ pub(crate) mod testing {
 mod tests {
     use super::*;
 
-    use super::testing::{Alone, DenseAgg};
+    use super::testing::{pool, Alone, DenseAgg};
 
     fn setup(
         layers: usize,
@@ -1227,28 +1236,24 @@ mod tests {
         cfg.classes = 5;
         cfg.dropout = 0.5;
         let run = |dense: bool, threads: usize| {
-            rayon::ThreadPoolBuilder::new()
-                .num_threads(threads)
-                .build()
-                .unwrap()
-                .install(|| {
-                    let mut agg = DenseAgg { n, a: a.clone() };
-                    let mut model = Gcn::new(cfg.clone(), n, 100).unwrap();
-                    if dense {
-                        model.first_input = FirstInput::Dense((x.as_ptr() as usize, x.len()));
-                    }
-                    let mut losses = Vec::new();
-                    for epoch in 0..6 {
-                        losses.push(
-                            model
-                                .train_step(&mut agg, &mut Alone, &data, epoch)
-                                .unwrap(),
-                        );
-                        losses.push(model.evaluate(&mut agg, &mut Alone, &data).unwrap().loss);
-                    }
-                    let sparse = matches!(model.first_input, FirstInput::Sparse(_));
-                    (losses, model.params, sparse)
-                })
+            pool(threads, || {
+                let mut agg = DenseAgg { n, a: a.clone() };
+                let mut model = Gcn::new(cfg.clone(), n, 100).unwrap();
+                if dense {
+                    model.first_input = FirstInput::Dense((x.as_ptr() as usize, x.len()));
+                }
+                let mut losses = Vec::new();
+                for epoch in 0..6 {
+                    losses.push(
+                        model
+                            .train_step(&mut agg, &mut Alone, &data, epoch)
+                            .unwrap(),
+                    );
+                    losses.push(model.evaluate(&mut agg, &mut Alone, &data).unwrap().loss);
+                }
+                let sparse = matches!(model.first_input, FirstInput::Sparse(_));
+                (losses, model.params, sparse)
+            })
         };
         let (want, want_params, was_sparse) = run(true, 2);
         assert!(!was_sparse, "forced dense");

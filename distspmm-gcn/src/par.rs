@@ -445,13 +445,7 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
-    fn pool<T: Send>(threads: usize, f: impl FnOnce() -> T + Send) -> T {
-        rayon::ThreadPoolBuilder::new()
-            .num_threads(threads)
-            .build()
-            .unwrap()
-            .install(f)
-    }
+    use crate::model::testing::pool;
 
     fn values(len: usize, seed: u32) -> Vec<f32> {
         (0..len)

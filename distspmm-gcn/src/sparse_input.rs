@@ -20,6 +20,8 @@
 //! 8–32 wide and fused multiply-add on this CPU), so that the chains are the same; and only when
 //! at most one entry in [`MAX_DENSITY`] is non-zero.
 
+#[cfg(target_arch = "x86_64")]
+use super::dense::narrow_dispatch;
 use super::dense::{narrow_applies, Op, KC};
 use super::dropout::DropoutKey;
 use super::par::{self, Product};
@@ -194,19 +196,16 @@ impl SparseInput {
         }
         let leaf = |rows: Range<usize>, c: &mut [f32], kept: &mut [f32]| {
             let first = ptr[rows.start];
-            for (i, r) in rows.enumerate() {
+            let offsets = &ptr[rows.start..=rows.end];
+            let Some((key, ids)) = dropout else {
+                return rows_kernel(offsets, cols, (vals, 0), w, m, c);
+            };
+            for r in rows {
                 let at = ptr[r]..ptr[r + 1];
-                let (cs, vs) = (&cols[at.clone()], &vals[at.clone()]);
-                let v: &[f32] = match dropout {
-                    Some((key, ids)) => {
-                        let k = &mut kept[at.start - first..at.end - first];
-                        key.row(ids[r]).apply_at(cs, vs, k);
-                        k
-                    }
-                    None => vs,
-                };
-                rows_kernel(cs, v, w, m, &mut c[i * m..(i + 1) * m]);
+                let k = &mut kept[at.start - first..at.end - first];
+                key.row(ids[r]).apply_at(&cols[at.clone()], &vals[at], k);
             }
+            rows_kernel(offsets, cols, (kept, first), w, m, c);
         };
         split_rows(ptr, 0..self.rows, grain, m, c, kept, &leaf);
     }
@@ -239,21 +238,18 @@ impl SparseInput {
         );
         let block_of_pass = &self.block_of_pass[..];
         let leaf = |cols: Range<usize>, out: &mut [f32], _: &mut [f32]| {
-            for (i, c) in cols.enumerate() {
-                let at = col_ptr[c]..col_ptr[c + 1];
-                tn_kernel(
-                    &col_rows[at.clone()],
-                    &col_pos[at],
-                    kept,
-                    b,
-                    m,
-                    block_of_pass,
-                    &mut out[i * m..(i + 1) * m],
-                );
-            }
+            let offsets = &col_ptr[cols.start..=cols.end];
+            tn_kernel(offsets, col_rows, col_pos, kept, b, m, block_of_pass, out);
         };
         split_rows(col_ptr, 0..self.k, grain, m, out, &mut [], &leaf);
         true
+    }
+
+    /// Takes the stored values undropped as the values [`Self::tn_sum`] reads, as a training
+    /// [`Self::product`] with a dropout of 0 would (the replay of the weight gradient in
+    /// isolation).
+    pub fn keep_all(&mut self) {
+        self.kept.copy_from_slice(&self.vals);
     }
 
     /// Writes the values of the last training [`Self::product`] into the dense `rows × k`
@@ -325,34 +321,23 @@ fn split_rows<F>(
     );
 }
 
-/// `out = Σ_j v[j] · W[cols[j]]` for one row (`m` wide), one chain per pass of [`KC`] columns
+/// `out[i] = Σ_j v[j] · W[cols[j]]` over row `i`'s entries `offsets[i]..offsets[i + 1]` (`m`
+/// wide; `v.0` holds the values from position `v.1` on), one chain per pass of [`KC`] columns
 /// from zero, the passes added in order: `dense::narrow_rows`' bits.
-fn rows_kernel(cols: &[u32], v: &[f32], w: &[f32], m: usize, out: &mut [f32]) {
+fn rows_kernel(
+    offsets: &[usize],
+    cols: &[u32],
+    v: (&[f32], usize),
+    w: &[f32],
+    m: usize,
+    out: &mut [f32],
+) {
     #[cfg(target_arch = "x86_64")]
-    {
-        macro_rules! go {
-            ($f:ident) => {
-                match m {
-                    8 => x86::$f::<8>(cols, v, w, out),
-                    16 => x86::$f::<16>(cols, v, w, out),
-                    24 => x86::$f::<24>(cols, v, w, out),
-                    _ => x86::$f::<32>(cols, v, w, out),
-                }
-            };
-        }
-        if std::is_x86_feature_detected!("avx512f") {
-            // SAFETY: AVX-512F was detected just above (and FMA by `narrow_applies` when the
-            // input was built).
-            unsafe { go!(rows_avx512) }
-        } else {
-            // SAFETY: `narrow_applies`, checked when the input was built, detected AVX2 and FMA.
-            unsafe { go!(rows_avx2) }
-        }
-    }
+    narrow_dispatch!(m, rows_avx512, rows_avx2, (offsets, cols, v, w, out));
     #[cfg(not(target_arch = "x86_64"))]
     {
         // `narrow_applies` is false off x86_64, so no input is ever built there.
-        let _ = (cols, v, w, m, out);
+        let _ = (offsets, cols, v, w, m, out);
         unreachable!("the sparse input is built only where the narrow kernels apply");
     }
 }
@@ -373,28 +358,42 @@ fn flush_if<const M: usize>(flush: bool, from: &mut [f32; M], to: &mut [f32; M])
 /// chain changes nothing when `w` is finite (see the module documentation), and a test per
 /// entry would be a branch taken at random.
 #[inline(always)]
-fn rows_body<const M: usize>(cols: &[u32], v: &[f32], w: &[f32], out: &mut [f32]) {
-    let mut total = [0.0f32; M];
-    let mut acc = [0.0f32; M];
-    let mut pass = 0;
-    for (&c, &x) in cols.iter().zip(v) {
-        let c = c as usize;
-        flush_if(c / KC != pass, &mut acc, &mut total);
-        pass = c / KC;
-        let row = &w[c * M..][..M];
-        for (s, &wv) in acc.iter_mut().zip(row) {
-            *s = x.mul_add(wv, *s);
+fn rows_body<const M: usize>(
+    offsets: &[usize],
+    cols: &[u32],
+    (v, vbase): (&[f32], usize),
+    w: &[f32],
+    out: &mut [f32],
+) {
+    for (at, o) in offsets.windows(2).zip(out.chunks_exact_mut(M)) {
+        let (mut total, mut acc, mut pass) = ([0.0f32; M], [0.0f32; M], 0);
+        for (&c, &x) in cols[at[0]..at[1]]
+            .iter()
+            .zip(&v[at[0] - vbase..at[1] - vbase])
+        {
+            let c = c as usize;
+            flush_if(c / KC != pass, &mut acc, &mut total);
+            pass = c / KC;
+            for (s, &wv) in acc.iter_mut().zip(&w[c * M..][..M]) {
+                *s = x.mul_add(wv, *s);
+            }
         }
+        flush_if(true, &mut acc, &mut total);
+        o.copy_from_slice(&total);
     }
-    flush_if(true, &mut acc, &mut total);
-    out[..M].copy_from_slice(&total);
 }
 
-/// `out = Σ_r kept[pos_r] · b[r]` for one column (its rows `rows`, their CSR positions `pos`):
-/// one chain per pass of [`KC`] rows from zero, the passes of each reduction block
-/// (`block_of_pass[pass]`) added in order, the blocks added in order from zero:
-/// `par::gemm_tn_sum`'s bits (zeros multiplied like the others, see [`rows_body`]).
+/// `out[i] = Σ_r kept[pos_r] · b[r]` over column `i`'s entries `offsets[i]..offsets[i + 1]`
+/// (their rows `rows`, CSR positions `pos`): one chain per pass of [`KC`] rows from zero, the
+/// passes of each reduction block (`block_of_pass[pass]`) added in order, the blocks added in
+/// order from zero: `par::gemm_tn_sum`'s bits (zeros multiplied like the others, see
+/// [`rows_body`]).
+#[allow(
+    clippy::too_many_arguments,
+    reason = "the transposed structure's three arrays, the operands and the block map"
+)]
 fn tn_kernel(
+    offsets: &[usize],
     rows: &[u32],
     pos: &[usize],
     kept: &[f32],
@@ -404,35 +403,22 @@ fn tn_kernel(
     out: &mut [f32],
 ) {
     #[cfg(target_arch = "x86_64")]
-    {
-        macro_rules! go {
-            ($f:ident) => {
-                match m {
-                    8 => x86::$f::<8>(rows, pos, kept, b, block_of_pass, out),
-                    16 => x86::$f::<16>(rows, pos, kept, b, block_of_pass, out),
-                    24 => x86::$f::<24>(rows, pos, kept, b, block_of_pass, out),
-                    _ => x86::$f::<32>(rows, pos, kept, b, block_of_pass, out),
-                }
-            };
-        }
-        if std::is_x86_feature_detected!("avx512f") {
-            // SAFETY: AVX-512F was detected just above (and FMA by `narrow_applies` when the
-            // input was built).
-            unsafe { go!(tn_avx512) }
-        } else {
-            // SAFETY: `narrow_applies`, checked when the input was built, detected AVX2 and FMA.
-            unsafe { go!(tn_avx2) }
-        }
-    }
+    narrow_dispatch!(
+        m,
+        tn_avx512,
+        tn_avx2,
+        (offsets, rows, pos, kept, b, block_of_pass, out)
+    );
     #[cfg(not(target_arch = "x86_64"))]
     {
-        let _ = (rows, pos, kept, b, m, block_of_pass, out);
+        let _ = (offsets, rows, pos, kept, b, m, block_of_pass, out);
         unreachable!("the sparse input is built only where the narrow kernels apply");
     }
 }
 
 #[inline(always)]
 fn tn_body<const M: usize>(
+    offsets: &[usize],
     rows: &[u32],
     pos: &[usize],
     kept: &[f32],
@@ -440,23 +426,23 @@ fn tn_body<const M: usize>(
     block_of_pass: &[u32],
     out: &mut [f32],
 ) {
-    let (mut total, mut in_block, mut acc) = ([0.0f32; M], [0.0f32; M], [0.0f32; M]);
-    let (mut pass, mut blk) = (0, 0);
-    for (&r, &p) in rows.iter().zip(pos) {
-        let (x, r) = (kept[p], r as usize);
-        let q = r / KC;
-        let bq = block_of_pass[q];
-        flush_if(q != pass, &mut acc, &mut in_block);
-        flush_if(bq != blk, &mut in_block, &mut total);
-        (pass, blk) = (q, bq);
-        let brow = &b[r * M..][..M];
-        for (s, &bv) in acc.iter_mut().zip(brow) {
-            *s = x.mul_add(bv, *s);
+    for (at, o) in offsets.windows(2).zip(out.chunks_exact_mut(M)) {
+        let (mut total, mut in_block, mut acc) = ([0.0f32; M], [0.0f32; M], [0.0f32; M]);
+        let (mut pass, mut blk) = (0, 0);
+        for (&r, &p) in rows[at[0]..at[1]].iter().zip(&pos[at[0]..at[1]]) {
+            let (x, r) = (kept[p], r as usize);
+            let (q, bq) = (r / KC, block_of_pass[r / KC]);
+            flush_if(q != pass, &mut acc, &mut in_block);
+            flush_if(bq != blk, &mut in_block, &mut total);
+            (pass, blk) = (q, bq);
+            for (s, &bv) in acc.iter_mut().zip(&b[r * M..][..M]) {
+                *s = x.mul_add(bv, *s);
+            }
         }
+        flush_if(true, &mut acc, &mut in_block);
+        flush_if(true, &mut in_block, &mut total);
+        o.copy_from_slice(&total);
     }
-    flush_if(true, &mut acc, &mut in_block);
-    flush_if(true, &mut in_block, &mut total);
-    out[..M].copy_from_slice(&total);
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -464,17 +450,30 @@ mod x86 {
     use super::{rows_body, tn_body};
 
     #[target_feature(enable = "avx512f,fma")]
-    pub(super) fn rows_avx512<const M: usize>(cols: &[u32], v: &[f32], w: &[f32], out: &mut [f32]) {
-        rows_body::<M>(cols, v, w, out);
+    pub(super) fn rows_avx512<const M: usize>(
+        offsets: &[usize],
+        cols: &[u32],
+        v: (&[f32], usize),
+        w: &[f32],
+        out: &mut [f32],
+    ) {
+        rows_body::<M>(offsets, cols, v, w, out);
     }
 
     #[target_feature(enable = "avx2,fma")]
-    pub(super) fn rows_avx2<const M: usize>(cols: &[u32], v: &[f32], w: &[f32], out: &mut [f32]) {
-        rows_body::<M>(cols, v, w, out);
+    pub(super) fn rows_avx2<const M: usize>(
+        offsets: &[usize],
+        cols: &[u32],
+        v: (&[f32], usize),
+        w: &[f32],
+        out: &mut [f32],
+    ) {
+        rows_body::<M>(offsets, cols, v, w, out);
     }
 
     #[target_feature(enable = "avx512f,fma")]
     pub(super) fn tn_avx512<const M: usize>(
+        offsets: &[usize],
         rows: &[u32],
         pos: &[usize],
         kept: &[f32],
@@ -482,11 +481,12 @@ mod x86 {
         block_of_pass: &[u32],
         out: &mut [f32],
     ) {
-        tn_body::<M>(rows, pos, kept, b, block_of_pass, out);
+        tn_body::<M>(offsets, rows, pos, kept, b, block_of_pass, out);
     }
 
     #[target_feature(enable = "avx2,fma")]
     pub(super) fn tn_avx2<const M: usize>(
+        offsets: &[usize],
         rows: &[u32],
         pos: &[usize],
         kept: &[f32],
@@ -494,7 +494,7 @@ mod x86 {
         block_of_pass: &[u32],
         out: &mut [f32],
     ) {
-        tn_body::<M>(rows, pos, kept, b, block_of_pass, out);
+        tn_body::<M>(offsets, rows, pos, kept, b, block_of_pass, out);
     }
 }
 
@@ -507,13 +507,7 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
-    fn pool<T: Send>(threads: usize, f: impl FnOnce() -> T + Send) -> T {
-        rayon::ThreadPoolBuilder::new()
-            .num_threads(threads)
-            .build()
-            .unwrap()
-            .install(f)
-    }
+    use crate::model::testing::pool;
 
     /// A `rows × k` matrix with about `per_mille` ‰ non-zeros (a fixed hash of the index);
     /// values of both signs, some tiny.
