@@ -179,8 +179,9 @@ const char *dsp_last_error(void);
 // the ranks agree on the outcome, so when any rank fails every rank fails: the failing rank
 // with its own status and message, the others with `DSP_STATUS_PEER_FAILED` naming it. A
 // directory with P parts opened under a different number of ranks is
-// `DSP_STATUS_PARTS_MISMATCH` on every rank; different partitions on different ranks are
-// `DSP_STATUS_ARGUMENT_MISMATCH`. On failure `*out` is NULL.
+// `DSP_STATUS_PARTS_MISMATCH` on every rank; directories of different partitions, or of one
+// partition of different data (features, labels, masks, edges: a stale copy on one host), on
+// different ranks are `DSP_STATUS_ARGUMENT_MISMATCH`. On failure `*out` is NULL.
 //
 // # Safety
 // `comm` is NULL or a live `dsp_comm *`; `dir` is NULL or a NUL-terminated path; `out` is

@@ -5,10 +5,10 @@ use std::ffi::c_char;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use chunk_format::{ChunkHeader, ChunkView, MappedChunk};
+use chunk_format::{ChunkHeader, ChunkView};
 use dist_comm::Group;
 use distspmm_core::chunk::ChunkDir;
-use distspmm_op::{open_rank_chunk, OpenError};
+use distspmm_op::{open_rank_chunk, OpenError, RankChunk};
 
 use crate::boundary::{
     ffi_boundary, ffi_boundary_void, with_sources, Error, Handle, OutPtr, Status,
@@ -24,7 +24,7 @@ use crate::comm::{agree, Comm};
 #[derive(Debug)]
 pub struct Chunk {
     dir: ChunkDir,
-    mapped: Arc<MappedChunk>,
+    mapped: Arc<RankChunk>,
 }
 
 impl Handle for Chunk {
@@ -41,8 +41,9 @@ impl Chunk {
         self.mapped.view().header()
     }
 
-    /// The mapped chunk, shared with the operators built from it.
-    pub(crate) fn mapped(&self) -> &Arc<MappedChunk> {
+    /// The mapped chunk (with what its directory lists, which the operators' agreement
+    /// compares across ranks), shared with the operators built from it.
+    pub(crate) fn mapped(&self) -> &Arc<RankChunk> {
         &self.mapped
     }
 }
@@ -90,11 +91,12 @@ impl From<OpenError> for Error {
     }
 }
 
-/// The partition fingerprint folded into one word (equal on every rank of one run).
-fn fingerprint_key(chunk: &Chunk) -> u64 {
-    let f = chunk.dir.fingerprint();
-    let word = |i: usize| u64::from_le_bytes(f[i..i + 8].try_into().expect("8 bytes"));
-    word(0) ^ word(8)
+/// The content digest the chunk's directory lists, folded into one word: equal on every rank
+/// that opened a copy of one directory, different for another partition (each chunk's checksum
+/// covers its header's fingerprint) or a stale copy of other data.
+fn content_key(chunk: &Chunk) -> u64 {
+    let [hi, lo] = chunk.mapped.listed();
+    hi ^ lo
 }
 
 /// Opens `dir` (a chunk directory from `distspmm partition`) and maps this rank's chunk,
@@ -102,8 +104,9 @@ fn fingerprint_key(chunk: &Chunk) -> u64 {
 /// the ranks agree on the outcome, so when any rank fails every rank fails: the failing rank
 /// with its own status and message, the others with `DSP_STATUS_PEER_FAILED` naming it. A
 /// directory with P parts opened under a different number of ranks is
-/// `DSP_STATUS_PARTS_MISMATCH` on every rank; different partitions on different ranks are
-/// `DSP_STATUS_ARGUMENT_MISMATCH`. On failure `*out` is NULL.
+/// `DSP_STATUS_PARTS_MISMATCH` on every rank; directories of different partitions, or of one
+/// partition of different data (features, labels, masks, edges: a stale copy on one host), on
+/// different ranks are `DSP_STATUS_ARGUMENT_MISMATCH`. On failure `*out` is NULL.
 ///
 /// # Safety
 /// `comm` is NULL or a live `dsp_comm *`; `dir` is NULL or a NUL-terminated path; `out` is
@@ -129,15 +132,19 @@ pub unsafe extern "C" fn dsp_chunk_open(
             .as_ref()
             .map_err(Error::clone)
             .and_then(|_| open_local(dir, mpi.rank(), mpi.size()));
-        let key = local.as_ref().map(fingerprint_key).map_err(Error::clone);
-        agree(mpi, key, |k| format!("partition fingerprint {k:016x}")).map_err(|e| {
+        let key = local.as_ref().map(content_key).map_err(Error::clone);
+        agree(mpi, key, |k| format!("content digest {k:016x}")).map_err(|e| {
             if e.status == Status::ArgumentMismatch {
                 Error::new(
                     e.status,
                     format!(
-                        "the ranks opened different partitions ({}); pass the same chunk \
-                         directory on every rank",
-                        e.message
+                        "the ranks opened chunk directories with different contents ({}; this \
+                         rank's is {}): another partition, or a stale copy of other data; copy \
+                         the same chunk directory to every host and pass it on every rank",
+                        e.message,
+                        local
+                            .as_ref()
+                            .map_or_else(|_| String::new(), |c| c.dir.path().display().to_string())
                     ),
                 )
             } else {

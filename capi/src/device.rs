@@ -268,10 +268,9 @@ mod imp {
     use std::sync::Arc;
     use std::thread::ThreadId;
 
-    use chunk_format::MappedChunk;
     use dist_comm::{CommError, DeviceSelect, NcclComm};
     use distspmm_cuda::{RawDense, RawStream};
-    use distspmm_op::{DistSpmmError, GpuDistSpmm, Operand};
+    use distspmm_op::{DistSpmmError, GpuDistSpmm, Operand, RankChunk};
 
     use super::{Direction, SpmmDevice};
     use crate::boundary::{Error, Handle, Status};
@@ -282,7 +281,7 @@ mod imp {
     /// What a `dsp_spmm_device` holds: the operator, which owns references to the host
     /// communicator, the NCCL communicator and the mapped chunk.
     pub(super) struct Inner {
-        pub(super) op: GpuDistSpmm<SharedComm, Rc<NcclComm>, Arc<MappedChunk>>,
+        pub(super) op: GpuDistSpmm<SharedComm, Rc<NcclComm>, Arc<RankChunk>>,
         owner: ThreadId,
     }
 

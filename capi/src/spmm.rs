@@ -4,11 +4,10 @@
 use std::sync::Arc;
 use std::thread::ThreadId;
 
-use chunk_format::MappedChunk;
 use distspmm_core::schedule::ScheduleKind;
 use distspmm_core::sparse::{DenseView, DenseViewMut};
 use distspmm_op::operands::{check_pair, Operand, OperandError};
-use distspmm_op::{DistSpmm, DistSpmmError};
+use distspmm_op::{DistSpmm, DistSpmmError, RankChunk};
 
 use crate::boundary::{
     ffi_boundary, ffi_boundary_void, slice, slice_mut, Error, Handle, OutPtr, Status,
@@ -48,7 +47,7 @@ impl Schedule {
 /// they may be freed before it.
 pub struct Spmm {
     /// The operator, owning a reference to the communicator and to the mapped chunk.
-    op: DistSpmm<SharedComm, Arc<MappedChunk>>,
+    op: DistSpmm<SharedComm, Arc<RankChunk>>,
     owner: ThreadId,
 }
 

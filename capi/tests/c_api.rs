@@ -292,3 +292,53 @@ fn the_minimal_example_of_the_docs_compiles_and_runs() {
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(stdout.contains("sum of Ahat X = "), "{stdout}");
 }
+
+#[test]
+fn copies_of_one_partition_of_other_features_fail_dsp_chunk_open_on_every_rank() {
+    let docs = std::fs::read_to_string(common::repo_root().join("docs/c-api.md")).unwrap();
+    let start = docs.find("```c\n").expect("docs/c-api.md has a C example") + 5;
+    let end = start + docs[start..].find("```").expect("the C example ends");
+    let source = common::scratch().join("doc_example_mpmd.c");
+    std::fs::write(&source, &docs[start..end]).unwrap();
+    let Some(binary) = compile(
+        "cc",
+        "-std=c99",
+        &source,
+        &common::scratch().join("doc_example_mpmd"),
+        false,
+    ) else {
+        return;
+    };
+    let f = fixtures();
+    // The fixture's graph with one feature changed: the same partition, other content (a
+    // stale copy on one host).
+    let mut graph = common::small_graph();
+    let x = graph.features.as_mut().unwrap();
+    x.data[0] += 1.0;
+    let other = common::scratch().join("chunks/csbm-2-other-features");
+    common::write_chunks(&graph, 2, &other);
+    // MPMD: rank 0 opens the fixture, rank 1 the copy of other content.
+    let args = [
+        f.dir2.as_os_str(),
+        OsStr::new(":"),
+        OsStr::new("-n"),
+        OsStr::new("1"),
+        binary.as_os_str(),
+        other.as_os_str(),
+    ];
+    let Some(out) = common::mpirun(1, &binary, &args, &[], RUN_TIMEOUT) else {
+        return;
+    };
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success(),
+        "the ranks ran on different data: {stderr}"
+    );
+    assert_eq!(
+        stderr
+            .matches("the ranks opened chunk directories with different contents")
+            .count(),
+        2,
+        "every rank refuses in dsp_chunk_open: {stderr}"
+    );
+}

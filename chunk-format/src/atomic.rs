@@ -6,12 +6,20 @@
 //! before [`AtomicFile::commit`]) the temporary file is removed and the final path is
 //! untouched. A writer killed before its rename leaves a temporary that
 //! [`stale_temporary_of`] recognises.
+//!
+//! Only a regular file is ever replaced: a final path that is a directory, a FIFO, a device or
+//! a socket is refused before anything is written (and checked again just before the rename).
+//! A symbolic link is resolved once and its target written, if that is a regular file; the
+//! link stays a link. A dangling link, or one to anything but a regular file, is refused.
 
 use std::format;
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
+use std::string::String;
 use std::sync::atomic::{AtomicU64, Ordering};
+
+use crate::file::describe_file_type;
 
 /// A step of an atomic write that failed.
 #[derive(Debug, thiserror::Error)]
@@ -61,6 +69,70 @@ fn temporary_path(path: &Path) -> Result<PathBuf, AtomicWriteError> {
     Ok(path.with_file_name(tmp))
 }
 
+/// The file an atomic write of `path` replaces: `path` when it is absent or a regular file,
+/// the target of a symbolic link to a regular file; anything else is an error naming `path`
+/// and what it is.
+fn final_path(path: &Path) -> Result<PathBuf, AtomicWriteError> {
+    let meta = match fs::symlink_metadata(path) {
+        Ok(meta) => meta,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(path.to_path_buf()),
+        Err(e) => return Err(step("inspect", path)(e)),
+    };
+    if meta.is_file() {
+        return Ok(path.to_path_buf());
+    }
+    if !meta.file_type().is_symlink() {
+        return Err(not_replaceable(path, meta.file_type()));
+    }
+    let refuse = |detail: String| AtomicWriteError {
+        action: "write",
+        path: path.to_path_buf(),
+        source: io::Error::new(io::ErrorKind::InvalidInput, detail),
+    };
+    let target = match fs::canonicalize(path) {
+        Ok(target) => target,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {
+            let to = fs::read_link(path).unwrap_or_default();
+            return Err(refuse(format!(
+                "it is a symbolic link to {}, which does not exist: remove the link or choose \
+                 another path",
+                to.display()
+            )));
+        }
+        Err(e) => return Err(step("resolve the symbolic link", path)(e)),
+    };
+    let kind = fs::metadata(&target)
+        .map_err(step("inspect", &target))?
+        .file_type();
+    if kind.is_file() {
+        return Ok(target);
+    }
+    Err(refuse(format!(
+        "it is a symbolic link to {}, which is {}, not a regular file: only a regular file is \
+         replaced; choose another path",
+        target.display(),
+        describe_file_type(kind)
+    )))
+}
+
+/// The error for a final path that is not a regular file (an atomic write would replace it).
+fn not_replaceable(path: &Path, kind: fs::FileType) -> AtomicWriteError {
+    let detail = if kind.is_dir() {
+        String::from("it is a directory: give the path of a file (for example one inside it)")
+    } else {
+        format!(
+            "it is {}, not a regular file: only a regular file is replaced; remove it or \
+             choose another path",
+            describe_file_type(kind)
+        )
+    };
+    AtomicWriteError {
+        action: "write",
+        path: path.to_path_buf(),
+        source: io::Error::new(io::ErrorKind::InvalidInput, detail),
+    }
+}
+
 /// A file being written under a temporary name beside `path`; [`AtomicFile::commit`] puts it
 /// at `path`. Dropped without a commit, it removes the temporary file.
 #[derive(Debug)]
@@ -72,12 +144,15 @@ pub struct AtomicFile {
 }
 
 impl AtomicFile {
-    /// Creates the temporary file (readable and writable, new) for a write of `path`.
+    /// Creates the temporary file (readable and writable, new) for a write of `path` (of its
+    /// target, if `path` is a symbolic link to a regular file).
     ///
     /// # Errors
-    /// [`AtomicWriteError`] when the temporary file cannot be created.
+    /// [`AtomicWriteError`] when `path` is neither absent nor a regular file (nor a link to
+    /// one), or the temporary file cannot be created.
     pub fn create(path: impl AsRef<Path>) -> Result<Self, AtomicWriteError> {
-        let path = path.as_ref();
+        let path = final_path(path.as_ref())?;
+        let path = path.as_path();
         let tmp = temporary_path(path)?;
         let file = OpenOptions::new()
             .read(true)
@@ -110,6 +185,13 @@ impl AtomicFile {
     /// happened (then only the directory fsync failed and the new file is in place).
     pub fn commit(mut self) -> Result<(), AtomicWriteError> {
         self.file.sync_all().map_err(step("fsync", &self.tmp))?;
+        // Something other than a regular file may have taken the path since `create`.
+        match fs::symlink_metadata(&self.path) {
+            Ok(meta) if !meta.is_file() => {
+                return Err(not_replaceable(&self.path, meta.file_type()))
+            }
+            _ => {}
+        }
         fs::rename(&self.tmp, &self.path).map_err(step("rename to final name", &self.tmp))?;
         self.committed = true;
         sync_parent_dir(&self.path)
@@ -161,11 +243,18 @@ pub fn sync_parent_dir(path: &Path) -> Result<(), AtomicWriteError> {
 /// the single-number names of older writers) leave behind when they are killed before their
 /// rename. It never carries a final name.
 pub fn stale_temporary_of(name: &str) -> Option<&str> {
+    temporary_of(name).and_then(|(file, pid)| (pid != std::process::id()).then_some(file))
+}
+
+/// The file a temporary named `<file>.tmp-<pid>` or `<file>.tmp-<pid>-<seq>` stands for, and
+/// the writer's process id, whichever process that is (see [`stale_temporary_of`] for those a
+/// live writer of this process cannot own).
+pub fn temporary_of(name: &str) -> Option<(&str, u32)> {
     let (file, suffix) = name.rsplit_once(".tmp-")?;
     let mut numbers = suffix.split('-');
     let pid = numbers.next()?.parse::<u32>().ok()?;
     let rest_ok = numbers.all(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()));
-    (rest_ok && !file.is_empty() && pid != std::process::id()).then_some(file)
+    (rest_ok && !file.is_empty()).then_some((file, pid))
 }
 
 #[cfg(test)]
@@ -221,6 +310,113 @@ mod tests {
         assert_eq!(e.source.kind(), io::ErrorKind::InvalidInput);
     }
 
+    /// Makes a FIFO at `path` (with the `mkfifo` tool).
+    fn mkfifo(path: &Path) {
+        let status = std::process::Command::new("mkfifo")
+            .arg(path)
+            .status()
+            .unwrap();
+        assert!(status.success());
+    }
+
+    fn is_fifo(path: &Path) -> bool {
+        use std::os::unix::fs::FileTypeExt;
+        fs::symlink_metadata(path).unwrap().file_type().is_fifo()
+    }
+
+    #[test]
+    fn a_fifo_or_a_directory_is_never_replaced() {
+        let dir = tempfile::tempdir().unwrap();
+        let fifo = dir.path().join("out.svg");
+        mkfifo(&fifo);
+        let e = write_atomically(&fifo, b"x").unwrap_err();
+        assert_eq!(e.path, fifo);
+        assert_eq!(e.source.kind(), io::ErrorKind::InvalidInput);
+        let message = format!("{}", io::Error::from(e));
+        assert!(
+            message.contains("it is a FIFO (named pipe), not a regular file"),
+            "{message}"
+        );
+        assert!(is_fifo(&fifo));
+        let sub = dir.path().join("sub");
+        fs::create_dir(&sub).unwrap();
+        let e = write_atomically(&sub, b"x").unwrap_err();
+        assert_eq!(e.path, sub);
+        let message = format!("{}", io::Error::from(e));
+        assert!(message.contains("it is a directory"), "{message}");
+        assert!(!message.contains(".tmp-"), "{message}");
+        assert!(sub.is_dir());
+        assert_eq!(names(dir.path()), ["out.svg", "sub"]);
+    }
+
+    #[test]
+    fn a_symbolic_link_is_written_through_to_a_regular_target_only() {
+        use std::os::unix::fs::symlink;
+        let dir = tempfile::tempdir().unwrap();
+        let target = dir.path().join("target.json");
+        write_atomically(&target, b"old").unwrap();
+        let link = dir.path().join("link.json");
+        symlink(&target, &link).unwrap();
+        write_atomically(&link, b"new").unwrap();
+        assert!(fs::symlink_metadata(&link)
+            .unwrap()
+            .file_type()
+            .is_symlink());
+        assert_eq!(fs::read(&target).unwrap(), b"new");
+
+        // Dangling, to a FIFO, to a directory: refused, nothing changes.
+        let dangling = dir.path().join("dangling.json");
+        symlink(dir.path().join("absent.json"), &dangling).unwrap();
+        let e = write_atomically(&dangling, b"x").unwrap_err();
+        let message = format!("{}", io::Error::from(e));
+        assert!(message.contains("which does not exist"), "{message}");
+        let fifo = dir.path().join("fifo");
+        mkfifo(&fifo);
+        let to_fifo = dir.path().join("to-fifo");
+        symlink(&fifo, &to_fifo).unwrap();
+        let e = write_atomically(&to_fifo, b"x").unwrap_err();
+        assert_eq!(e.path, to_fifo);
+        let message = format!("{}", io::Error::from(e));
+        assert!(
+            message.contains("a FIFO (named pipe), not a regular file"),
+            "{message}"
+        );
+        assert!(is_fifo(&fifo));
+        let to_dir = dir.path().join("to-dir");
+        symlink(dir.path(), &to_dir).unwrap();
+        assert!(write_atomically(&to_dir, b"x").is_err());
+        assert_eq!(
+            names(dir.path()),
+            [
+                "dangling.json",
+                "fifo",
+                "link.json",
+                "target.json",
+                "to-dir",
+                "to-fifo"
+            ]
+        );
+    }
+
+    #[test]
+    fn a_device_is_never_replaced_even_through_a_link() {
+        use std::os::unix::fs::symlink;
+        let dir = tempfile::tempdir().unwrap();
+        let link = dir.path().join("null.svg");
+        symlink("/dev/null", &link).unwrap();
+        let e = write_atomically(&link, b"x").unwrap_err();
+        let message = format!("{}", io::Error::from(e));
+        assert!(
+            message.contains("/dev/null, which is a device"),
+            "{message}"
+        );
+        use std::os::unix::fs::FileTypeExt;
+        assert!(fs::metadata("/dev/null")
+            .unwrap()
+            .file_type()
+            .is_char_device());
+    }
+
     #[test]
     fn stale_temporaries_are_those_of_other_processes() {
         let other = std::process::id().wrapping_add(1);
@@ -231,6 +427,11 @@ mod tests {
         assert_eq!(
             stale_temporary_of(&format!("manifest.json.tmp-{other}")),
             Some("manifest.json")
+        );
+        let own = format!("manifest.json.tmp-{}-0", std::process::id());
+        assert_eq!(
+            temporary_of(&own),
+            Some(("manifest.json", std::process::id()))
         );
         for name in [
             "manifest.json".to_owned(),

@@ -83,7 +83,9 @@ pub fn read_regular(path: impl AsRef<Path>) -> io::Result<Vec<u8>> {
     Ok(bytes)
 }
 
-fn describe_file_type(kind: fs::FileType) -> &'static str {
+/// What a file that is not a regular one is, for messages: "a FIFO (named pipe)", "a socket",
+/// "a device", "a directory", or "not a plain file".
+pub fn describe_file_type(kind: fs::FileType) -> &'static str {
     #[cfg(unix)]
     {
         use std::os::unix::fs::FileTypeExt;

@@ -80,7 +80,8 @@ pub use contents::{encode, encode_to_vec, ChunkContents};
 pub use error::ChunkError;
 #[cfg(feature = "std")]
 pub use file::{
-    open_regular, read_regular, write_chunk, ChunkFileError, MappedChunk, WriteSummary,
+    describe_file_type, open_regular, read_regular, write_chunk, ChunkFileError, MappedChunk,
+    WriteSummary,
 };
 pub use layout::{
     ChunkHeader, ElemType, SectionEntry, SectionKind, ValueDtype, Version, BUFFER_ALIGN,

@@ -1,11 +1,12 @@
 //! Cross-rank agreement, in one place: before any other collective every rank offers what it
-//! must share (P, part, partition fingerprint, format version, N, n_p, schedule) and every
-//! rank checks all offers in the same order, so all reach the same verdict and the same
-//! message ([`partition`], [`abstain`]); every operator call agrees on the operation and F
-//! ([`call`]); and a local outcome becomes collective ([`outcome`]): if any rank failed, every
-//! rank gets the lowest failing rank's message instead of waiting for it in a later
-//! collective. Only words and bytes move here; what they mean (chunks, schedules, operators)
-//! is the caller's.
+//! must share (P, part, partition fingerprint, format version, N, n_p, schedule, its chunk's
+//! checksum and the [`content_digest`] its chunk directory lists) and every rank checks all
+//! offers in the same order, so all reach the same verdict and the same message
+//! ([`partition`], [`abstain`]); every operator call agrees on the operation and F ([`call`]);
+//! ranks resuming training agree on the checkpoint ([`resume`]); and a local outcome becomes
+//! collective ([`outcome`]): if any rank failed, every rank gets the lowest failing rank's
+//! message instead of waiting for it in a later collective. Only words and bytes move here;
+//! what they mean (chunks, schedules, operators, checkpoints) is the caller's.
 //!
 //! An error from these functions is held by every rank at the same step (except
 //! [`AgreeError::Comm`], a failing communicator), so the ranks may meet in one more collective
@@ -75,10 +76,41 @@ pub struct ChunkRecord {
     pub global_nodes: u64,
     /// n_p, the rows this chunk owns.
     pub local_nodes: u64,
+    /// The chunk file's whole-file checksum (its header's, which covers every section: the
+    /// structure, features, labels and masks).
+    pub checksum: u64,
+    /// The [`content_digest`] of the chunk checksums the rank's chunk directory lists for all
+    /// parts, when the chunk was loaded from a directory; `None` for a chunk opened on its own.
+    pub listed: Option<[u64; 2]>,
 }
 
-/// Words of a rank's record: status, P, part, fingerprint (2), version, N, n_p, schedule.
-const WORDS: usize = 9;
+/// The digest of a chunk directory's content: xxh3-128 of every part's whole-file chunk
+/// checksum, in part order. Each chunk's checksum covers all of its sections, so two
+/// directories with one digest hold the same chunks; and since a rank's loaded chunk is checked
+/// against its directory's list, the digest of the checksums the ranks loaded equals what every
+/// directory lists exactly when all ranks train on one directory's content.
+pub fn content_digest(checksums: impl IntoIterator<Item = u64>) -> [u64; 2] {
+    let mut h = xxhash_rust::xxh3::Xxh3::new();
+    h.update(b"distspmm-content-v1\0");
+    for c in checksums {
+        h.update(&c.to_le_bytes());
+    }
+    let d = h.digest128();
+    #[allow(
+        clippy::cast_possible_truncation,
+        reason = "the two 64-bit halves of a 128-bit digest"
+    )]
+    [(d >> 64) as u64, d as u64]
+}
+
+/// A [`content_digest`] as 32 hex digits.
+fn digest_hex(d: [u64; 2]) -> String {
+    format!("{:016x}{:016x}", d[0], d[1])
+}
+
+/// Words of a rank's record: status, P, part, fingerprint (2), version, N, n_p, schedule,
+/// checksum, whether a listing follows, the listing's digest (2).
+const WORDS: usize = 13;
 /// The rank offers a usable chunk.
 const STATUS_CHUNK: u64 = 1;
 /// The rank has no chunk (it could not load one, or none exists for its rank).
@@ -88,8 +120,9 @@ const STATUS_BROKEN: u64 = 3;
 
 fn record(status: u64, chunk: Option<&ChunkRecord>, schedule: u64) -> [u64; WORDS] {
     let Some(h) = chunk else {
-        return [status, 0, 0, 0, 0, 0, 0, 0, schedule];
+        return [status, 0, 0, 0, 0, 0, 0, 0, schedule, 0, 0, 0, 0];
     };
+    let listed = h.listed.unwrap_or_default();
     let mut lo = [0u8; 8];
     let mut hi = [0u8; 8];
     lo.copy_from_slice(&h.fingerprint[..8]);
@@ -104,6 +137,10 @@ fn record(status: u64, chunk: Option<&ChunkRecord>, schedule: u64) -> [u64; WORD
         h.global_nodes,
         h.local_nodes,
         schedule,
+        h.checksum,
+        u64::from(h.listed.is_some()),
+        listed[0],
+        listed[1],
     ]
 }
 
@@ -220,7 +257,66 @@ fn check(all: &[u64], ranks: usize) -> Result<(), AgreeError> {
             first[6]
         ));
     }
+    check_content(&rec, ranks)
+}
+
+/// The content rule over records that passed the others (one partition, part r on rank r):
+/// every rank's directory lists the same chunks, and they are the ones the ranks loaded.
+fn check_content<'a>(rec: &impl Fn(usize) -> &'a [u64], ranks: usize) -> Result<(), AgreeError> {
+    let listing = |r: usize| (rec(r)[10] != 0).then(|| [rec(r)[11], rec(r)[12]]);
+    let Some((lister, listed)) = (0..ranks).find_map(|r| listing(r).map(|d| (r, d))) else {
+        return Ok(());
+    };
+    for r in lister + 1..ranks {
+        if let Some(theirs) = listing(r).filter(|&d| d != listed) {
+            return Err(AgreeError::Disagreement(format!(
+                "rank {r}'s chunks differ from rank {lister}'s (content digest {} vs {}): the \
+                 ranks' chunk directories hold one partition of different data (features, \
+                 labels, masks, edges or normalisation: a stale copy?); copy the same chunk \
+                 directory to every host",
+                digest_hex(theirs),
+                digest_hex(listed)
+            )));
+        }
+    }
+    let loaded = content_digest((0..ranks).map(|r| rec(r)[9]));
+    if loaded != listed {
+        return Err(AgreeError::Disagreement(format!(
+            "the chunks the ranks loaded (content digest {}) are not the ones rank {lister}'s \
+             chunk directory lists ({}): a rank opened a chunk of another graph on its own; \
+             load every rank's chunk from a copy of one chunk directory",
+            digest_hex(loaded),
+            digest_hex(listed)
+        )));
+    }
     Ok(())
+}
+
+/// What a rank resumes training from: the epochs its checkpoint has finished and a checksum of
+/// the checkpoint's contents.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Resumed {
+    /// Epochs the checkpoint has finished.
+    pub epoch: u64,
+    /// A checksum of the checkpoint's contents.
+    pub checksum: u64,
+}
+
+/// Every rank resumes one checkpoint: one all-gather of each rank's [`Resumed`]; a difference
+/// is a [`AgreeError::Disagreement`] on every rank naming the lowest rank that differs from
+/// rank 0 and what each of the two holds. Collective.
+pub fn resume<C: AllGather>(comm: &C, mine: Resumed) -> Result<(), AgreeError> {
+    let all = comm.all_gather_vec(&[mine.epoch, mine.checksum])?;
+    let at = |r: usize| (all[2 * r], all[2 * r + 1]);
+    let Some(r) = (1..comm.size()).find(|&r| at(r) != at(0)) else {
+        return Ok(());
+    };
+    let ((e0, c0), (e, c)) = (at(0), at(r));
+    Err(AgreeError::Disagreement(format!(
+        "the ranks resume different checkpoints: rank {r}'s has finished {e} epochs \
+         (checksum {c:016x}), rank 0's {e0} (checksum {c0:016x}); resume every rank from a \
+         copy of one checkpoint directory, or from one on a shared file system"
+    )))
 }
 
 /// The per-call agreement: the same operation (`code`, named `name`) and F everywhere, and
@@ -392,14 +488,117 @@ mod tests {
     use super::*;
     use crate::{Group, LocalComm};
 
+    /// Part `part` of a partition into `parts` whose chunk checksums are 100, 101, …
     fn chunk(parts: u32, part: u32) -> ChunkRecord {
         ChunkRecord {
             parts,
             part,
             fingerprint: [7; 16],
             version: (1, 0),
-            global_nodes: 10,
+            global_nodes: 5 * u64::from(parts),
             local_nodes: 5,
+            checksum: 100 + u64::from(part),
+            listed: Some(content_digest((0..parts).map(|p| 100 + u64::from(p)))),
+        }
+    }
+
+    fn rank_u32(comm: &LocalComm) -> u32 {
+        u32::try_from(comm.rank()).unwrap()
+    }
+
+    #[test]
+    fn ranks_on_one_directorys_content_agree_with_or_without_a_listing() {
+        let out = LocalComm::run(2, |comm| {
+            let mut mine = chunk(2, rank_u32(&comm));
+            // A chunk opened on its own offers no listing; its checksum is still checked.
+            if comm.rank() == 1 {
+                mine.listed = None;
+            }
+            partition(&comm, &mine, 1, true)
+        });
+        assert!(out.iter().all(Result::is_ok), "{out:?}");
+    }
+
+    #[test]
+    fn directories_with_other_content_are_named_by_rank_on_every_rank() {
+        let out = LocalComm::run(3, |comm| {
+            let mut mine = chunk(3, rank_u32(&comm));
+            if comm.rank() == 2 {
+                // A stale copy: part 2 (its own) and the listing differ.
+                mine.checksum = 7;
+                mine.listed = Some(content_digest([100, 101, 7]));
+            }
+            partition(&comm, &mine, 1, true)
+        });
+        let first = out[0].clone().unwrap_err().to_string();
+        assert!(
+            first.starts_with("rank 2's chunks differ from rank 0's (content digest ")
+                && first.ends_with("copy the same chunk directory to every host"),
+            "{first}"
+        );
+        assert!(out
+            .iter()
+            .all(|r| r.clone().unwrap_err().to_string() == first));
+    }
+
+    #[test]
+    fn a_chunk_opened_on_its_own_must_be_the_one_the_others_list() {
+        let out = LocalComm::run(2, |comm| {
+            let mut mine = chunk(2, rank_u32(&comm));
+            if comm.rank() == 0 {
+                mine.checksum = 5;
+                mine.listed = None;
+            }
+            partition(&comm, &mine, 1, true)
+        });
+        for r in out {
+            let e = r.unwrap_err().to_string();
+            assert!(
+                e.contains("are not the ones rank 1's chunk directory lists"),
+                "{e}"
+            );
+        }
+    }
+
+    #[test]
+    fn the_content_digest_depends_on_every_checksum_and_their_order() {
+        let d = content_digest([1, 2, 3]);
+        assert_eq!(d, content_digest([1, 2, 3]));
+        assert_ne!(d, content_digest([1, 2, 4]));
+        assert_ne!(d, content_digest([2, 1, 3]));
+        assert_ne!(d, content_digest([1, 2]));
+    }
+
+    #[test]
+    fn ranks_resuming_different_checkpoints_are_told_so_on_every_rank() {
+        let same = LocalComm::run(2, |comm| {
+            resume(
+                &comm,
+                Resumed {
+                    epoch: 5,
+                    checksum: 9,
+                },
+            )
+        });
+        assert!(same.iter().all(Result::is_ok), "{same:?}");
+        let out = LocalComm::run(3, |comm| {
+            let stale = comm.rank() == 2;
+            resume(
+                &comm,
+                Resumed {
+                    epoch: if stale { 10 } else { 5 },
+                    checksum: if stale { 0xab } else { 0xcd },
+                },
+            )
+        });
+        for r in out {
+            assert_eq!(
+                r.unwrap_err().to_string(),
+                "the ranks resume different checkpoints: rank 2's has finished 10 epochs \
+                 (checksum 00000000000000ab), rank 0's 5 (checksum 00000000000000cd); resume \
+                 every rank from a copy of one checkpoint directory, or from one on a shared \
+                 file system"
+            );
         }
     }
 

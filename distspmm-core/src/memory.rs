@@ -1,6 +1,7 @@
 //! Memory that a size taken from an input or an option would need, checked before it is
-//! allocated: against the memory this process can still get (`MemAvailable`, and the cgroup's
-//! limit when there is one), and through fallible allocation (`try_reserve_exact`), so that a
+//! allocated: against the memory this process can still get (`MemAvailable`, the cgroup's
+//! limit when there is one, and the address-space and data limits `ulimit -v`/`ulimit -d` set),
+//! and through fallible allocation (`try_reserve_exact`), so that a
 //! tiny file declaring two billion nodes, or an option asking for a ten-million-column matrix, is
 //! an error that names the cause instead of an abort ("memory allocation of N bytes failed").
 
@@ -46,27 +47,67 @@ pub fn human_bytes(bytes: u64) -> String {
 }
 
 /// Memory this process can still allocate: `MemAvailable` of `/proc/meminfo`, capped by the
-/// cgroup v2 limit (`memory.max` − `memory.current`) when one is set. `None` where neither can
-/// be read (then only the allocations themselves can fail).
+/// cgroup v2 limit (`memory.max` − `memory.current`) when one is set, and by the process's own
+/// limits: `RLIMIT_AS` less the address space it already has (`VmSize`), and `RLIMIT_DATA` less
+/// its data segment (`VmData`), as batch schedulers set them through `ulimit -v`. `None` where
+/// none of these can be read (then only the allocations themselves can fail).
 pub fn available() -> Option<u64> {
     let meminfo = std::fs::read_to_string("/proc/meminfo").ok();
-    let system = meminfo.as_deref().and_then(|text| {
-        text.lines()
-            .find_map(|l| l.strip_prefix("MemAvailable:"))
-            .and_then(|rest| rest.trim().strip_suffix("kB"))
-            .and_then(|kb| kb.trim().parse::<u64>().ok())
-            .map(|kb| kb.saturating_mul(1024))
-    });
+    let system = meminfo
+        .as_deref()
+        .and_then(|text| kib_field(text, "MemAvailable:"));
     let cgroup = (|| {
         let read = |name: &str| std::fs::read_to_string(std::format!("/sys/fs/cgroup/{name}")).ok();
         let max = read("memory.max")?.trim().parse::<u64>().ok()?;
         let current = read("memory.current")?.trim().parse::<u64>().ok()?;
         Some(max.saturating_sub(current))
     })();
-    match (system, cgroup) {
-        (Some(s), Some(c)) => Some(s.min(c)),
-        (s, c) => s.or(c),
+    [system, cgroup, process_limit()]
+        .into_iter()
+        .flatten()
+        .min()
+}
+
+/// What the process's resource limits leave: the smaller of `RLIMIT_AS` − `VmSize` and
+/// `RLIMIT_DATA` − `VmData` (`/proc/self/status`), `None` when neither limit is set.
+fn process_limit() -> Option<u64> {
+    // The soft limit of a resource in bytes, `None` when unlimited (or unreadable).
+    let soft_limit = |resource| {
+        let mut limit = libc::rlimit {
+            rlim_cur: 0,
+            rlim_max: 0,
+        };
+        // SAFETY: `getrlimit` writes one `rlimit` through the pointer, which points to a live,
+        // writable `rlimit` of this frame.
+        let status = unsafe { libc::getrlimit(resource, &raw mut limit) };
+        (status == 0 && limit.rlim_cur != libc::RLIM_INFINITY).then_some(limit.rlim_cur)
+    };
+    let address_space = soft_limit(libc::RLIMIT_AS);
+    let data = soft_limit(libc::RLIMIT_DATA);
+    if address_space.is_none() && data.is_none() {
+        return None;
     }
+    let status = std::fs::read_to_string("/proc/self/status").ok();
+    let used = |field: &str| {
+        status
+            .as_deref()
+            .and_then(|text| kib_field(text, field))
+            .unwrap_or(0)
+    };
+    let left = |limit: Option<u64>, field: &str| limit.map(|l| l.saturating_sub(used(field)));
+    [left(address_space, "VmSize:"), left(data, "VmData:")]
+        .into_iter()
+        .flatten()
+        .min()
+}
+
+/// The value of a `NAME:   1234 kB` line of a `/proc` file, in bytes.
+fn kib_field(text: &str, name: &str) -> Option<u64> {
+    text.lines()
+        .find_map(|l| l.strip_prefix(name))
+        .and_then(|rest| rest.trim().strip_suffix("kB"))
+        .and_then(|kb| kb.trim().parse::<u64>().ok())
+        .map(|kb| kb.saturating_mul(1024))
 }
 
 /// Checks that `bytes` (for `what`) fit in the [`available`] memory.
@@ -126,6 +167,37 @@ pub fn try_with_capacity<T>(
     Ok(v)
 }
 
+/// Makes room in `v` for `additional` more elements, growing it geometrically as `push` would,
+/// but checked against the [`available`] memory and fallibly: for arrays that grow with an
+/// input whose size is not known in advance (an edge list, a compressed file). `what` names
+/// the memory in an error.
+pub fn try_grow<T>(
+    v: &mut Vec<T>,
+    additional: usize,
+    what: impl FnOnce() -> String,
+    hint: &'static str,
+) -> Result<(), MemoryError> {
+    if v.capacity() - v.len() >= additional {
+        return Ok(());
+    }
+    let needed = v.len().saturating_add(additional);
+    let target = needed.max(v.capacity().saturating_mul(2)).max(64);
+    // Growing copies the old elements into the new allocation: both are held for a moment.
+    let bytes = bytes_of::<T>((target as u64).saturating_add(v.capacity() as u64));
+    let available = available();
+    let failed = |available| MemoryError {
+        what: what(),
+        bytes,
+        available,
+        hint,
+    };
+    if available.is_some_and(|a| bytes > a) {
+        return Err(failed(available));
+    }
+    v.try_reserve_exact(target - v.len())
+        .map_err(|_| failed(None))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -159,6 +231,22 @@ mod tests {
             available().is_some_and(|a| a > 0),
             "Linux reports MemAvailable"
         );
+    }
+
+    #[test]
+    fn growth_is_checked_and_fallible() {
+        let mut v: Vec<u32> = Vec::new();
+        try_grow(&mut v, 10, || "ids".into(), "").unwrap();
+        assert!(v.capacity() >= 10);
+        v.extend([1, 2, 3]);
+        let err = try_grow(&mut v, usize::MAX / 8, || "ids".into(), "fix").unwrap_err();
+        assert!(err.to_string().starts_with("ids needs"), "{err}");
+        assert_eq!(v, [1, 2, 3], "a failed growth keeps the contents");
+        assert_eq!(
+            kib_field("VmSize:\t  2048 kB\nVmData: 4 kB\n", "VmData:"),
+            Some(4096)
+        );
+        assert_eq!(kib_field("VmSize: 1\n", "VmSize:"), None);
     }
 
     #[test]

@@ -9,7 +9,7 @@
 
 use super::model::{Adam, GcnConfig, Params};
 use anyhow::{bail, Context, Result};
-use std::io::Write;
+use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 
 /// File name of the checkpoint inside the checkpoint directory.
@@ -34,6 +34,19 @@ pub struct Identity {
     pub data_fingerprint: String,
     /// Where the data was read from; named in messages, not compared (the same data may move).
     pub data_source: String,
+    /// In data mode, the partition the chunks belong to; it explains a differing content
+    /// fingerprint. Absent in tensor mode and in checkpoints written before it was recorded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub partition: Option<PartitionIdentity>,
+}
+
+/// The partition a data-mode run's chunks belong to (from their manifest).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct PartitionIdentity {
+    /// P, the parts the chunks were made for.
+    pub parts: u32,
+    /// The partition run's fingerprint (hex).
+    pub fingerprint: String,
 }
 
 impl Identity {
@@ -74,12 +87,44 @@ impl Identity {
             here.normalize_features.to_string(),
         );
         if self.data_fingerprint != here.data_fingerprint {
-            out.push(format!(
-                "the data differ (content fingerprint {} of {} there, {} of {} here)",
-                self.data_fingerprint, self.data_source, here.data_fingerprint, here.data_source
-            ));
+            out.push(self.data_difference(here));
         }
         out
+    }
+
+    /// Why the data's content fingerprints differ, as plainly as the partitions tell.
+    fn data_difference(&self, here: &Identity) -> String {
+        match (&self.partition, &here.partition) {
+            (Some(a), Some(b)) if a.parts != b.parts => {
+                let parts = |p: u32| format!("{p} part{}", if p == 1 { "" } else { "s" });
+                format!(
+                    "the checkpoint was written for chunks of {} ({}), these are of {} ({}); \
+                     resume with the chunk directory it was written for, or with chunks \
+                     partitioned again into {} (`distspmm partition --parts {}`)",
+                    parts(a.parts),
+                    self.data_source,
+                    parts(b.parts),
+                    here.data_source,
+                    parts(a.parts),
+                    a.parts
+                )
+            }
+            (Some(a), Some(b)) if a.fingerprint != b.fingerprint => format!(
+                "the checkpoint was written for another partition ({} of {} there, {} of {} \
+                 here: another graph, --method or --seed); resume with the chunk directory it \
+                 was written for",
+                a.fingerprint, self.data_source, b.fingerprint, here.data_source
+            ),
+            (Some(_), Some(_)) => format!(
+                "the data differ (content fingerprint {} of {} there, {} of {} here: the same \
+                 partition of other features, labels, masks or edges)",
+                self.data_fingerprint, self.data_source, here.data_fingerprint, here.data_source
+            ),
+            _ => format!(
+                "the data differ (content fingerprint {} of {} there, {} of {} here)",
+                self.data_fingerprint, self.data_source, here.data_fingerprint, here.data_source
+            ),
+        }
     }
 }
 
@@ -110,9 +155,15 @@ pub fn path_in(dir: &Path) -> PathBuf {
     dir.join(FILE_NAME)
 }
 
-fn checksum(state: &serde_json::Value) -> Result<String> {
+/// xxh3-64 of the serialised `state`.
+fn payload_checksum(state: &serde_json::Value) -> Result<u64> {
     let bytes = serde_json::to_vec(state)?;
-    Ok(format!("{:016x}", xxhash_rust::xxh3::xxh3_64(&bytes)))
+    Ok(xxhash_rust::xxh3::xxh3_64(&bytes))
+}
+
+/// [`payload_checksum`] as the envelope records it (16 hex digits).
+fn checksum(state: &serde_json::Value) -> Result<String> {
+    Ok(format!("{:016x}", payload_checksum(state)?))
 }
 
 /// Checks that checkpoints can be written into `dir` (created if missing) by creating the
@@ -126,6 +177,20 @@ pub fn check_writable(dir: &Path) -> Result<()> {
             dir.display()
         )
     };
+    if let Some(kind) = std::fs::metadata(dir).ok().map(|m| m.file_type()) {
+        if !kind.is_dir() {
+            let what = if kind.is_file() {
+                "a regular file"
+            } else {
+                chunk_format::describe_file_type(kind)
+            };
+            bail!(
+                "--checkpoint {} is {what}, not a directory: give a directory (it is created if \
+                 missing) that will hold {FILE_NAME}",
+                dir.display()
+            );
+        }
+    }
     std::fs::create_dir_all(dir).with_context(fail)?;
     let probe = chunk_format::atomic::AtomicFile::create(path_in(dir)).with_context(fail)?;
     drop(probe);
@@ -190,15 +255,67 @@ fn remove_stale_temporaries(dir: &Path) {
     }
 }
 
-/// Reads and verifies the checkpoint in `dir`.
-pub fn load(dir: &Path) -> Result<State> {
-    let path = path_in(dir);
-    let bytes = std::fs::read(&path).with_context(|| {
+/// Text bytes a checkpoint of `config` can take at most: the parameters and Adam's two moments
+/// as JSON numbers (at most 24 characters and a comma each, as `serde_json` writes an f32 held
+/// as f64), plus 1 MiB for the envelope, the identity and its paths.
+pub fn size_bound(config: &GcnConfig) -> u64 {
+    let parameters = config.elements(|_, _| 0, |_| 0) / 4;
+    parameters.saturating_mul(3 * 25).saturating_add(1 << 20)
+}
+
+/// The bytes of the checkpoint file at `path`: a regular file (a FIFO, a device or a link to
+/// one is refused before a byte is read) of at most `limit` bytes, read into memory checked
+/// against what is available.
+fn read_bounded(path: &Path, limit: u64) -> Result<Vec<u8>> {
+    let cannot = || {
         format!(
             "cannot read checkpoint {} (run without --resume to start from scratch)",
             path.display()
         )
-    })?;
+    };
+    let file = chunk_format::open_regular(path).with_context(cannot)?;
+    let len = file.metadata().with_context(cannot)?.len();
+    if len > limit {
+        bail!(
+            "checkpoint {} is {len} bytes, more than a checkpoint of this run's model can be \
+             ({limit} at most): it was written for a larger model, or is not a checkpoint; \
+             resume with the options it was written with, or use another --checkpoint directory",
+            path.display()
+        );
+    }
+    // The text, and the JSON tree parsed from it (a 32-byte value per number of, as written
+    // here, about 20 characters): four times the text covers both.
+    distspmm_core::memory::check(
+        format!("reading checkpoint {} ({len} bytes)", path.display()),
+        len.saturating_mul(4),
+        "free memory, or resume on a machine with more",
+    )?;
+    let capacity = usize::try_from(len).with_context(cannot)?;
+    let mut bytes = distspmm_core::memory::try_with_capacity(
+        capacity,
+        format!("reading checkpoint {}", path.display()),
+        "free memory, or resume on a machine with more",
+    )?;
+    file.take(len.saturating_add(1))
+        .read_to_end(&mut bytes)
+        .with_context(cannot)?;
+    if bytes.len() as u64 != len {
+        bail!(
+            "checkpoint {} changed while it was read ({len} bytes, then {}): resume again once \
+             no other run writes it",
+            path.display(),
+            bytes.len()
+        );
+    }
+    Ok(bytes)
+}
+
+/// Reads and verifies the checkpoint in `dir`, of at most `limit` bytes ([`size_bound`] of the
+/// run's model); returns it with the checksum of its contents (equal for copies of one
+/// checkpoint: what the ranks compare before they resume).
+pub fn load(dir: &Path, limit: u64) -> Result<(State, u64)> {
+    let path = path_in(dir);
+    let bytes = read_bounded(&path, limit)?;
     let envelope: Envelope = serde_json::from_slice(&bytes).with_context(|| {
         format!(
             "{} is not a distspmm checkpoint (corrupted or truncated JSON)",
@@ -228,7 +345,8 @@ pub fn load(dir: &Path) -> Result<State> {
             envelope.version
         );
     }
-    if checksum(&envelope.state)? != envelope.checksum {
+    let sum = payload_checksum(&envelope.state)?;
+    if format!("{sum:016x}") != envelope.checksum {
         bail!(
             "{} fails its checksum: the file was modified or corrupted",
             path.display()
@@ -257,12 +375,15 @@ pub fn load(dir: &Path) -> Result<State> {
             path.display()
         );
     }
-    Ok(state)
+    Ok((state, sum))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A size limit no test checkpoint reaches.
+    const LIMIT: u64 = 1 << 30;
 
     fn state() -> State {
         let config = GcnConfig {
@@ -289,6 +410,10 @@ mod tests {
                 normalize_features: true,
                 data_fingerprint: "abc".into(),
                 data_source: "chunks".into(),
+                partition: Some(PartitionIdentity {
+                    parts: 2,
+                    fingerprint: "f2".into(),
+                }),
             },
             epoch: 7,
             params,
@@ -301,6 +426,7 @@ mod tests {
         let there = state().identity;
         assert!(there.differences(&there).is_empty());
         let mut here = there.clone();
+        here.partition = None;
         here.config.hidden = 8;
         here.normalize_features = false;
         here.data_fingerprint = "def".into();
@@ -319,6 +445,129 @@ mod tests {
             ..there.clone()
         };
         assert!(there.differences(&moved).is_empty());
+    }
+
+    #[test]
+    fn other_chunks_say_whether_the_part_count_the_partition_or_the_data_differ() {
+        let there = state().identity;
+        let mut here = there.clone();
+        here.data_fingerprint = "def".into();
+        here.data_source = "c3".into();
+        here.partition = Some(PartitionIdentity {
+            parts: 3,
+            fingerprint: "f3".into(),
+        });
+        assert_eq!(
+            there.differences(&here),
+            [
+                "the checkpoint was written for chunks of 2 parts (chunks), these are of 3 parts \
+              (c3); resume with the chunk directory it was written for, or with chunks \
+              partitioned again into 2 parts (`distspmm partition --parts 2`)"
+            ]
+        );
+        here.partition = Some(PartitionIdentity {
+            parts: 2,
+            fingerprint: "g2".into(),
+        });
+        let d = there.differences(&here);
+        assert!(
+            d.len() == 1 && d[0].starts_with("the checkpoint was written for another partition (f2 of chunks there, g2 of c3 here"),
+            "{d:?}"
+        );
+        here.partition = there.partition.clone();
+        let d = there.differences(&here);
+        assert!(
+            d.len() == 1
+                && d[0].ends_with(
+                    "here: the same partition of other features, labels, masks or edges)"
+                ),
+            "{d:?}"
+        );
+        // A checkpoint that did not record its partition: the content is all there is to say.
+        let mut old = there.clone();
+        old.partition = None;
+        let d = old.differences(&here);
+        assert!(
+            d.len() == 1 && d[0].starts_with("the data differ (content fingerprint abc"),
+            "{d:?}"
+        );
+    }
+
+    #[test]
+    fn special_files_and_oversized_checkpoints_are_refused_without_reading_them() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = path_in(dir.path());
+        // A FIFO without a writer: opening it for reading must not block.
+        let made = std::process::Command::new("mkfifo")
+            .arg(&path)
+            .status()
+            .unwrap();
+        assert!(made.success());
+        let err = format!("{:#}", load(dir.path(), LIMIT).unwrap_err());
+        assert!(
+            err.contains(&path.display().to_string()) && err.contains("FIFO"),
+            "{err}"
+        );
+        std::fs::remove_file(&path).unwrap();
+        // A link to an endless device.
+        std::os::unix::fs::symlink("/dev/zero", &path).unwrap();
+        let err = format!("{:#}", load(dir.path(), LIMIT).unwrap_err());
+        assert!(
+            err.contains(&path.display().to_string()) && err.contains("a device"),
+            "{err}"
+        );
+        std::fs::remove_file(&path).unwrap();
+        // A regular file larger than any checkpoint of the run's model.
+        save(dir.path(), &state()).unwrap();
+        let bound = size_bound(&state().identity.config);
+        std::fs::File::options()
+            .write(true)
+            .open(&path)
+            .unwrap()
+            .set_len(bound + 1)
+            .unwrap();
+        let err = format!("{:#}", load(dir.path(), bound).unwrap_err());
+        assert!(
+            err.contains("more than a checkpoint of this run's model can be"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn the_size_bound_holds_a_real_checkpoint_and_the_checksum_identifies_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut s = state();
+        // The longest numbers serde_json writes for an f32.
+        s.params
+            .weights
+            .iter_mut()
+            .flatten()
+            .for_each(|v| *v = -1.175_494_4e-38);
+        s.adam.v.iter_mut().for_each(|v| *v = -0.123_456_79);
+        save(dir.path(), &s).unwrap();
+        let len = std::fs::metadata(path_in(dir.path())).unwrap().len();
+        let bound = size_bound(&s.identity.config);
+        assert!(len <= bound, "{len} > {bound}");
+        let (loaded, sum) = load(dir.path(), bound).unwrap();
+        assert_eq!(loaded, s);
+        let other = tempfile::tempdir().unwrap();
+        save(other.path(), &state()).unwrap();
+        assert_ne!(load(other.path(), bound).unwrap().1, sum);
+        std::fs::copy(path_in(dir.path()), path_in(other.path())).unwrap();
+        assert_eq!(load(other.path(), bound).unwrap().1, sum);
+    }
+
+    #[test]
+    fn a_file_where_the_directory_belongs_is_named_plainly() {
+        let tmp = tempfile::tempdir().unwrap();
+        let file = tmp.path().join("ckpt");
+        std::fs::write(&file, b"mine").unwrap();
+        let message = format!("{:#}", check_writable(&file).unwrap_err());
+        assert!(
+            message.contains("is a regular file, not a directory") && !message.contains("os error"),
+            "{message}"
+        );
+        assert_eq!(std::fs::read(&file).unwrap(), b"mine");
     }
 
     #[test]
@@ -346,7 +595,7 @@ mod tests {
             serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
         envelope["version"] = 1.into();
         std::fs::write(&path, serde_json::to_vec(&envelope).unwrap()).unwrap();
-        let err = load(dir.path()).unwrap_err().to_string();
+        let err = load(dir.path(), LIMIT).unwrap_err().to_string();
         assert!(
             err.contains("checkpoint version 1") && err.contains("without --resume"),
             "{err}"
@@ -359,7 +608,7 @@ mod tests {
         let mut s = state();
         s.identity.config.layers = usize::MAX;
         save(dir.path(), &s).unwrap();
-        let err = load(dir.path()).unwrap_err().to_string();
+        let err = load(dir.path(), LIMIT).unwrap_err().to_string();
         assert!(err.contains("shapes do not match"), "{err}");
     }
 
@@ -368,7 +617,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let s = state();
         save(dir.path(), &s).unwrap();
-        assert_eq!(load(dir.path()).unwrap(), s);
+        assert_eq!(load(dir.path(), LIMIT).unwrap().0, s);
         // No temporary file is left behind.
         let names: Vec<_> = std::fs::read_dir(dir.path())
             .unwrap()
@@ -396,7 +645,7 @@ mod tests {
         for name in &kept {
             assert!(dir.path().join(name).exists(), "{name} was removed");
         }
-        assert_eq!(load(dir.path()).unwrap(), state());
+        assert_eq!(load(dir.path(), LIMIT).unwrap().0, state());
     }
 
     #[test]
@@ -411,17 +660,17 @@ mod tests {
         let mut bad = good.clone();
         bad[at] = b'8';
         std::fs::write(&path, &bad).unwrap();
-        assert!(load(dir.path())
+        assert!(load(dir.path(), LIMIT)
             .unwrap_err()
             .to_string()
             .contains("checksum"));
         std::fs::write(&path, &good[..good.len() / 2]).unwrap();
-        assert!(load(dir.path())
+        assert!(load(dir.path(), LIMIT)
             .unwrap_err()
             .to_string()
             .contains("truncated"));
         std::fs::remove_file(&path).unwrap();
-        assert!(load(dir.path())
+        assert!(load(dir.path(), LIMIT)
             .unwrap_err()
             .to_string()
             .contains("without --resume"));

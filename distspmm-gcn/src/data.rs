@@ -11,7 +11,7 @@ use dist_comm::Counting;
 use distspmm_core::kernel;
 use distspmm_core::schedule::ScheduleKind;
 use distspmm_core::sparse::{CscOwned, CsrOwned, DenseView, DenseViewMut};
-use distspmm_op::DistSpmm;
+use distspmm_op::{DistSpmm, RankChunk};
 
 /// Â·X over all rows in one process (tensor mode, where every rank holds the whole graph).
 #[derive(Debug)]
@@ -50,7 +50,7 @@ impl Aggregate for LocalAggregate {
 /// Â·X through the distributed SpMM: this rank's rows, communication per the schedule, over a
 /// [`Counting`] layer that measures what the schedule hands the transport.
 pub struct DistAggregate<'a, C: dist_comm::Communicator> {
-    op: DistSpmm<Box<Counting<'a, C>>, ChunkView<'a>>,
+    op: DistSpmm<Box<Counting<'a, C>>, &'a RankChunk>,
 }
 
 impl<C: dist_comm::Communicator> std::fmt::Debug for DistAggregate<'_, C> {
@@ -62,18 +62,25 @@ impl<C: dist_comm::Communicator> std::fmt::Debug for DistAggregate<'_, C> {
     }
 }
 
-/// Builds the distributed SpMM of this rank's chunk (collective).
+/// Builds the distributed SpMM of this rank's chunk from the chunk directory `dir`
+/// (collective): its agreement is where the ranks find out whether they all hold one
+/// directory's content.
 pub fn dist_aggregate<'a, C: dist_comm::Communicator>(
     comm: &'a C,
-    chunk: ChunkView<'a>,
+    chunk: &'a RankChunk,
     schedule: Schedule,
+    dir: &std::path::Path,
 ) -> Result<DistAggregate<'a, C>> {
     let kind = match schedule {
         Schedule::Halo => ScheduleKind::Halo,
         Schedule::Broadcast => ScheduleKind::Broadcast,
     };
-    let op = DistSpmm::new(Box::new(Counting::new(comm)), chunk, kind)
-        .context("cannot set up the distributed SpMM")?;
+    let op = DistSpmm::new(Box::new(Counting::new(comm)), chunk, kind).with_context(|| {
+        format!(
+            "cannot set up the distributed SpMM over the chunks in {}",
+            dir.display()
+        )
+    })?;
     Ok(DistAggregate { op })
 }
 
@@ -184,6 +191,9 @@ where
     let (rank, ranks) = (comm.rank(), comm.size());
     let opened = distspmm_op::open_rank_chunk(dir_path, rank, ranks);
     let (dir, chunk) = agree(comm, opened.map_err(anyhow::Error::from))?;
+    // Before any other collective: the operator's agreement checks that every rank holds the
+    // same partition and the same content (a stale copy of the chunks on one host).
+    let mut agg = dist_aggregate(comm, &chunk, args.schedule, dir_path)?;
     #[allow(
         clippy::cast_possible_truncation,
         reason = "rank < ranks, which open_rank_chunk checked to equal the chunks' u32 part count"
@@ -238,18 +248,22 @@ where
         comm,
         super::model::Gcn::new(cfg.clone(), view.num_local_nodes(), train_total[0]),
     )?;
-    let mut agg = dist_aggregate(comm, *view, args.schedule)?;
     let data = LocalData {
         features: &nd.features,
         labels: &nd.labels,
         masks: &nd.masks,
         original_ids: &nd.ids,
     };
+    let partition = super::checkpoint::PartitionIdentity {
+        parts: dir.parts(),
+        fingerprint: dir.manifest().fingerprint.clone(),
+    };
     let job = Job::new(
         args,
         cfg,
         "data",
         content_fingerprint(dir.manifest()),
+        Some(partition),
         dir_path,
         comm,
     );

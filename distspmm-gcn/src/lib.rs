@@ -573,6 +573,7 @@ impl Job<'_> {
         cfg: GcnConfig,
         mode: &'static str,
         data_fingerprint: String,
+        partition: Option<checkpoint::PartitionIdentity>,
         data_source: &Path,
         comm: &impl Group,
     ) -> Job<'a> {
@@ -584,6 +585,7 @@ impl Job<'_> {
                 normalize_features: args.normalize_features,
                 data_fingerprint,
                 data_source: data_source.display().to_string(),
+                partition,
             },
             mode,
             rank: comm.rank(),
@@ -661,7 +663,7 @@ fn run_tensor<C: AllReduce + AllGather + Group>(
         tensor::TensorGcn::new(cfg.clone(), n, rank, ranks, &data),
     )?;
     let mut agg = data::LocalAggregate::new(a, a_csc);
-    let job = Job::new(args, cfg, "tensor", fingerprint, input, comm);
+    let job = Job::new(args, cfg, "tensor", fingerprint, None, input, comm);
     train_loop(&job, comm, model, &mut agg, &data, on)
 }
 
@@ -756,9 +758,25 @@ fn train_loop<C: AllReduce + AllGather + Group, M: Trainable>(
     };
     let mut start_epoch = 0;
     if let Some(dir) = args.resume_from()? {
-        let state = agree(comm, checkpoint::load(dir))?;
-        let differences = state.identity.differences(&job.identity);
+        let limit = checkpoint::size_bound(&job.identity.config);
+        let (state, checksum) = agree(comm, checkpoint::load(dir, limit))?;
         let path = checkpoint::path_in(dir);
+        // Checkpoint directories may be host-local: every rank must resume the same one.
+        let resumed = dist_comm::agree::Resumed {
+            epoch: state.epoch,
+            checksum,
+        };
+        match dist_comm::agree::resume(comm, resumed) {
+            Ok(()) => {}
+            Err(e) if e.is_collective() => {
+                return Err(Agreed(format!("checkpoint {}: {e}", path.display())).into())
+            }
+            Err(e) => {
+                return Err(anyhow::Error::from(e)
+                    .context("cannot agree with the other ranks on the checkpoint"))
+            }
+        }
+        let differences = state.identity.differences(&job.identity);
         // Every rank read the same checkpoint and holds the same identity: one verdict, which
         // every rank prints before they exit together.
         let verdict = if !differences.is_empty() {

@@ -1,10 +1,11 @@
-//! The operator's side of the agreement: its chunk as a [`dist_comm::agree::ChunkRecord`], its
-//! call as an operation code and F, and dist-comm's verdict as a [`DistSpmmError`]. The
-//! protocol and its rules live in `dist_comm::agree`.
+//! The operator's side of the agreement: its chunk (and what its directory lists) as a
+//! [`dist_comm::agree::ChunkRecord`], its call as an operation code and F, and dist-comm's
+//! verdict as a [`DistSpmmError`]. The protocol and its rules live in `dist_comm::agree`.
 
 use chunk_format::ChunkView;
-use dist_comm::agree::{self, AgreeError, ChunkRecord};
+use dist_comm::agree::{self, content_digest, AgreeError, ChunkRecord};
 use dist_comm::{AllGather, AllReduce};
+use distspmm_core::chunk::Manifest;
 use distspmm_core::schedule::ScheduleKind;
 
 use super::{DistSpmmError, Op};
@@ -19,7 +20,19 @@ impl From<AgreeError> for DistSpmmError {
     }
 }
 
-fn chunk_record(chunk: &ChunkView<'_>) -> ChunkRecord {
+/// The [`content_digest`] of the chunk checksums `manifest` lists, part by part (what
+/// [`ChunkRecord::listed`] carries for a chunk loaded from that directory).
+pub(crate) fn listed_digest(manifest: &Manifest) -> [u64; 2] {
+    // `Manifest::validate` refuses a checksum that is not 16 hex digits: none maps to 0.
+    content_digest(
+        manifest
+            .chunks
+            .iter()
+            .map(|c| c.checksum_value().unwrap_or(0)),
+    )
+}
+
+fn chunk_record(chunk: &ChunkView<'_>, listed: Option<[u64; 2]>) -> ChunkRecord {
     let h = chunk.header();
     ChunkRecord {
         parts: h.num_parts,
@@ -28,19 +41,24 @@ fn chunk_record(chunk: &ChunkView<'_>) -> ChunkRecord {
         version: (h.version.major, h.version.minor),
         global_nodes: h.num_global_nodes,
         local_nodes: h.num_local_nodes,
+        checksum: h.file_checksum,
+        listed,
     }
 }
 
-/// The agreement of `DistSpmm::new`: `usable` says whether this rank could build its part.
+/// The agreement of `DistSpmm::new`: `listed` is what the chunk's directory lists
+/// ([`ChunkSource::listed`](crate::ChunkSource::listed)), `usable` whether this rank could
+/// build its part.
 pub(crate) fn agree_on_chunk<C: AllGather>(
     comm: &C,
     chunk: &ChunkView<'_>,
+    listed: Option<[u64; 2]>,
     schedule: ScheduleKind,
     usable: bool,
 ) -> Result<(), DistSpmmError> {
     Ok(agree::partition(
         comm,
-        &chunk_record(chunk),
+        &chunk_record(chunk, listed),
         schedule.code(),
         usable,
     )?)

@@ -16,6 +16,15 @@ use chunk_format::{ChunkView, MappedChunk};
 pub unsafe trait ChunkSource {
     /// The chunk.
     fn chunk(&self) -> ChunkView<'_>;
+
+    /// The [`content_digest`](dist_comm::agree::content_digest) of the chunk checksums the
+    /// chunk's directory lists for all parts, when it was loaded from one
+    /// ([`RankChunk`](crate::RankChunk)): the operators' agreement checks that every rank's
+    /// directory lists the same chunks and that they are the ones the ranks loaded. `None` for
+    /// a chunk opened on its own (its checksum is still compared with the others' listings).
+    fn listed(&self) -> Option<[u64; 2]> {
+        None
+    }
 }
 
 // SAFETY: a `ChunkView` is a copy of one parsed view; it never changes.
@@ -38,12 +47,18 @@ unsafe impl<T: ChunkSource + ?Sized> ChunkSource for Arc<T> {
     fn chunk(&self) -> ChunkView<'_> {
         (**self).chunk()
     }
+    fn listed(&self) -> Option<[u64; 2]> {
+        (**self).listed()
+    }
 }
 
 // SAFETY: as for `Arc`.
 unsafe impl<T: ChunkSource + ?Sized> ChunkSource for Rc<T> {
     fn chunk(&self) -> ChunkView<'_> {
         (**self).chunk()
+    }
+    fn listed(&self) -> Option<[u64; 2]> {
+        (**self).listed()
     }
 }
 
@@ -52,11 +67,17 @@ unsafe impl<T: ChunkSource + ?Sized> ChunkSource for Box<T> {
     fn chunk(&self) -> ChunkView<'_> {
         (**self).chunk()
     }
+    fn listed(&self) -> Option<[u64; 2]> {
+        (**self).listed()
+    }
 }
 
 // SAFETY: as for `Arc`.
 unsafe impl<T: ChunkSource + ?Sized> ChunkSource for &T {
     fn chunk(&self) -> ChunkView<'_> {
         (**self).chunk()
+    }
+    fn listed(&self) -> Option<[u64; 2]> {
+        (**self).listed()
     }
 }

@@ -22,10 +22,11 @@
 //!
 //! # Agreement
 //! [`DistSpmm::new`] starts with one all-gather of a fixed-size record per rank (P of its chunk,
-//! part id, partition fingerprint, chunk format version, N, schedule), before any other
+//! part id, partition fingerprint, chunk format version, N, schedule, the chunk's checksum and
+//! the content digest its directory lists, [`ChunkSource::listed`]), before any other
 //! collective; every rank checks all records in the same order and so fails with the same
-//! [`DistSpmmError`] on any mismatch (chunks for 4 parts under 2 ranks, chunks of two runs, a
-//! rank without a chunk). A rank that has no chunk to offer calls [`abstain`] instead, which
+//! [`DistSpmmError`] on any mismatch (chunks for 4 parts under 2 ranks, chunks of two runs,
+//! copies of one partition of different data, a rank without a chunk). A rank that has no chunk to offer calls [`abstain`] instead, which
 //! joins the same all-gather. Every `forward`/`backward` starts with one small all-reduce (five
 //! words) agreeing on the operation and F and on whether every rank's operands fit its chunk,
 //! so a wrong call on one rank is an error on all ranks rather than a hang.
@@ -98,7 +99,7 @@ pub use backend::{Backend, Program};
 pub use chunk_source::ChunkSource;
 #[cfg(feature = "cuda")]
 pub use gpu::GpuDistSpmm;
-pub use open::{open_rank_chunk, OpenError};
+pub use open::{open_rank_chunk, OpenError, RankChunk};
 pub use operands::{Operand, OperandError};
 
 use backend::{buffer_rows, moved_rows, run, Buf};
@@ -349,7 +350,7 @@ where
     pub fn new(comm: C, chunk: K, schedule: ScheduleKind) -> Result<Self, DistSpmmError> {
         let view = chunk.chunk();
         let built = Self::build(&view, schedule);
-        agree::agree_on_chunk(&*comm, &view, schedule, built.is_ok())?;
+        agree::agree_on_chunk(&*comm, &view, chunk.listed(), schedule, built.is_ok())?;
         let (blocks, schedule) = built?;
         Ok(Self {
             comm,

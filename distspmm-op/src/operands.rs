@@ -3,6 +3,8 @@
 //! entry points. (The CPU operator takes `DenseView`s, whose constructor already checks the
 //! extent, and the borrow checker rules out overlap.)
 
+use distspmm_core::memory::human_bytes;
+
 /// Why an operand given as memory cannot be used.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
@@ -17,15 +19,23 @@ pub enum OperandError {
         /// Its columns.
         cols: usize,
     },
-    /// `(rows − 1)·ld + cols` values do not fit the address space.
-    #[error("{rows} rows × ld {ld} of {name} overflow")]
+    /// The operand's bytes, `4·((rows − 1)·ld + cols)` from its address, do not fit the
+    /// address space (see [`check_pair`] for the extent that reaches the other operand).
+    #[error(
+        "{name} of {rows} rows × ld {ld} (cols {cols}) × 4 bytes from {addr:#x} overflows the \
+         address space: check rows, cols and the leading dimension"
+    )]
     Overflow {
         /// The operand's name.
         name: &'static str,
         /// Its rows.
         rows: usize,
+        /// Its columns.
+        cols: usize,
         /// Its leading dimension.
         ld: usize,
+        /// Its address.
+        addr: u64,
     },
     /// A NULL address for an operand that holds values.
     #[error("{name} is NULL but holds {values} values")]
@@ -44,12 +54,26 @@ pub enum OperandError {
         addr: u64,
     },
     /// Input and output share memory.
-    #[error("{input} and {output} overlap; the product cannot be computed in place")]
+    #[error(
+        "{input} ({} from {input_addr:#x}) and {output} ({} from {output_addr:#x}) overlap; the \
+         product cannot be computed in place (for separate buffers, check rows, cols and the \
+         leading dimensions)",
+        human_bytes(*input_bytes),
+        human_bytes(*output_bytes)
+    )]
     Overlap {
         /// The input's name.
         input: &'static str,
         /// The output's name.
         output: &'static str,
+        /// The input's address.
+        input_addr: u64,
+        /// The input's extent in bytes.
+        input_bytes: u64,
+        /// The output's address.
+        output_addr: u64,
+        /// The output's extent in bytes.
+        output_bytes: u64,
     },
 }
 
@@ -68,13 +92,25 @@ pub struct Operand {
     pub ld: usize,
 }
 
+/// The end of the address space a process is given unless it asks for more with an address
+/// hint: 2^47 on x86-64 (four-level paging, and five-level paging without a hint), 2^48 on
+/// AArch64; elsewhere the top of `u64`. An operand whose declared extent runs past it into the
+/// other operand is a wrong size, not an in-place call ([`check_pair`]).
+const DEFAULT_ADDRESS_END: u64 = if cfg!(target_arch = "x86_64") {
+    1 << 47
+} else if cfg!(target_arch = "aarch64") {
+    1 << 48
+} else {
+    u64::MAX
+};
+
 impl Operand {
     /// Values the operand spans, `(rows − 1)·ld + cols` (0 when it has no rows or columns),
     /// after checking `ld >= cols`.
     ///
     /// # Errors
     /// [`OperandError::LeadingDimension`], [`OperandError::Overflow`] (also when the span in
-    /// bytes overflows).
+    /// bytes is larger than any object can be, `isize::MAX`).
     pub fn values(&self) -> Result<usize, OperandError> {
         if self.ld < self.cols {
             return Err(OperandError::LeadingDimension {
@@ -89,18 +125,29 @@ impl Operand {
         (self.rows - 1)
             .checked_mul(self.ld)
             .and_then(|e| e.checked_add(self.cols))
-            .filter(|e| e.checked_mul(size_of::<f32>()).is_some())
-            .ok_or(OperandError::Overflow {
-                name: self.name,
-                rows: self.rows,
-                ld: self.ld,
+            .filter(|e| {
+                e.checked_mul(size_of::<f32>())
+                    .is_some_and(|bytes| isize::try_from(bytes).is_ok())
             })
+            .ok_or(self.overflow())
     }
 
-    /// [`Operand::values`], plus: not NULL when it spans values, aligned for f32.
+    fn overflow(&self) -> OperandError {
+        OperandError::Overflow {
+            name: self.name,
+            rows: self.rows,
+            cols: self.cols,
+            ld: self.ld,
+            addr: self.addr,
+        }
+    }
+
+    /// [`Operand::values`], plus: not NULL when it spans values, aligned for f32, its bytes
+    /// below the top of the address space.
     ///
     /// # Errors
-    /// As [`Operand::values`]; [`OperandError::Null`], [`OperandError::Misaligned`].
+    /// As [`Operand::values`]; [`OperandError::Null`], [`OperandError::Misaligned`],
+    /// [`OperandError::Overflow`] when `addr + 4·values` passes the top of the address space.
     pub fn check(&self) -> Result<usize, OperandError> {
         let values = self.values()?;
         if values > 0 && self.addr == 0 {
@@ -115,29 +162,52 @@ impl Operand {
                 addr: self.addr,
             });
         }
+        // The last byte must have an address (on a 32-bit target, below 2^32).
+        let last = self.bytes(values).1.map(|end| end.saturating_sub(1));
+        if values > 0 && last.is_none_or(|last| usize::try_from(last).is_err()) {
+            return Err(self.overflow());
+        }
         Ok(values)
     }
 
-    /// The byte range `[addr, addr + 4·values)` (saturating at the top of the address space).
-    fn bytes(&self, values: usize) -> (u64, u64) {
-        let len = (values as u64).saturating_mul(size_of::<f32>() as u64);
-        (self.addr, self.addr.saturating_add(len))
+    /// The byte range `[addr, addr + 4·values)`; `None` for the end when it passes `u64`.
+    fn bytes(&self, values: usize) -> (u64, Option<u64>) {
+        let len = (values as u64).checked_mul(size_of::<f32>() as u64);
+        (self.addr, len.and_then(|len| self.addr.checked_add(len)))
     }
 }
 
 /// Checks both operands of a product ([`Operand::check`]) and that they do not overlap;
-/// returns the values each spans.
+/// returns the values each spans. Two ranges that overlap because the first one in memory
+/// runs past the end of a process's default address space (2^47 on x86-64) into the other are
+/// an operand too large for any buffer — a wrong rows, cols or ld — and reported as
+/// [`OperandError::Overflow`] of that operand; an extent past that end that reaches nothing
+/// else is accepted, as a process may map memory there.
 ///
 /// # Errors
-/// The first failing rule, input first; [`OperandError::Overlap`].
+/// The first failing rule, input first; [`OperandError::Overflow`], [`OperandError::Overlap`].
 pub fn check_pair(input: &Operand, output: &Operand) -> Result<(usize, usize), OperandError> {
     let (n_in, n_out) = (input.check()?, output.check()?);
     if n_in > 0 && n_out > 0 {
-        let ((a0, a1), (b0, b1)) = (input.bytes(n_in), output.bytes(n_out));
+        // `check` made sure both ends exist.
+        let end = |o: &Operand, n| o.bytes(n).1.unwrap_or(u64::MAX);
+        let ((a0, a1), (b0, b1)) = (
+            (input.addr, end(input, n_in)),
+            (output.addr, end(output, n_out)),
+        );
         if a0 < b1 && b0 < a1 {
+            // The operand that starts first is the one whose extent reaches the other.
+            let (first, first_end) = if a0 <= b0 { (input, a1) } else { (output, b1) };
+            if first_end > DEFAULT_ADDRESS_END {
+                return Err(first.overflow());
+            }
             return Err(OperandError::Overlap {
                 input: input.name,
                 output: output.name,
+                input_addr: a0,
+                input_bytes: a1 - a0,
+                output_addr: b0,
+                output_bytes: b1 - b0,
             });
         }
     }
@@ -186,7 +256,9 @@ mod tests {
             check_pair(&x, &m("y", 0x10_000 + 4 * 37, 10, 4, 4)),
             Err(OperandError::Overlap {
                 input: "x",
-                output: "y"
+                output: "y",
+                input_bytes: 160,
+                ..
             })
         ));
         assert_eq!(
@@ -214,8 +286,69 @@ mod tests {
             check_pair(&m("x", 0, 3, 0, 0), &m("y", 0, 3, 0, 0)),
             Ok((0, 0))
         );
-        // The top of the address space saturates instead of wrapping.
+        // The top of the address space is an overflow, not a wrap-around.
         let top = u64::MAX - 3;
-        assert!(check_pair(&m("x", top, 1, 1, 1), &m("y", top, 1, 1, 1)).is_err());
+        assert!(matches!(
+            check_pair(&m("x", top, 1, 1, 1), &m("y", 0x10_000, 1, 1, 1)),
+            Err(OperandError::Overflow { name: "x", .. })
+        ));
+        assert_eq!(
+            check_pair(&m("x", top - 4, 1, 1, 1), &m("y", 0x10_000, 1, 1, 1)),
+            Ok((1, 1))
+        );
+        // More bytes than any object may hold (isize::MAX).
+        assert!(matches!(
+            m("x", 0x10_000, 1, usize::MAX / 4, usize::MAX / 4).values(),
+            Err(OperandError::Overflow { .. })
+        ));
+    }
+
+    /// `cols = 2^40` on buffers of the usual size: the declared extent of one operand reaches
+    /// the other only by running past the end of the address space, which is an extent that
+    /// overflows, not an in-place call.
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn an_extent_past_the_address_space_is_an_overflow_not_an_overlap() {
+        let cols = 1usize << 40;
+        let (x_addr, y_addr) = (0x5555_0000_0000, 0x5555_0010_0000);
+        let err = check_pair(
+            &m("x", x_addr, 1354, cols, cols),
+            &m("y", y_addr, 1354, cols, cols),
+        )
+        .unwrap_err();
+        assert!(
+            matches!(err, OperandError::Overflow { name: "x", .. }),
+            "{err:?}"
+        );
+        let text = err.to_string();
+        assert!(
+            text.contains("overflows the address space") && text.contains("cols 1099511627776"),
+            "{text}"
+        );
+        // The output first in memory: its extent is the one that runs over.
+        assert!(matches!(
+            check_pair(
+                &m("dy", y_addr, 1354, cols, cols),
+                &m("dx", x_addr, 1354, cols, cols)
+            ),
+            Err(OperandError::Overflow { name: "dx", .. })
+        ));
+        // A true in-place call within the address space is still an overlap, with both extents.
+        let err = check_pair(&m("x", x_addr, 4, 4, 4), &m("y", x_addr + 4, 4, 4, 4)).unwrap_err();
+        assert!(matches!(err, OperandError::Overlap { .. }), "{err:?}");
+        let text = err.to_string();
+        assert!(
+            text.contains("x (64 B from 0x555500000000)") && text.contains("check rows, cols"),
+            "{text}"
+        );
+        // An extent past 2^47 that reaches nothing else is accepted (memory may be mapped
+        // there with an address hint).
+        assert_eq!(
+            check_pair(
+                &m("x", 0x7f00_0000_0000, 1, 1 << 42, 1 << 42),
+                &m("y", 0x10_000, 1, 1, 1)
+            ),
+            Ok((1 << 42, 1))
+        );
     }
 }

@@ -11,11 +11,10 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use anyhow::Context;
-use chunk_format::ChunkView;
 use dist_comm::{AllReduce, Communicator, Counting, Group, ReduceOp};
 use distspmm_core::schedule::ScheduleKind;
 use distspmm_core::sparse::{DenseView, DenseViewMut, PageBuffer};
-use distspmm_op::DistSpmm;
+use distspmm_op::{DistSpmm, RankChunk};
 
 use super::ranks::{self, explain, test_matrix, Launch, RankMain, ScheduleArg};
 
@@ -93,27 +92,25 @@ impl RankMain for Bench<'_> {
         let view = *chunk.view();
         let (me, n) = (comm.rank(), view.num_local_nodes());
         let first = view.part_offsets()[me];
-        let mut op = DistSpmm::new(comm, view, kind).map_err(|e| explain(e, &args.chunks))?;
+        let mut op = DistSpmm::new(comm, &chunk, kind).map_err(|e| explain(e, &args.chunks))?;
         // X, Y, dY and dX on huge pages, as NumPy allocates them for the Python peer.
         let x = on_huge_pages(&test_matrix(1, first, n, f))?;
         let dy = on_huge_pages(&test_matrix(2, first, n, f))?;
         let (mut y, mut dx) = (PageBuffer::zeroed(n * f)?, PageBuffer::zeroed(n * f)?);
-        let mut forward =
-            |op: &mut DistSpmm<&Counting<'_, C>, ChunkView<'_>>| -> anyhow::Result<()> {
-                let y = DenseViewMut::from_row_major(&mut y[..], n, f)?;
-                op.forward(DenseView::from_row_major(&x[..], n, f)?, y)
-                    .map_err(|e| explain(e, &args.chunks))
-            };
+        let mut forward = |op: &mut DistSpmm<&Counting<'_, C>, &RankChunk>| -> anyhow::Result<()> {
+            let y = DenseViewMut::from_row_major(&mut y[..], n, f)?;
+            op.forward(DenseView::from_row_major(&x[..], n, f)?, y)
+                .map_err(|e| explain(e, &args.chunks))
+        };
         let before = comm.counts();
         forward(&mut op).context("warm-up forward call")?;
         let bytes = comm.counts().since(&before).schedule();
         let seconds = time(comm, args.reps, || forward(&mut op))?;
-        let mut backward =
-            |op: &mut DistSpmm<&Counting<'_, C>, ChunkView<'_>>| -> anyhow::Result<()> {
-                let dx = DenseViewMut::from_row_major(&mut dx[..], n, f)?;
-                op.backward(DenseView::from_row_major(&dy[..], n, f)?, dx)
-                    .map_err(|e| explain(e, &args.chunks))
-            };
+        let mut backward = |op: &mut DistSpmm<&Counting<'_, C>, &RankChunk>| -> anyhow::Result<()> {
+            let dx = DenseViewMut::from_row_major(&mut dx[..], n, f)?;
+            op.backward(DenseView::from_row_major(&dy[..], n, f)?, dx)
+                .map_err(|e| explain(e, &args.chunks))
+        };
         backward(&mut op).context("warm-up backward call")?;
         let seconds_backward = time(comm, args.reps, || backward(&mut op))?;
 

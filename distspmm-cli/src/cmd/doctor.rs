@@ -34,16 +34,22 @@ pub struct Args {
     /// The rank count the run will use (`mpirun -n N`); default: the directory's part count.
     #[arg(short = 'n', long)]
     ranks: Option<u32>,
-    /// Seconds to wait for the local `mpirun` probe.
-    #[arg(long, default_value_t = 30)]
+    /// Seconds to wait for the local `mpirun` probe (1 to 86400).
+    #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..=MAX_TIMEOUT_S))]
     launch_timeout: u64,
-    /// Seconds to wait for each host's TCP connection.
-    #[arg(long, default_value_t = 3)]
+    /// Seconds to wait for each host's TCP connection (1 to 86400).
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u64).range(1..=MAX_TIMEOUT_S))]
     connect_timeout: u64,
     /// Print one JSON object instead of the checklist.
     #[arg(long)]
     json: bool,
 }
+
+/// The longest timeout the options accept: a day.
+const MAX_TIMEOUT_S: u64 = 86_400;
+
+/// The largest hostfile read: a hostfile lists hosts, one short line each.
+const MAX_HOSTFILE_BYTES: u64 = 16 << 20;
 
 /// How a check ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -376,11 +382,14 @@ fn run_with_timeout(mut cmd: Command, timeout: Duration) -> Outcome {
             .take()
             .map(|p| Box::new(p) as Box<dyn Read + Send>),
     );
-    let deadline = Instant::now() + timeout;
+    // A timeout past the end of the clock's range waits without a deadline.
+    let deadline = Instant::now().checked_add(timeout);
     let status = loop {
         match child.try_wait() {
             Ok(Some(status)) => break Some(status),
-            Ok(None) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(20)),
+            Ok(None) if deadline.is_none_or(|d| Instant::now() < d) => {
+                std::thread::sleep(Duration::from_millis(20));
+            }
             _ => {
                 let _ = child.kill();
                 let _ = child.wait();
@@ -625,14 +634,35 @@ fn is_local(name: &str) -> bool {
 /// Port of the remote shell Open MPI starts remote daemons with.
 const SSH_PORT: u16 = 22;
 
+/// Reads a hostfile: a regular file (a FIFO or a device is refused before a byte is read) of
+/// at most [`MAX_HOSTFILE_BYTES`], as text.
+fn read_hostfile(path: &Path) -> std::io::Result<String> {
+    let file = chunk_format::open_regular(path)?;
+    let mut bytes = Vec::new();
+    file.take(MAX_HOSTFILE_BYTES + 1).read_to_end(&mut bytes)?;
+    if bytes.len() as u64 > MAX_HOSTFILE_BYTES {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            format!(
+                "it is larger than {} MiB, far more than a list of hosts",
+                MAX_HOSTFILE_BYTES >> 20
+            ),
+        ));
+    }
+    String::from_utf8(bytes)
+        .map_err(|_| std::io::Error::new(std::io::ErrorKind::InvalidData, "it is not UTF-8 text"))
+}
+
 fn check_hosts(hostfile: &Path, ranks: u32, args: &Args, report: &mut Report) {
-    let text = match std::fs::read_to_string(hostfile) {
+    let text = match read_hostfile(hostfile) {
         Ok(t) => t,
         Err(e) => {
             report.fail(
                 "hostfile",
                 format!("cannot read {}: {e}", hostfile.display()),
-                "pass the hostfile you give mpirun --hostfile".into(),
+                "pass the hostfile you give mpirun --hostfile: a regular text file listing one \
+                 host per line"
+                    .into(),
             );
             return;
         }
@@ -815,6 +845,11 @@ mod tests {
         assert!(matches!(
             run_with_timeout(Command::new("/nonexistent/program"), Duration::from_secs(1)),
             Outcome::NotStarted(_)
+        ));
+        // A timeout past the clock's range is no deadline, not a panic.
+        assert!(matches!(
+            run_with_timeout(Command::new("true"), Duration::MAX),
+            Outcome::Exited { success: true, .. }
         ));
     }
 

@@ -1,9 +1,8 @@
 //! `distspmm generate`: synthetic graphs as `.npz` (PyG layout) — RMAT topologies for
 //! benchmarks, CSBM graphs with features, labels and masks for training.
 
-use std::fs::File;
-use std::io::{BufReader, IsTerminal, Read};
-use std::path::{Path, PathBuf};
+use std::io::IsTerminal;
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
@@ -154,7 +153,7 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
         .as_ref()
         .map_or(graph.num_edges() as u64, |s| s.num_edges());
     spinner.set_message(format!("writing {}", output.out.display()));
-    let written = write(&output.out, output.force, |path| match &sorted {
+    let written = super::output::write(&output.out, output.force, "--out", |path| match &sorted {
         Some(edges) => npz::write_npz_edges(path, &graph, edges),
         None => npz::write_npz(path, &graph),
     })?;
@@ -263,58 +262,6 @@ fn spinner(show: bool) -> ProgressBar {
     let bar = ProgressBar::new_spinner();
     bar.enable_steady_tick(Duration::from_millis(120));
     bar
-}
-
-/// Writes the archive to `out` atomically with `write_to` (which writes a whole file at the
-/// path it is given). An existing file is replaced only with `force` or when the new contents
-/// are identical (then it is left alone and `false` is returned).
-fn write(
-    out: &Path,
-    force: bool,
-    write_to: impl Fn(&Path) -> Result<(), distspmm_core::graph::GraphError>,
-) -> anyhow::Result<bool> {
-    if force || !out.exists() {
-        write_to(out)?;
-        return Ok(true);
-    }
-    let name = out
-        .file_name()
-        .map_or_else(|| "graph.npz".into(), |n| n.to_string_lossy().into_owned());
-    let candidate = out.with_file_name(format!(".{name}.{}.candidate.npz", std::process::id()));
-    let outcome = write_to(&candidate)
-        .map_err(anyhow::Error::from)
-        .and_then(|()| same_contents(&candidate, out));
-    let _ = std::fs::remove_file(&candidate);
-    if outcome? {
-        return Ok(false);
-    }
-    bail!(
-        "{} already exists with different contents; pass --force to replace it or choose another --out",
-        out.display()
-    )
-}
-
-fn same_contents(a: &Path, b: &Path) -> anyhow::Result<bool> {
-    let open = |p: &Path| -> anyhow::Result<(u64, BufReader<File>)> {
-        let f = File::open(p).with_context(|| format!("cannot read {}", p.display()))?;
-        let len = f.metadata()?.len();
-        Ok((len, BufReader::with_capacity(1 << 16, f)))
-    };
-    let ((len_a, mut ra), (len_b, mut rb)) = (open(a)?, open(b)?);
-    if len_a != len_b {
-        return Ok(false);
-    }
-    let (mut ba, mut bb) = (vec![0u8; 1 << 16], vec![0u8; 1 << 16]);
-    loop {
-        let n = ra.read(&mut ba)?;
-        if n == 0 {
-            return Ok(true);
-        }
-        rb.read_exact(&mut bb[..n])?;
-        if ba[..n] != bb[..n] {
-            return Ok(false);
-        }
-    }
 }
 
 /// A non-negative estimate as a u64, saturating (an `as` from f64 saturates and maps NaN to 0).

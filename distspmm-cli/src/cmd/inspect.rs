@@ -3,7 +3,7 @@
 use std::path::{Path, PathBuf};
 
 use chunk_format::{ChunkView, MappedChunk};
-use distspmm_core::chunk::{fingerprint_hex, ChunkDir};
+use distspmm_core::chunk::{fingerprint_hex, ChunkDir, MANIFEST_FILE, PARTITION_MAP_FILE};
 use serde_json::{json, Value};
 
 /// Summarise and validate one chunk file, or a whole chunk directory (manifest, every chunk,
@@ -19,8 +19,25 @@ pub struct Args {
 
 /// Runs `distspmm inspect`.
 pub fn run(args: &Args) -> anyhow::Result<()> {
-    let result = if args.path.is_dir() {
+    let is_dir = args.path.is_dir();
+    let member = if is_dir {
+        None
+    } else {
+        directory_member(&args.path)
+    };
+    let result = if is_dir {
         inspect_dir(&args.path)
+    } else if let Some(what) = member {
+        let dir = match args.path.parent() {
+            Some(p) if !p.as_os_str().is_empty() => p,
+            _ => Path::new("."),
+        };
+        Err(anyhow::anyhow!(
+            "{} is {what}, not a chunk file: pass the directory (`distspmm inspect {}`) to \
+             check the whole chunk directory, or one of its part-NNNNN.chunk files",
+            args.path.display(),
+            dir.display()
+        ))
     } else {
         inspect_file(&args.path)
     };
@@ -42,9 +59,32 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
                 });
                 println!("{line}");
             }
+            if member.is_some() {
+                return Err(err);
+            }
             Err(err.context(format!("{} is not valid", args.path.display())))
         }
     }
+}
+
+/// What a file of a chunk directory that is not a chunk is ("a chunk directory's manifest"):
+/// by its name, or for a manifest renamed, by its JSON text. `None` for anything else.
+fn directory_member(path: &Path) -> Option<&'static str> {
+    use std::io::Read;
+    let name = path.file_name()?.to_str()?;
+    if name == MANIFEST_FILE {
+        return Some("a chunk directory's manifest");
+    }
+    if name == PARTITION_MAP_FILE {
+        return Some("a chunk directory's partition map");
+    }
+    let mut start = [0u8; 64];
+    let read = chunk_format::open_regular(path)
+        .and_then(|mut f| f.read(&mut start))
+        .ok()?;
+    let text = start[..read].trim_ascii_start();
+    (text.starts_with(b"{") && text.windows(8).any(|w| w == b"\"format\""))
+        .then_some("a chunk directory's manifest (JSON)")
 }
 
 fn chunk_summary(view: &ChunkView<'_>, bytes: usize) -> Value {

@@ -5,6 +5,7 @@ pub mod dist_bench;
 pub mod doctor;
 pub mod generate;
 pub mod inspect;
+pub mod output;
 pub mod partition;
 pub mod plan;
 pub mod ranks;

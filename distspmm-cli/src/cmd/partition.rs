@@ -1,7 +1,7 @@
 //! `distspmm partition`: graph file → normalised Â → partition → chunk directory.
 
 use std::io::IsTerminal;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
@@ -24,20 +24,25 @@ pub struct Args {
     /// Number of parts P (= chunk files = MPI ranks).
     #[arg(long)]
     parts: u32,
-    /// Output directory (created if missing).
+    /// Output directory (created if missing). An existing one must hold nothing but an earlier
+    /// run's chunk files: it is replaced as a whole, and other files are never touched.
     #[arg(long)]
     out: PathBuf,
     /// Method, seed, imbalance, objective and normalisation.
     #[command(flatten)]
     partitioning: PartitionOptions,
     /// Reuse this saved partition map (e.g. DIR/partition.map of an earlier run) instead of
-    /// partitioning again.
+    /// partitioning again (the map records its method: --method, --seed, --imbalance,
+    /// --objective, --threads and --balance do not apply).
     #[arg(long, value_name = "FILE")]
     partition_map: Option<PathBuf>,
-    /// Also write the symmetrised graph in METIS .graph format (to compare with gpmetis).
+    /// Also write the symmetrised graph in METIS .graph format (to compare with gpmetis). An
+    /// existing FILE is replaced only with --force (or when the contents are the same), and
+    /// never when it is the input graph or the partition map.
     #[arg(long, value_name = "FILE")]
     write_metis_graph: Option<PathBuf>,
-    /// Replace a different partition already in the output directory.
+    /// Replace a different partition already in the output directory, and an existing
+    /// --write-metis-graph file.
     #[arg(long)]
     force: bool,
     /// Print one JSON line instead of the summary (and no progress bars).
@@ -93,34 +98,42 @@ impl BuildArg {
 }
 
 /// How a graph is partitioned and normalised: the options `distspmm partition` and
-/// `distspmm plan --input` share.
+/// `distspmm plan --input` share. The partitioner's options are `Option`s, their defaults
+/// applied in [`PartitionOptions::method`], so that an option given for a method that does not
+/// use it (or with a saved partition map) is refused instead of ignored.
 #[derive(Debug, clap::Args)]
 pub struct PartitionOptions {
-    /// How nodes are assigned to parts.
-    #[arg(long, value_enum, default_value_t = MethodArg::Kaminpar)]
-    pub method: MethodArg,
-    /// Seed for METIS, KaMinPar or the random permutation.
-    #[arg(long, default_value_t = 1)]
-    pub seed: u64,
-    /// Imbalance tolerance: largest part ≤ this × mean part size (1.03 = METIS ufactor 30;
-    /// KaMinPar always keeps 1.03, so it accepts 1.03 or more).
-    #[arg(long, default_value_t = 1.03)]
-    pub imbalance: f64,
+    /// How nodes are assigned to parts [default: kaminpar].
+    #[arg(long, value_enum)]
+    pub method: Option<MethodArg>,
+    /// Seed for METIS, KaMinPar or the random permutation [default: 1].
+    #[arg(long)]
+    pub seed: Option<u64>,
+    /// Imbalance tolerance of METIS and KaMinPar: largest part ≤ this × mean part size (1.03 =
+    /// METIS ufactor 30; KaMinPar always keeps 1.03, so it accepts 1.03 or more) [default: 1.03].
+    #[arg(long)]
+    pub imbalance: Option<f64>,
     /// Threads KaMinPar partitions with (default: all cores). Its result is reproducible for a
     /// fixed seed only with --threads 1 (more threads race in its label propagation).
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
     pub threads: Option<u32>,
-    /// METIS objective: edge cut or communication volume (`vol` needs --method metis).
-    #[arg(long, value_enum, default_value_t = ObjectiveArg::Cut)]
-    pub objective: ObjectiveArg,
+    /// METIS objective: edge cut or communication volume (`vol` needs --method metis)
+    /// [default: cut].
+    #[arg(long, value_enum)]
+    pub objective: Option<ObjectiveArg>,
     /// Normalisation of Â: gcn (D^-1/2 (A+I) D^-1/2), row (D^-1 (A+I)) or none.
     #[arg(long, default_value = "gcn")]
     pub normalize: Normalization,
-    /// What the partitioner balances: nodes per part, or non-zeros of Â per part (vertex
-    /// weight = degree + 1), which evens out the SpMM work on power-law graphs.
-    #[arg(long, value_enum, default_value_t = BalanceArg::Nodes)]
-    pub balance: BalanceArg,
+    /// What METIS or KaMinPar balances: nodes per part, or non-zeros of Â per part (vertex
+    /// weight = degree + 1), which evens out the SpMM work on power-law graphs [default: nodes].
+    #[arg(long, value_enum)]
+    pub balance: Option<BalanceArg>,
 }
+
+/// The seed when --seed is not given.
+const DEFAULT_SEED: u64 = 1;
+/// The imbalance tolerance when --imbalance is not given.
+const DEFAULT_IMBALANCE: f64 = 1.03;
 
 /// What the partitioner balances.
 #[derive(Debug, Clone, Copy, clap::ValueEnum)]
@@ -133,40 +146,81 @@ pub enum BalanceArg {
 
 impl PartitionOptions {
     /// The partitioning method these options describe; an error for an option the chosen
-    /// method cannot honour (`--objective vol` without METIS, `--threads` without KaMinPar).
+    /// method cannot honour (`--objective vol` without METIS, `--threads` without KaMinPar,
+    /// `--balance nnz`, `--imbalance` or `--seed` with a method that has no use for them).
     pub fn method(&self) -> anyhow::Result<Method> {
-        if matches!(self.objective, ObjectiveArg::Vol) && !matches!(self.method, MethodArg::Metis) {
+        let method = self.method.unwrap_or(MethodArg::Kaminpar);
+        if matches!(self.objective, Some(ObjectiveArg::Vol)) && !matches!(method, MethodArg::Metis)
+        {
             bail!(
                 "--objective vol is a METIS objective: add --method metis (KaMinPar, the \
                  default, minimises the edge cut)"
             );
         }
-        if self.threads.is_some() && !matches!(self.method, MethodArg::Kaminpar) {
+        if self.threads.is_some() && !matches!(method, MethodArg::Kaminpar) {
             bail!("--threads sets KaMinPar's threads: drop it, or use --method kaminpar");
         }
+        if let MethodArg::Contiguous | MethodArg::Random = method {
+            let name = method.name();
+            if matches!(self.balance, Some(BalanceArg::Nnz)) {
+                bail!(
+                    "--balance nnz weighs each node by its non-zeros, which only METIS and \
+                     KaMinPar do; --method {name} splits the nodes into parts of equal node \
+                     counts: use --method kaminpar or --method metis with --balance nnz, or \
+                     drop --balance nnz"
+                );
+            }
+            if self.imbalance.is_some() {
+                bail!(
+                    "--imbalance is a tolerance of METIS and KaMinPar; --method {name} splits \
+                     the nodes evenly (parts differ by at most one node): drop --imbalance"
+                );
+            }
+            if self.seed.is_some() && matches!(method, MethodArg::Contiguous) {
+                bail!("--method contiguous draws nothing at random: drop --seed");
+            }
+        }
+        let seed = self.seed.unwrap_or(DEFAULT_SEED);
+        let imbalance = self.imbalance.unwrap_or(DEFAULT_IMBALANCE);
         let balance = match self.balance {
-            BalanceArg::Nodes => Balance::Nodes,
-            BalanceArg::Nnz => Balance::Nonzeros,
+            None | Some(BalanceArg::Nodes) => Balance::Nodes,
+            Some(BalanceArg::Nnz) => Balance::Nonzeros,
         };
-        Ok(match self.method {
+        Ok(match method {
             MethodArg::Metis => Method::Metis(MetisOptions {
-                seed: self.seed,
-                imbalance: self.imbalance,
+                seed,
+                imbalance,
                 objective: match self.objective {
-                    ObjectiveArg::Cut => Objective::Cut,
-                    ObjectiveArg::Vol => Objective::Volume,
+                    None | Some(ObjectiveArg::Cut) => Objective::Cut,
+                    Some(ObjectiveArg::Vol) => Objective::Volume,
                 },
                 balance,
             }),
             MethodArg::Kaminpar => Method::Kaminpar(KaminparOptions {
-                seed: self.seed,
-                imbalance: self.imbalance,
+                seed,
+                imbalance,
                 threads: self.threads.map_or(0, |t| t as usize),
                 balance,
             }),
             MethodArg::Contiguous => Method::Contiguous,
-            MethodArg::Random => Method::Random { seed: self.seed },
+            MethodArg::Random => Method::Random { seed },
         })
+    }
+
+    /// The partitioner's options given on the command line (`--method`, `--seed`, …): what a
+    /// saved partition map makes moot.
+    fn partitioner_options_given(&self) -> Vec<&'static str> {
+        [
+            ("--method", self.method.is_some()),
+            ("--seed", self.seed.is_some()),
+            ("--imbalance", self.imbalance.is_some()),
+            ("--threads", self.threads.is_some()),
+            ("--objective", self.objective.is_some()),
+            ("--balance", self.balance.is_some()),
+        ]
+        .into_iter()
+        .filter_map(|(name, given)| given.then_some(name))
+        .collect()
     }
 }
 
@@ -184,7 +238,7 @@ fn explain_rerun(err: ChunkDirError, method: &Method) -> anyhow::Error {
 }
 
 /// Partitioning methods.
-#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum MethodArg {
     /// METIS multilevel k-way (one thread; at most 2^31 - 1 adjacency entries).
     Metis,
@@ -195,6 +249,18 @@ pub enum MethodArg {
     Contiguous,
     /// Balanced random assignment (a locality-free baseline).
     Random,
+}
+
+impl MethodArg {
+    /// Its name on the command line.
+    fn name(self) -> &'static str {
+        match self {
+            MethodArg::Metis => "metis",
+            MethodArg::Kaminpar => "kaminpar",
+            MethodArg::Contiguous => "contiguous",
+            MethodArg::Random => "random",
+        }
+    }
 }
 
 /// METIS objectives.
@@ -327,6 +393,22 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
     if args.parts == 0 {
         bail!("--parts must be at least 1");
     }
+    if let Some(map) = &args.partition_map {
+        let given = args.partitioning.partitioner_options_given();
+        if !given.is_empty() {
+            let them = if given.len() == 1 { "it" } else { "them" };
+            bail!(
+                "--partition-map reuses the partition saved in {} (the map records the method \
+                 that made it), so {} would be ignored: drop {them}, or partition afresh \
+                 without --partition-map",
+                map.display(),
+                given.join(", ")
+            );
+        }
+    }
+    if let Some(metis) = &args.write_metis_graph {
+        refuse_to_overwrite_inputs(metis, args)?;
+    }
     // Held for the whole run, so a second run into the same directory refuses at once.
     let lock = std::sync::Arc::new(
         DirLock::acquire(&args.out)
@@ -349,9 +431,10 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
         let phase = Phase::start(&bars, label);
         let adjacency = Adjacency::from_edges(graph.num_nodes, &graph.src, &graph.dst)?;
         if let Some(path) = &args.write_metis_graph {
-            adjacency
-                .write_metis_graph(path)
-                .context("cannot write the METIS graph file")?;
+            super::output::write(path, args.force, "--write-metis-graph", |p| {
+                adjacency.write_metis_graph(p)
+            })
+            .context("cannot write the METIS graph file")?;
         }
         // METIS and KaMinPar need only the adjacency: the edge arrays wait on disk meanwhile,
         // out of this phase's peak (the run's peak), and come back once the adjacency is gone.
@@ -491,6 +574,43 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Refuses a `--write-metis-graph` path that names one of the run's inputs (the graph, the
+/// partition map) under any name: the same path once canonicalised, a symlink to it or a hard
+/// link of it. `--force` does not lift this.
+fn refuse_to_overwrite_inputs(out: &Path, args: &Args) -> anyhow::Result<()> {
+    let inputs = [
+        ("--input", Some(&args.input)),
+        ("--partition-map", args.partition_map.as_ref()),
+    ];
+    for (option, input) in inputs {
+        let Some(input) = input else { continue };
+        if same_file(out, input) {
+            bail!(
+                "--write-metis-graph {} is the file {option} {} reads: writing the METIS graph \
+                 there would replace it (--force does not allow this); choose another file",
+                out.display(),
+                input.display()
+            );
+        }
+    }
+    Ok(())
+}
+
+/// Whether `a` and `b` name the same existing file: equal canonical paths, or the same device
+/// and inode (hard links).
+fn same_file(a: &Path, b: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    if let (Ok(x), Ok(y)) = (std::fs::canonicalize(a), std::fs::canonicalize(b)) {
+        if x == y {
+            return true;
+        }
+    }
+    match (std::fs::metadata(a), std::fs::metadata(b)) {
+        (Ok(x), Ok(y)) => x.dev() == y.dev() && x.ino() == y.ino(),
+        _ => false,
+    }
+}
+
 /// Drops the graph's edge arrays (the chunks need only the node data from here on).
 fn release_edges(graph: &mut distspmm_core::graph::Graph) {
     graph.src = Vec::new();
@@ -544,7 +664,7 @@ fn write_chunks(
     Ok(manifest)
 }
 
-fn load_map(path: &std::path::Path, parts: u32, nodes: usize) -> anyhow::Result<Partition> {
+fn load_map(path: &Path, parts: u32, nodes: usize) -> anyhow::Result<Partition> {
     let partition = Partition::load(path)?;
     if partition.num_nodes() != nodes {
         bail!(

@@ -95,6 +95,7 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
         None if planned.feature_dim > 0 => planned.feature_dim,
         None => 64,
     };
+    check_features(&planned, features)?;
     let plans: Vec<(ScheduleKind, Vec<RankPlan>)> = args
         .schedule
         .kinds()
@@ -204,6 +205,45 @@ fn from_graph(input: &Path, parts: u32, options: &PartitionOptions) -> anyhow::R
         chunk_bytes,
         feature_dim: graph.feature_dim(),
     })
+}
+
+/// Refuses a feature count for which a byte count of the plan would not fit in 64 bits (the
+/// schedules' counters and the sums here would wrap). Every figure is at most `rows·F·4 +
+/// fixed` with `rows ≤ (2P + 4)·N` — all ranks' sends in both directions, or one rank's
+/// buffers (`(P + 1)·N` rows at most) plus X and Y — and `fixed` at most every chunk's bytes
+/// plus a rank's index workspace (`4·nnz + 8·(N + P)`).
+fn check_features(planned: &Planned, features: usize) -> anyhow::Result<()> {
+    let shape = &planned.shape;
+    let (parts, nodes) = (shape.parts() as u64, shape.nodes());
+    let nnz = (0..shape.parts()).try_fold(0u64, |sum, p| sum.checked_add(shape.nnz(p)));
+    let fixed = planned
+        .chunk_bytes
+        .iter()
+        .try_fold(0u64, |sum, &b| sum.checked_add(b))
+        .zip(nnz.and_then(|z| z.checked_mul(4)))
+        .and_then(|(c, z)| c.checked_add(z))
+        .zip(nodes.checked_add(parts).and_then(|n| n.checked_mul(8)))
+        .and_then(|(f, w)| f.checked_add(w));
+    let per_feature = parts
+        .checked_mul(2)
+        .and_then(|p| p.checked_add(4))
+        .and_then(|p| p.checked_mul(nodes))
+        .and_then(|rows| rows.checked_mul(VALUE_BYTES));
+    let most = match (fixed, per_feature) {
+        (Some(fixed), Some(per_feature)) => {
+            ((u64::MAX - fixed) / per_feature.max(1)).min(u64::MAX / VALUE_BYTES)
+        }
+        _ => 0,
+    };
+    let features = features as u64;
+    if features > most {
+        bail!(
+            "--features {features} is too large: the plan's byte counts for {nodes} nodes in \
+             {parts} parts would pass 2^64 − 1 bytes (16 EiB); the largest F this plan can \
+             count is {most}"
+        );
+    }
+    Ok(())
 }
 
 /// What decides a chunk file's length.

@@ -13,12 +13,11 @@ use std::io::Write as _;
 use std::path::Path;
 
 use anyhow::{anyhow, bail, Context};
-use chunk_format::MappedChunk;
 use dist_comm::agree::check_parts;
 use dist_comm::{AllGather, Communicator, Group, LocalComm, MpiComm};
 use distspmm_core::chunk::ChunkDir;
 use distspmm_core::schedule::ScheduleKind;
-use distspmm_op::{abstain, open_rank_chunk, DistSpmmError, OpenError};
+use distspmm_op::{abstain, open_rank_chunk, DistSpmmError, OpenError, RankChunk};
 
 /// How ranks are formed (shared by the distributed commands).
 #[derive(Debug, Clone, clap::Args)]
@@ -167,7 +166,7 @@ pub fn check_matrix_memory(
 /// Collective: a rank that cannot (the directory has another part count, no chunk for it, or
 /// loading fails) joins the operator's agreement step with [`abstain`], so every rank fails
 /// together.
-pub fn load_chunk<C: AllGather>(comm: &C, dir: &Path) -> anyhow::Result<(ChunkDir, MappedChunk)> {
+pub fn load_chunk<C: AllGather>(comm: &C, dir: &Path) -> anyhow::Result<(ChunkDir, RankChunk)> {
     match open_rank_chunk(dir, comm.rank(), comm.size()) {
         Ok(opened) => Ok(opened),
         // Every rank reads the same manifest: the agreement's verdict is the mismatch.
@@ -187,6 +186,9 @@ pub fn load_chunk<C: AllGather>(comm: &C, dir: &Path) -> anyhow::Result<(ChunkDi
 pub fn explain(err: DistSpmmError, dir: &Path) -> anyhow::Error {
     match err {
         DistSpmmError::PartsMismatch(m) => {
+            OnAllRanks(anyhow!("chunk directory {}: {m}", dir.display())).into()
+        }
+        DistSpmmError::Disagreement(m) => {
             OnAllRanks(anyhow!("chunk directory {}: {m}", dir.display())).into()
         }
         e if e.is_collective() => OnAllRanks(e.into()).into(),

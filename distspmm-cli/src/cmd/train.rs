@@ -58,13 +58,13 @@ pub struct Args {
     #[arg(long, default_value_t = 2)]
     pub layers: usize,
     /// Adam learning rate.
-    #[arg(long, default_value_t = 0.01)]
+    #[arg(long, default_value_t = 0.01, value_parser = parse_f32)]
     pub lr: f32,
     /// L2 weight decay on the first layer's weights (as the GCN paper).
-    #[arg(long, default_value_t = 5e-4)]
+    #[arg(long, default_value_t = 5e-4, value_parser = parse_f32)]
     pub weight_decay: f32,
-    /// Dropout probability on every layer's input.
-    #[arg(long, default_value_t = 0.5)]
+    /// Dropout probability on every layer's input, in [0, 1).
+    #[arg(long, default_value_t = 0.5, value_parser = parse_dropout)]
     pub dropout: f32,
     /// Communication schedule of the distributed SpMM (data mode).
     #[arg(long, value_enum, default_value = "halo")]
@@ -104,6 +104,56 @@ pub struct Args {
     /// Print only a final JSON line on stdout (epoch lines go to stderr).
     #[arg(long)]
     pub json: bool,
+}
+
+/// A number option the model holds as `f32`: refused when single precision cannot hold the
+/// value as given (it overflows to infinity, or a non-zero rounds to 0), so a message never
+/// shows a value other than the one the user wrote.
+fn parse_f32(text: &str) -> Result<f32, String> {
+    let single: f32 = text
+        .trim()
+        .parse()
+        .map_err(|_| format!("{text:?} is not a number"))?;
+    let wide: f64 = text
+        .trim()
+        .parse()
+        .map_err(|_| format!("{text:?} is not a number"))?;
+    if wide.is_finite() && single.is_infinite() {
+        return Err(format!(
+            "{text} is beyond single precision (f32, at most {:e}), which training computes in",
+            f32::MAX
+        ));
+    }
+    if wide != 0.0 && single == 0.0 {
+        return Err(format!(
+            "{text} rounds to 0 in single precision (f32, smallest positive {:e}), which training \
+             computes in",
+            f32::from_bits(1)
+        ));
+    }
+    Ok(single)
+}
+
+/// `--dropout`: a probability in [0, 1) as given, and still below 1 in single precision.
+fn parse_dropout(text: &str) -> Result<f32, String> {
+    let single = parse_f32(text)?;
+    let wide: f64 = text
+        .trim()
+        .parse()
+        .map_err(|_| format!("{text:?} is not a number"))?;
+    if !(0.0..1.0).contains(&wide) {
+        return Err(format!(
+            "the dropout probability must be in [0, 1), got {text}"
+        ));
+    }
+    if single >= 1.0 {
+        return Err(format!(
+            "{text} rounds to 1 in single precision (f32), which training computes in, and a \
+             dropout of 1 drops everything: the largest dropout below 1 is {}",
+            1.0f32.next_down()
+        ));
+    }
+    Ok(single)
 }
 
 impl Args {
@@ -245,4 +295,41 @@ pub fn run(args: &Args) -> Result<()> {
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{parse_dropout, parse_f32};
+
+    #[test]
+    fn dropout_is_checked_as_given_and_in_single_precision() {
+        assert_eq!(parse_dropout("0.5"), Ok(0.5));
+        assert_eq!(parse_dropout("0"), Ok(0.0));
+        assert_eq!(parse_dropout("0.99999994"), Ok(1.0f32.next_down()));
+        let err = parse_dropout("0.99999999").unwrap_err();
+        assert!(
+            err.contains("0.99999999") && err.contains("rounds to 1"),
+            "{err}"
+        );
+        assert!(err.contains("0.99999994"), "{err}");
+        let err = parse_dropout("1").unwrap_err();
+        assert!(err.contains("[0, 1), got 1"), "{err}");
+        assert!(parse_dropout("-0.1").unwrap_err().contains("got -0.1"));
+        assert!(parse_dropout("NaN").is_err());
+        assert!(parse_dropout("half").unwrap_err().contains("not a number"));
+    }
+
+    #[test]
+    fn f32_options_refuse_values_single_precision_cannot_hold() {
+        assert_eq!(parse_f32("0.01"), Ok(0.01));
+        assert_eq!(parse_f32("0"), Ok(0.0));
+        assert!(parse_f32("1e-50").unwrap_err().contains("rounds to 0"));
+        assert!(parse_f32("1e39")
+            .unwrap_err()
+            .contains("beyond single precision"));
+        assert!(
+            parse_f32("inf").is_ok(),
+            "infinity is the library's to refuse"
+        );
+    }
 }

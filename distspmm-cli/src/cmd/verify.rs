@@ -180,7 +180,7 @@ impl RankMain for Verify<'_> {
         // Per schedule and product: max abs error, max rel error (rank 0), bytes (all ranks).
         let mut found = Vec::new();
         for kind in ScheduleKind::ALL {
-            let mut op = DistSpmm::new(comm, view, kind).map_err(|e| explain(e, &args.chunks))?;
+            let mut op = DistSpmm::new(comm, &chunk, kind).map_err(|e| explain(e, &args.chunks))?;
             op.forward(
                 DenseView::from_row_major(&x[..], n, f)?,
                 DenseViewMut::from_row_major(&mut y[..], n, f)?,

@@ -175,6 +175,11 @@ fn rows_path(dir: &Path, p: u32) -> PathBuf {
     dir.join(std::format!("rows-{p:05}"))
 }
 
+/// Whether `name` is one of the files above ([`bucket_path`], [`rows_path`]).
+pub(super) fn is_work_file(name: &str) -> bool {
+    crate::workdir::numbered(name, "bucket-", "") || crate::workdir::numbered(name, "rows-", "")
+}
+
 /// A part's bucket as the entries `(local row, original column, weight)` of its rows of `A`
 /// (or `A + I`): the edges in edge order, then the diagonal — per row the order in which
 /// `normalize` visits the same entries, so that [`assemble`] sums duplicates identically.
@@ -440,6 +445,12 @@ impl PartChunkBuilder for BoundedBuilder<'_> {
                 return Err(NormalizeError::ScaledOverflow { src, dst: nodes[i] }.into());
             }
         }
-        Ok(self.layout.build_part(&self.halo, p, &rows, scratch))
+        let chunk = self.layout.build_part(&self.halo, p, &rows, scratch);
+        // After the reads of the node data: a mapped input that changed under them is refused.
+        self.layout
+            .graph()
+            .check_unchanged()
+            .map_err(ChunkBuildError::from)?;
+        Ok(chunk)
     }
 }

@@ -12,7 +12,7 @@ use rayon::prelude::*;
 use crate::index;
 use crate::partition::{sync_parent_dir, write_atomically, Adjacency, Partition};
 use crate::sparse::CsrOwned;
-use crate::workdir::{self, sibling, Stale, WorkDir};
+use crate::workdir::{self, Kind, Stale, WorkDir};
 
 use super::manifest::{
     encode_hex, format_checksum, parse_checksum, Manifest, ManifestChunk, ManifestFile,
@@ -88,7 +88,12 @@ impl PartChunkBuilder for ChunkBuilder<'_> {
         true
     }
     fn build_part(&self, p: u32, scratch: &mut Vec<u32>) -> Result<PartChunk, ChunkDirError> {
-        Ok(self.build_with_scratch(p, scratch))
+        let chunk = self.build_with_scratch(p, scratch);
+        // After the reads of the node data: a mapped input that changed under them is refused.
+        self.graph()
+            .check_unchanged()
+            .map_err(super::ChunkBuildError::from)?;
+        Ok(chunk)
     }
 }
 
@@ -164,21 +169,28 @@ impl Default for WriteOptions {
 /// second writer of the same directory, in this process or another, is refused with
 /// [`ChunkDirError::Busy`] instead of mixing its files with the first one's. The lock file stays
 /// (removing it would race with a writer that just opened it); the lock goes with the process.
+///
+/// The directory is resolved once, here: its parent canonical (so `nd/.` or `nd/` is `nd`), and
+/// a symbolic link to a directory followed to its target, which is what is written (the link
+/// stays a link; the lock, staging and work directories sit beside the target, on its file
+/// system).
 #[derive(Debug)]
 pub struct DirLock {
     file: std::fs::File,
     path: PathBuf,
-    /// The locked directory's parent and name.
+    /// The locked directory's parent (canonical) and name.
     parent: PathBuf,
     name: std::ffi::OsString,
 }
 
 impl DirLock {
     /// Takes the lock of output directory `dir` (creating its parent if needed), or fails at
-    /// once if another writer holds it.
+    /// once if another writer holds it. Under the lock, an existing `dir` is checked before
+    /// anything is built: it must be a directory, not a mount point (which cannot be replaced
+    /// as a whole), holding nothing but a chunk directory's own files
+    /// ([`ChunkDirError::Foreign`] names the first other entry).
     pub fn acquire(dir: &Path) -> Result<Self, ChunkDirError> {
-        let (parent, name) = split_dir(dir)?;
-        std::fs::create_dir_all(&parent).map_err(io_error(&parent))?;
+        let (parent, name) = resolve_out(dir)?;
         let mut lock_name = std::ffi::OsString::from(".");
         lock_name.push(&name);
         lock_name.push(".lock");
@@ -208,12 +220,14 @@ impl DirLock {
                 ChunkDirError::Io { path, source }
             });
         }
-        Ok(Self {
+        let lock = Self {
             file,
             path,
             parent,
             name,
-        })
+        };
+        check_out_dir(&lock.dir())?;
+        Ok(lock)
     }
 
     /// The lock file.
@@ -221,11 +235,16 @@ impl DirLock {
         &self.path
     }
 
+    /// The locked directory, resolved (see [`DirLock`]): where the chunks are written.
+    pub fn dir(&self) -> PathBuf {
+        self.parent.join(&self.name)
+    }
+
     /// A fresh work directory `.<name>.buckets-<pid>` beside the locked directory, after
     /// removing those that killed writers left (this lock says none is in use).
     pub(super) fn scratch_dir(&self) -> Result<WorkDir, ChunkDirError> {
         remove_stale(&self.parent, &self.name, BUCKETS)?;
-        Ok(WorkDir::create(sibling(&self.parent, &self.name, BUCKETS))?)
+        Ok(WorkDir::beside(&self.parent, &self.name, BUCKETS)?)
     }
 }
 
@@ -260,25 +279,180 @@ fn split_dir(dir: &Path) -> Result<(PathBuf, std::ffi::OsString), ChunkDirError>
     Ok((parent, name.to_os_string()))
 }
 
+/// Where output directory `dir` is written: its parent (created if missing, canonical) and its
+/// name, or for a symbolic link to a directory the target's (canonical) parent and name.
+fn resolve_out(dir: &Path) -> Result<(PathBuf, std::ffi::OsString), ChunkDirError> {
+    let (parent, name) = split_dir(dir)?;
+    std::fs::create_dir_all(&parent).map_err(io_error(&parent))?;
+    let parent = std::fs::canonicalize(&parent).map_err(io_error(&parent))?;
+    let path = parent.join(&name);
+    let is_link = std::fs::symlink_metadata(&path).is_ok_and(|m| m.file_type().is_symlink());
+    if !is_link {
+        return Ok((parent, name));
+    }
+    let refuse = |detail: String| ChunkDirError::Io {
+        path: path.clone(),
+        source: std::io::Error::new(std::io::ErrorKind::InvalidInput, detail),
+    };
+    let target = match std::fs::canonicalize(&path) {
+        Ok(target) => target,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            let to = std::fs::read_link(&path).unwrap_or_default();
+            return Err(refuse(std::format!(
+                "it is a symbolic link to {}, which does not exist: create that directory, or \
+                 give another --out",
+                to.display()
+            )));
+        }
+        Err(e) => return Err(io_error(&path)(e)),
+    };
+    if !target.is_dir() {
+        return Err(refuse(std::format!(
+            "it is a symbolic link to {}, which is not a directory: give a directory as --out",
+            target.display()
+        )));
+    }
+    split_dir(&target)
+}
+
+/// The checks on an existing output directory `dir` (resolved) before anything is built: a
+/// directory, not a mount point, and nothing in it but a chunk directory's own files (regular
+/// files named as [`is_chunk_dir_file`] says). Nothing is changed.
+fn check_out_dir(dir: &Path) -> Result<(), ChunkDirError> {
+    let meta = match std::fs::symlink_metadata(dir) {
+        Ok(meta) => meta,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(io_error(dir)(e)),
+    };
+    if !meta.is_dir() {
+        return Err(ChunkDirError::Io {
+            path: dir.to_path_buf(),
+            source: std::io::Error::new(
+                std::io::ErrorKind::AlreadyExists,
+                std::format!(
+                    "exists and is not a directory (it is {}): choose another --out",
+                    describe_entry(meta.file_type())
+                ),
+            ),
+        });
+    }
+    if is_mount_point(dir, &meta) {
+        return Err(mount_point(dir));
+    }
+    let mut foreign = Vec::new();
+    for entry in std::fs::read_dir(dir).map_err(io_error(dir))? {
+        let entry = entry.map_err(io_error(dir))?;
+        let name = entry.file_name();
+        let ours = name.to_str().is_some_and(is_chunk_dir_file)
+            && entry.file_type().map_err(io_error(dir))?.is_file();
+        if !ours {
+            foreign.push(name);
+        }
+    }
+    foreign.sort();
+    match foreign.first() {
+        None => Ok(()),
+        Some(first) => Err(ChunkDirError::Foreign {
+            dir: dir.to_path_buf(),
+            entry: dir.join(first),
+            others: foreign.len() - 1,
+        }),
+    }
+}
+
+/// What a directory entry that is not a regular file is, for messages.
+fn describe_entry(kind: std::fs::FileType) -> &'static str {
+    if kind.is_symlink() {
+        "a symbolic link"
+    } else if kind.is_file() {
+        "a regular file"
+    } else {
+        chunk_format::describe_file_type(kind)
+    }
+}
+
+/// Whether directory `dir` (with metadata `meta`) is a mount point: on another device than its
+/// parent, or the root of a mount of the same file system (a bind mount; `statx` says so).
+fn is_mount_point(dir: &Path, meta: &std::fs::Metadata) -> bool {
+    use std::os::unix::ffi::OsStrExt;
+    use std::os::unix::fs::MetadataExt;
+    let parent = dir.parent().unwrap_or(Path::new("/"));
+    if std::fs::metadata(parent).is_ok_and(|p| p.dev() != meta.dev()) {
+        return true;
+    }
+    let Ok(path) = std::ffi::CString::new(dir.as_os_str().as_bytes()) else {
+        return false;
+    };
+    // SAFETY: `statx` is a plain C struct of integers, for which all zeroes is a valid value.
+    let mut buf: libc::statx = unsafe { std::mem::zeroed() };
+    // SAFETY: `path` is a valid NUL-terminated string and `buf` a writable `statx` that both
+    // outlive the call, which only reads the one and writes the other.
+    let rc = unsafe {
+        libc::statx(
+            libc::AT_FDCWD,
+            path.as_ptr(),
+            libc::AT_SYMLINK_NOFOLLOW,
+            0,
+            &mut buf,
+        )
+    };
+    #[allow(
+        clippy::cast_sign_loss,
+        reason = "a flag constant, a positive bit of the 64-bit attribute words"
+    )]
+    let root = libc::STATX_ATTR_MOUNT_ROOT as u64;
+    rc == 0 && buf.stx_attributes_mask & root != 0 && buf.stx_attributes & root != 0
+}
+
+/// The error for an output directory that is a mount point.
+fn mount_point(dir: &Path) -> ChunkDirError {
+    ChunkDirError::Io {
+        path: dir.to_path_buf(),
+        source: std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            std::format!(
+                "it is a mount point, which cannot be replaced as a whole (a new run is written \
+                 beside it and swapped in): give a directory inside it, e.g. --out {}",
+                dir.join("chunks").display()
+            ),
+        ),
+    }
+}
+
 /// Builds every part's chunk and writes the directory under the directory's [`DirLock`]: the
 /// partition map, the chunks (in parallel) and `manifest.json` last go into a fresh staging
 /// directory `.<name>.staging-<pid>` beside `dir`, which then replaces `dir` in one atomic
 /// exchange (`renameat2(RENAME_EXCHANGE)`). A reader sees the old directory or the new one,
-/// never a mix; a crash leaves the old directory intact (and a staging directory the next write
-/// removes). Files in `dir` that are not part of a chunk directory are moved over to the new
-/// one; the old run's chunks, map, manifest and the temporaries of killed writers are not.
+/// never a mix; a crash leaves the old directory intact (and a staging directory whose files
+/// the next write removes).
+///
+/// Only the files a chunk directory is made of (`part-NNNNN.chunk`, `partition.map`,
+/// `manifest.json`, and temporaries of these) are ever created, replaced or removed. An existing
+/// `dir` that holds anything else is refused before anything is built
+/// ([`ChunkDirError::Foreign`], checked by [`DirLock::acquire`]); after the exchange the old
+/// run's files are removed by name, and anything else that appeared in `dir` meanwhile stays,
+/// in the old directory (now `.<name>.staging-<pid>`), with a warning naming it. `dir` is
+/// resolved as [`DirLock`] says (a symbolic link's target is written); a mount point cannot be
+/// replaced and is refused.
 ///
 /// If `dir` already holds a manifest of a different partition (another fingerprint), this
-/// refuses unless `options.force`; the same fingerprint is always fine.
+/// refuses unless `options.force`; the same fingerprint is always fine. `force` never allows
+/// replacing other files.
 pub fn write_chunk_dir(
     dir: &Path,
     builder: &(impl PartChunkBuilder + ?Sized),
     options: &WriteOptions,
 ) -> Result<Manifest, ChunkDirError> {
-    let _own_lock;
-    if options.lock.is_none() {
-        _own_lock = DirLock::acquire(dir)?;
-    }
+    let own_lock;
+    let lock = match &options.lock {
+        Some(lock) => lock.as_ref(),
+        None => {
+            own_lock = DirLock::acquire(dir)?;
+            &own_lock
+        }
+    };
+    let dir = lock.dir();
+    let dir = dir.as_path();
     let partition = builder.partition();
     let fingerprint = encode_hex(&builder.fingerprint());
     let manifest_path = dir.join(MANIFEST_FILE);
@@ -313,21 +487,11 @@ pub fn write_chunk_dir(
             ),
         });
     }
-    let (parent, name) = split_dir(dir)?;
-    remove_stale(&parent, &name, STAGING)?;
-    let staging = sibling(&parent, &name, STAGING);
-    std::fs::create_dir(&staging).map_err(io_error(&staging))?;
-    let written = write_files(&staging, builder, partition, fingerprint, options);
-    let manifest = match written {
-        Ok(m) => m,
-        Err(e) => {
-            // Best effort: the error matters more than the leftover, which the next write
-            // removes anyway.
-            let _ = std::fs::remove_dir_all(&staging);
-            return Err(e);
-        }
-    };
-    replace_dir(dir, &staging)?;
+    remove_stale(&lock.parent, &lock.name, STAGING)?;
+    // Dropped on an error: the files written so far are removed.
+    let staging = WorkDir::beside(&lock.parent, &lock.name, STAGING)?;
+    let manifest = write_files(staging.path(), builder, partition, fingerprint, options)?;
+    replace_dir(dir, staging)?;
     Ok(manifest)
 }
 
@@ -425,56 +589,62 @@ fn write_files(
     Ok(manifest)
 }
 
-/// The staging directory's kind: `.<name>.staging-<pid>`.
-const STAGING: &str = "staging";
-/// The bounded builder's work directory's kind: `.<name>.buckets-<pid>`.
-const BUCKETS: &str = "buckets";
+/// The staging directory's kind, `.<name>.staging-<pid>`: a chunk directory's own files.
+const STAGING: Kind = Kind {
+    name: "staging",
+    owns: is_chunk_dir_file,
+};
+/// The bounded builder's work directory's kind, `.<name>.buckets-<pid>`: its bucket and rows
+/// files, and the parked edge arrays.
+const BUCKETS: Kind = Kind {
+    name: "buckets",
+    owns: |name| super::bounded::is_work_file(name) || super::park::is_work_file(name),
+};
 
 /// Removes the directories `.<name>.<kind>-<pid>` (staging or bucket directories) that killed
 /// writers of `parent/name` left (the caller holds the directory's lock, so no live writer owns
-/// one).
-fn remove_stale(parent: &Path, name: &std::ffi::OsStr, kind: &str) -> Result<(), ChunkDirError> {
+/// one): their own files, then the directory unless something else is in it.
+fn remove_stale(parent: &Path, name: &std::ffi::OsStr, kind: Kind) -> Result<(), ChunkDirError> {
     Ok(workdir::remove_stale(parent, name, kind, Stale::All)?)
 }
 
-/// Whether `name` is one of a chunk directory's own files (or a temporary of one), which a new
-/// run replaces rather than carries over.
+/// Whether `name` is one of a chunk directory's own files (`manifest.json`, `partition.map`,
+/// `part-NNNNN.chunk`) or a temporary of one that an atomic write leaves when it is killed:
+/// the only names a chunk directory's writer creates, replaces or removes.
 fn is_chunk_dir_file(name: &str) -> bool {
-    name == MANIFEST_FILE
-        || name == PARTITION_MAP_FILE
-        || (name.starts_with("part-") && name.ends_with(".chunk"))
-        || is_stale_temporary(name)
+    let own = |file: &str| {
+        file == MANIFEST_FILE
+            || file == PARTITION_MAP_FILE
+            || workdir::numbered(file, "part-", ".chunk")
+    };
+    own(name) || chunk_format::atomic::temporary_of(name).is_some_and(|(file, _)| own(file))
 }
 
 /// Puts the complete directory `staging` in place of `dir`: a plain rename if `dir` does not
-/// exist; otherwise the files of `dir` that are not a chunk directory's own move into
-/// `staging`, the two directories are exchanged atomically, and the old one is removed.
-fn replace_dir(dir: &Path, staging: &Path) -> Result<(), ChunkDirError> {
+/// exist; otherwise the two directories are exchanged atomically and the old run's files are
+/// removed by name. Whatever else is in the old directory (it appeared in `dir` during the run)
+/// stays there, under the staging name, with a warning.
+fn replace_dir(dir: &Path, staging: WorkDir) -> Result<(), ChunkDirError> {
     if !dir.exists() {
-        std::fs::rename(staging, dir).map_err(io_error(dir))?;
+        std::fs::rename(staging.path(), dir).map_err(io_error(dir))?;
+        staging.keep();
         return sync_parent_dir(dir).map_err(ChunkDirError::from);
     }
-    for entry in std::fs::read_dir(dir).map_err(io_error(dir))? {
-        let entry = entry.map_err(io_error(dir))?;
-        let name = entry.file_name();
-        if name.to_str().is_some_and(is_chunk_dir_file) {
-            continue;
-        }
-        let to = staging.join(&name);
-        std::fs::rename(entry.path(), &to).map_err(io_error(&to))?;
-    }
-    match exchange(staging, dir) {
+    let old = staging.path().to_path_buf();
+    match exchange(&old, dir) {
         Ok(()) => {}
         // A file system without RENAME_EXCHANGE: step aside, then rename. A reader in between
         // finds no directory (and says so), never a mix.
         Err(e) if matches!(e.raw_os_error(), Some(libc::EINVAL | libc::ENOSYS)) => {
-            let mut aside = staging.as_os_str().to_os_string();
+            let mut aside = old.as_os_str().to_os_string();
             aside.push(".old");
             let aside = PathBuf::from(aside);
             std::fs::rename(dir, &aside).map_err(io_error(dir))?;
-            std::fs::rename(staging, dir).map_err(io_error(dir))?;
-            std::fs::rename(&aside, staging).map_err(io_error(staging))?;
+            std::fs::rename(&old, dir).map_err(io_error(dir))?;
+            std::fs::rename(&aside, &old).map_err(io_error(&old))?;
         }
+        // A mount point (or a directory in use as one) cannot be renamed.
+        Err(e) if e.raw_os_error() == Some(libc::EBUSY) => return Err(mount_point(dir)),
         Err(source) => {
             return Err(ChunkDirError::Io {
                 path: dir.to_path_buf(),
@@ -483,8 +653,28 @@ fn replace_dir(dir: &Path, staging: &Path) -> Result<(), ChunkDirError> {
         }
     }
     sync_parent_dir(dir)?;
-    // `staging` now holds the old run.
-    std::fs::remove_dir_all(staging).map_err(io_error(staging))
+    // `staging` now holds the old run; the new one is in place whatever happens below.
+    match staging.remove() {
+        Ok(kept) => {
+            if let Some(first) = kept.first() {
+                tracing::warn!(
+                    "{} that distspmm did not write appeared in {} while it ran (the first: \
+                     {}); they were left untouched with the previous run's directory, now {}: \
+                     move them where you need them",
+                    workdir::entries(kept.len()),
+                    dir.display(),
+                    Path::new(first).display(),
+                    old.display()
+                );
+            }
+        }
+        Err(err) => tracing::warn!(
+            path = %err.path.display(),
+            err = %err.source,
+            "cannot remove the previous run's chunk files"
+        ),
+    }
+    Ok(())
 }
 
 /// Exchanges two paths atomically (`renameat2` with `RENAME_EXCHANGE`, Linux 3.15+).
@@ -515,16 +705,6 @@ fn exchange(a: &Path, b: &Path) -> std::io::Result<()> {
 }
 
 pub use chunk_format::atomic::stale_temporary_of;
-
-/// Whether `name` is a stale temporary (see [`stale_temporary_of`]) of a chunk directory's own
-/// files.
-fn is_stale_temporary(name: &str) -> bool {
-    stale_temporary_of(name).is_some_and(|file| {
-        file == MANIFEST_FILE
-            || file == PARTITION_MAP_FILE
-            || (file.starts_with("part-") && file.ends_with(".chunk"))
-    })
-}
 
 fn read_manifest(path: &Path) -> Result<Manifest, ChunkDirError> {
     let bytes = chunk_format::read_regular(path).map_err(io_error(path))?;
@@ -1182,4 +1362,53 @@ pub fn reassemble(chunks: &[(&Path, &ChunkView<'_>)]) -> Result<CsrOwned<f32>, C
         section: "CSR",
         detail: std::format!("the reassembled Â is not a valid CSR: {e}"),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_output_is_named_by_its_canonical_parent_and_its_own_name() {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = std::fs::canonicalize(tmp.path()).unwrap();
+        for given in ["nd/.", "nd/", "nd", "x/../nd"] {
+            std::fs::create_dir_all(tmp.path().join("x")).unwrap();
+            let (parent, name) = resolve_out(&tmp.path().join(given)).unwrap();
+            assert_eq!(
+                (parent.as_path(), name.to_str().unwrap()),
+                (root.as_path(), "nd"),
+                "{given}"
+            );
+        }
+        // A link to a directory names the target; the link stays.
+        let target = tmp.path().join("real");
+        std::fs::create_dir(&target).unwrap();
+        std::os::unix::fs::symlink(&target, tmp.path().join("link")).unwrap();
+        let (parent, name) = resolve_out(&tmp.path().join("link")).unwrap();
+        assert_eq!(parent.join(name), root.join("real"));
+        for bad in [".", "..", "/"] {
+            assert!(resolve_out(Path::new(bad)).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn mount_points_are_recognised() {
+        let proc_root = Path::new("/proc");
+        let mounted = std::fs::read_to_string("/proc/self/mounts")
+            .is_ok_and(|m| m.lines().any(|l| l.split(' ').nth(1) == Some("/proc")));
+        if mounted {
+            let meta = std::fs::symlink_metadata(proc_root).unwrap();
+            assert!(is_mount_point(proc_root, &meta));
+            let message = std::format!("{}", mount_point(proc_root));
+            assert!(message.contains("give a directory inside it, e.g. --out /proc/chunks"));
+        }
+        let tmp = tempfile::tempdir().unwrap();
+        let sub = tmp.path().join("sub");
+        std::fs::create_dir(&sub).unwrap();
+        assert!(!is_mount_point(
+            &sub,
+            &std::fs::symlink_metadata(&sub).unwrap()
+        ));
+    }
 }

@@ -235,6 +235,14 @@ pub(crate) fn format_checksum(value: u64) -> String {
     std::format!("{value:016x}")
 }
 
+impl ManifestChunk {
+    /// The whole-file checksum as a number (`None` unless 16 hex digits, which
+    /// [`Manifest::validate`] refuses).
+    pub fn checksum_value(&self) -> Option<u64> {
+        parse_checksum(&self.checksum)
+    }
+}
+
 /// Parses [`format_checksum`]'s output.
 pub(crate) fn parse_checksum(hex: &str) -> Option<u64> {
     let mut bytes = [0u8; 8];

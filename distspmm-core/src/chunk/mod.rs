@@ -81,6 +81,25 @@ pub enum ChunkDirError {
         /// What it holds.
         existing: String,
     },
+    /// The output directory holds an entry that is not a chunk directory's own file: a writer
+    /// of chunk directories replaces its output as a whole and never touches other files.
+    #[error(
+        "{} holds {}{}, which `distspmm partition` did not write; it replaces its output \
+         directory as a whole and never touches other files, so it refuses: give a new or \
+         empty directory as --out, or move those files elsewhere (--force replaces only an \
+         earlier chunk directory)",
+        dir.display(),
+        entry.display(),
+        and_more(*others)
+    )]
+    Foreign {
+        /// The output directory.
+        dir: PathBuf,
+        /// Its first foreign entry (in name order).
+        entry: PathBuf,
+        /// How many more there are.
+        others: usize,
+    },
     /// Another writer holds the directory's lock (see [`DirLock`]).
     #[error(
         "another `distspmm partition` is writing {} right now (it holds {}): wait for it to \
@@ -135,6 +154,15 @@ impl From<crate::workdir::WorkDirError> for ChunkDirError {
             path: e.path,
             source: e.source,
         }
+    }
+}
+
+/// ` (and N more entries)` for N > 0.
+fn and_more(others: usize) -> String {
+    match others {
+        0 => String::new(),
+        1 => " (and 1 more entry)".into(),
+        n => std::format!(" (and {n} more entries)"),
     }
 }
 

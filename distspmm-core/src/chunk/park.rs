@@ -89,6 +89,11 @@ fn weights_path(dir: &Path) -> PathBuf {
     dir.join("edges-weight.f32")
 }
 
+/// Whether `name` is one of the files above ([`src_path`], [`dst_path`], [`weights_path`]).
+pub(super) fn is_work_file(name: &str) -> bool {
+    matches!(name, "edges-src.u32" | "edges-dst.u32" | "edges-weight.f32")
+}
+
 /// Writes `values` as their in-memory bytes (this machine's byte order: the file is read back
 /// by this process only).
 fn write_array<T: bytemuck::NoUninit>(path: &Path, values: &[T]) -> Result<(), ChunkDirError> {

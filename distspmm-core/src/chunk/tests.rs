@@ -257,21 +257,14 @@ fn temporaries_left_by_killed_writers_are_removed_by_the_next_write() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("chunks");
     std::fs::create_dir_all(&dir).unwrap();
-    // What writers killed before their rename leave behind (another pid than ours), and files
-    // that only look alike: they stay.
+    // What writers killed before their rename leave behind.
     let other = std::process::id().wrapping_add(1);
     let stale = [
         std::format!("part-00001.chunk.tmp-{other}-0"),
         std::format!("manifest.json.tmp-{other}"),
         std::format!("partition.map.tmp-{other}"),
     ];
-    let kept = [
-        String::from("notes.txt"),
-        std::format!("features.npy.tmp-{other}"),
-        String::from("part-00001.chunk.tmp-abc"),
-        String::from("manifest.json.tmp-"),
-    ];
-    for name in stale.iter().chain(&kept) {
+    for name in &stale {
         std::fs::write(dir.join(name), b"partial").unwrap();
     }
     let (g, a_hat) = graph_and_a_hat(20, &ring(20), 2, 3);
@@ -281,10 +274,80 @@ fn temporaries_left_by_killed_writers_are_removed_by_the_next_write() {
     for name in &stale {
         assert!(!dir.join(name).exists(), "{name} was left");
     }
-    for name in &kept {
-        assert!(dir.join(name).exists(), "{name} was removed");
-    }
     ChunkDir::open(&dir).unwrap().validate_all().unwrap();
+}
+
+#[test]
+fn files_that_only_look_like_a_chunk_directory_s_are_refused_and_kept() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (g, a_hat) = graph_and_a_hat(20, &ring(20), 2, 3);
+    let adj = Adjacency::from_edges(20, &g.src, &g.dst).unwrap();
+    let part = partition(&adj, 2, &Method::Contiguous).unwrap();
+    let other = std::process::id().wrapping_add(1);
+    for (i, name) in [
+        String::from("notes.txt"),
+        std::format!("features.npy.tmp-{other}"),
+        String::from("part-00001.chunk.tmp-abc"),
+        String::from("manifest.json.tmp-"),
+        String::from("part-x.chunk"),
+    ]
+    .iter()
+    .enumerate()
+    {
+        let dir = tmp.path().join(std::format!("chunks{i}"));
+        write_dir(&dir, &g, &a_hat, &part, false).unwrap();
+        std::fs::write(dir.join(name), b"mine").unwrap();
+        match write_dir(&dir, &g, &a_hat, &part, true) {
+            Err(ChunkDirError::Foreign { entry, others, .. }) => {
+                assert_eq!(entry, dir.join(name));
+                assert_eq!(others, 0);
+            }
+            other => panic!("{name}: {other:?}"),
+        }
+        assert_eq!(std::fs::read(dir.join(name)).unwrap(), b"mine");
+        ChunkDir::open(&dir).unwrap().validate_all().unwrap();
+    }
+    // A subdirectory, even one named like a chunk, is not a chunk directory's either.
+    let dir = tmp.path().join("chunks");
+    std::fs::create_dir_all(dir.join("part-00000.chunk")).unwrap();
+    std::fs::create_dir_all(dir.join("data")).unwrap();
+    let err = write_dir(&dir, &g, &a_hat, &part, true).unwrap_err();
+    let message = std::format!("{err}");
+    assert!(
+        message.contains("data (and 1 more entry)") && message.contains("give a new or empty"),
+        "{message}"
+    );
+    assert!(dir.join("part-00000.chunk").is_dir());
+}
+
+#[test]
+fn a_file_that_appears_during_a_run_is_left_with_the_old_directory() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("chunks");
+    let (g, a_hat) = graph_and_a_hat(20, &ring(20), 2, 3);
+    let adj = Adjacency::from_edges(20, &g.src, &g.dst).unwrap();
+    let part = partition(&adj, 2, &Method::Contiguous).unwrap();
+    write_dir(&dir, &g, &a_hat, &part, false).unwrap();
+    // The lock checked the directory; the file comes after, while the run goes on.
+    let lock = std::sync::Arc::new(DirLock::acquire(&dir).unwrap());
+    std::fs::write(dir.join("late.txt"), b"mine").unwrap();
+    let builder = ChunkBuilder::new(&g, a_hat.view(), &part).unwrap();
+    let options = WriteOptions {
+        lock: Some(lock),
+        ..WriteOptions::default()
+    };
+    write_chunk_dir(&dir, &builder, &options).unwrap();
+    ChunkDir::open(&dir).unwrap().validate_all().unwrap();
+    assert!(!dir.join("late.txt").exists());
+    let old = tmp
+        .path()
+        .join(std::format!(".chunks.staging-{}", std::process::id()));
+    let left: Vec<String> = std::fs::read_dir(&old)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    assert_eq!(left, ["late.txt"]);
+    assert_eq!(std::fs::read(old.join("late.txt")).unwrap(), b"mine");
 }
 
 #[test]
@@ -449,11 +512,11 @@ fn a_rewrite_swaps_in_a_complete_directory_and_leaves_no_staging() {
     let four = partition(&adj, 4, &Method::Contiguous).unwrap();
     let two = partition(&adj, 2, &Method::Random { seed: 9 }).unwrap();
     write_dir(&dir, &g, &a_hat, &four, false).unwrap();
-    std::fs::write(dir.join("notes.txt"), b"mine").unwrap();
     // What a writer killed mid-run leaves beside the directory: removed by the next write.
     let stale = tmp.path().join(".chunks.staging-4000000");
     std::fs::create_dir(&stale).unwrap();
     std::fs::write(stale.join(chunk_file_name(0)), b"partial").unwrap();
+    std::fs::write(stale.join("manifest.json.tmp-4000000-1"), b"partial").unwrap();
     let inode = |p: &Path| std::os::unix::fs::MetadataExt::ino(&std::fs::metadata(p).unwrap());
     let before = inode(&dir);
     write_dir(&dir, &g, &a_hat, &two, true).unwrap();
@@ -461,7 +524,6 @@ fn a_rewrite_swaps_in_a_complete_directory_and_leaves_no_staging() {
     let opened = ChunkDir::open(&dir).unwrap();
     assert_eq!(opened.parts(), 2);
     opened.validate_all().unwrap();
-    assert_eq!(std::fs::read(dir.join("notes.txt")).unwrap(), b"mine");
     let mut names: Vec<String> = std::fs::read_dir(tmp.path())
         .unwrap()
         .map(|e| e.unwrap().file_name().into_string().unwrap())
@@ -477,7 +539,6 @@ fn a_rewrite_swaps_in_a_complete_directory_and_leaves_no_staging() {
         inside,
         [
             "manifest.json",
-            "notes.txt",
             "part-00000.chunk",
             "part-00001.chunk",
             "partition.map"

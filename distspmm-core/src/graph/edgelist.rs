@@ -2,8 +2,10 @@
 //!
 //! Fields are separated by whitespace, or by commas when the first data line holds a comma
 //! (CSV; spaces around commas are ignored). Lines starting with `#` or `%` are comments, blank
-//! lines are skipped. One header line is allowed before the first edge (recognised by a first
-//! field that is not an integer, e.g. `src,dst,weight`). The first edge fixes the column count:
+//! lines are skipped. One header line is allowed before the first edge, recognised by a first
+//! field that is not number-like (does not start with a digit, a sign or a point), e.g.
+//! `src,dst,weight`; a first line like `1e3 5` or `0x10 2` is data, and an error (ids are
+//! decimal integers). The first edge fixes the column count:
 //! 2 (unweighted) or 3 (the third column is a finite weight); every later line must match.
 //!
 //! A line `u v` is the edge `u → v` (v aggregates u). Ids are 0-based unless
@@ -50,6 +52,27 @@ fn split(line: &[u8], csv: bool, out: &mut Vec<(usize, usize)>) {
     }
 }
 
+/// Whether a field looks like a number (starts with a digit, a sign or a point): such a first
+/// field makes its line an edge, never a header.
+fn number_like(field: &[u8]) -> bool {
+    field
+        .first()
+        .is_some_and(|&b| b.is_ascii_digit() || matches!(b, b'-' | b'+' | b'.'))
+}
+
+/// A node id that is a number but not a decimal integer (`1e3`, `0x10`, `2.0`) said as such.
+fn decimal_id(field: &[u8], err: GraphErrorKind) -> GraphErrorKind {
+    match err {
+        GraphErrorKind::NotANumber { token } if number_like(field) => {
+            GraphErrorKind::Invalid(std::format!(
+                "node id {token:?} is not a decimal integer: ids are written as 0, 1, 2, … \
+                 (no exponent, hexadecimal or fraction)"
+            ))
+        }
+        other => other,
+    }
+}
+
 /// Reads an edge list (see the module docs). Errors name the line and what is wrong; the
 /// result satisfies [`Graph::validate`].
 pub fn read_edgelist(reader: impl BufRead, options: &EdgeListOptions) -> Result<Graph, GraphError> {
@@ -80,7 +103,7 @@ pub fn read_edgelist(reader: impl BufRead, options: &EdgeListOptions) -> Result<
         let field = |k: usize| &line[spans[k].0..spans[k].1];
         if header_allowed {
             header_allowed = false;
-            if !spans.is_empty() && parse_id(field(0)).is_err() && !field(0).starts_with(b"-") {
+            if !spans.is_empty() && !number_like(field(0)) {
                 continue;
             }
         }
@@ -105,7 +128,7 @@ pub fn read_edgelist(reader: impl BufRead, options: &EdgeListOptions) -> Result<
             }));
         }
         let mut id = |k: usize| -> Result<u32, GraphError> {
-            let raw = parse_id(field(k)).map_err(at)?;
+            let raw = parse_id(field(k)).map_err(|e| at(decimal_id(field(k), e)))?;
             if raw < base {
                 return Err(at(GraphErrorKind::Invalid(
                     "node id 0 in a file whose ids start at 1".into(),
@@ -130,10 +153,11 @@ pub fn read_edgelist(reader: impl BufRead, options: &EdgeListOptions) -> Result<
         };
         let (u, v) = (id(0)?, id(1)?);
         if columns == 3 {
-            weights.push(parse_weight(field(2)).map_err(at)?);
+            let w = parse_weight(field(2)).map_err(at)?;
+            super::push_edge_data(&mut weights, w).map_err(at)?;
         }
-        src.push(u);
-        dst.push(v);
+        super::push_edge_data(&mut src, u).map_err(at)?;
+        super::push_edge_data(&mut dst, v).map_err(at)?;
     }
     let num_nodes = options
         .num_nodes
@@ -224,6 +248,30 @@ mod tests {
         let e = read("0 1 heavy\n").unwrap_err();
         assert!(matches!(e.kind(), GraphErrorKind::NotANumber { .. }));
         assert_line(&e, 1);
+    }
+
+    #[test]
+    fn a_number_like_first_line_is_data_not_a_header() {
+        for (text, token) in [
+            ("1e3 5\n0 1\n", "1e3"),
+            ("0x10 2\n0 1\n", "0x10"),
+            ("2.0 1\n", "2.0"),
+            ("+1e2,3\n", "+1e2"),
+            ("0 1\n1 0x2\n", "0x2"),
+        ] {
+            let e = read(text).unwrap_err();
+            assert!(
+                matches!(e.kind(), GraphErrorKind::Invalid(m) if m.contains(token) && m.contains("decimal")),
+                "{text:?}: {e}"
+            );
+        }
+        assert_line(&read("1e3 5\n0 1\n").unwrap_err(), 1);
+        assert_line(&read("0 1\n1 0x2\n").unwrap_err(), 2);
+        // A header is a line that does not start like a number.
+        let g = read("source target\n0 1\n").unwrap();
+        assert_eq!(g.num_edges(), 1);
+        let g = read("node_a,node_b\n0,1\n").unwrap();
+        assert_eq!(g.num_edges(), 1);
     }
 
     #[test]

@@ -80,6 +80,12 @@ pub enum GraphErrorKind {
     /// The graph (or the one a generator was asked for) needs more memory than there is.
     #[error(transparent)]
     Memory(#[from] crate::memory::MemoryError),
+    /// The input file changed (truncated, or rewritten in place) while it was mapped and read.
+    #[error(
+        "the input changed while it was being read (another process truncated or rewrote it): \
+         nothing was written; run again once the file is complete and nothing writes to it"
+    )]
+    InputChanged,
     /// Anything else malformed: a broken zip, truncated data, an invalid label or parameter.
     #[error("{0}")]
     Invalid(String),
@@ -162,6 +168,12 @@ impl std::error::Error for GraphError {}
 impl From<GraphErrorKind> for GraphError {
     fn from(kind: GraphErrorKind) -> Self {
         Self::new(Location::Whole, kind)
+    }
+}
+
+impl From<crate::memory::MemoryError> for GraphError {
+    fn from(e: crate::memory::MemoryError) -> Self {
+        GraphErrorKind::Memory(e).into()
     }
 }
 

@@ -10,15 +10,22 @@
 //! matrix reads through the page cache, so a graph whose features do not fit in memory twice
 //! still loads and the chunks copy their rows from the file. Writing to the matrix
 //! ([`FeatureData`]'s `DerefMut`, e.g. row normalisation) first copies it into memory.
+//!
+//! A mapped file that another process truncates or rewrites while it is read does not crash
+//! the reader (`super::mapped_input`: the lost pages read as zeros); [`Features::check_unchanged`]
+//! reports it, and whoever commits what it made of the features (the chunk writer) calls it
+//! first.
 
 use std::fmt;
 use std::fs::File;
 use std::io;
 use std::ops::{Deref, DerefMut};
+use std::path::Path;
 use std::sync::Arc;
 use std::vec::Vec;
 
-use memmap2::Mmap;
+use super::mapped_input::MappedInput;
+use super::GraphError;
 
 /// Dense node features, row-major `num_nodes × dim`.
 #[derive(Clone, Debug, PartialEq)]
@@ -45,6 +52,13 @@ impl Features {
     pub fn row(&self, i: usize) -> &[f32] {
         &self.data[i * self.dim..(i + 1) * self.dim]
     }
+
+    /// An error ([`super::GraphErrorKind::InputChanged`], naming the file) if the features are
+    /// mapped from a file that changed since it was mapped: what was read from it may be
+    /// zeros or a mix of two versions. Always fine for features held in memory.
+    pub fn check_unchanged(&self) -> Result<(), GraphError> {
+        self.data.check_unchanged()
+    }
 }
 
 /// The values of a [`Features`] matrix: a `Vec<f32>`, or `f32`s mapped read-only from a file.
@@ -56,7 +70,7 @@ pub struct FeatureData(Repr);
 enum Repr {
     Owned(Vec<f32>),
     Mapped {
-        map: Arc<Mmap>,
+        map: Arc<MappedInput>,
         /// Byte offset of the first value in the mapping (a multiple of 4).
         offset: usize,
         /// Number of values.
@@ -71,13 +85,19 @@ impl Default for Repr {
 }
 
 impl FeatureData {
-    /// Maps `len` little-endian `f32`s starting at byte `offset` of `file`. `Ok(None)` when
-    /// they cannot be used in place — a big-endian machine, an offset that is not 4-byte
-    /// aligned, or a file too short — and the caller reads them by copying.
+    /// Maps `len` little-endian `f32`s starting at byte `offset` of `file` (the input at
+    /// `path`). `Ok(None)` when they cannot be used in place — a big-endian machine, an offset
+    /// that is not 4-byte aligned, a file too short, or no room to guard another mapping — and
+    /// the caller reads them by copying.
     ///
-    /// The file must not be modified while the matrix is alive (as for every memory map: the
-    /// graph readers' inputs are read-only inputs of a run).
-    pub(crate) fn map(file: &File, offset: u64, len: usize) -> io::Result<Option<Self>> {
+    /// A change of the file while the matrix is alive reads as zeros where the file shrank and
+    /// is reported by [`FeatureData::check_unchanged`].
+    pub(crate) fn map(
+        file: &File,
+        path: &Path,
+        offset: u64,
+        len: usize,
+    ) -> io::Result<Option<Self>> {
         if cfg!(target_endian = "big") || !offset.is_multiple_of(4) {
             return Ok(None);
         }
@@ -85,15 +105,12 @@ impl FeatureData {
             return Ok(None);
         };
         let end = len.checked_mul(4).and_then(|b| b.checked_add(offset));
-        // SAFETY: the file is opened read-only and is an input of this run, which the caller
-        // documents must not be modified while it is read (the contract of every memory map);
-        // the mapping is only read, through `Deref`, after the bounds check below.
-        let map = unsafe { Mmap::map(file) }?;
-        if end.is_none_or(|end| end > map.len()) {
+        let Some(map) = MappedInput::map(file, path)? else {
+            return Ok(None);
+        };
+        if end.is_none_or(|end| end > map.bytes().len()) {
             return Ok(None);
         }
-        #[cfg(unix)]
-        let _ = map.advise(memmap2::Advice::Sequential);
         Ok(Some(FeatureData(Repr::Mapped {
             map: Arc::new(map),
             offset,
@@ -104,6 +121,22 @@ impl FeatureData {
     /// Whether the values are mapped from a file rather than held in memory.
     pub fn is_mapped(&self) -> bool {
         matches!(self.0, Repr::Mapped { .. })
+    }
+
+    /// See [`Features::check_unchanged`].
+    pub fn check_unchanged(&self) -> Result<(), GraphError> {
+        match &self.0 {
+            Repr::Owned(_) => Ok(()),
+            Repr::Mapped { map, .. } => map.check(),
+        }
+    }
+
+    /// The file the values are mapped from, if they are.
+    pub fn mapped_from(&self) -> Option<&Path> {
+        match &self.0 {
+            Repr::Owned(_) => None,
+            Repr::Mapped { map, .. } => Some(map.path()),
+        }
     }
 
     /// The values as a `Vec` (a copy if they are mapped).
@@ -131,7 +164,7 @@ impl Deref for FeatureData {
                 // `map` checked that `offset + 4·len` lies inside the mapping and that `offset`
                 // is a multiple of 4 (the mapping itself starts on a page), so the cast cannot
                 // fail; every bit pattern is an f32.
-                bytemuck::cast_slice(&map[*offset..*offset + 4 * *len])
+                bytemuck::cast_slice(&map.bytes()[*offset..*offset + 4 * *len])
             }
         }
     }
@@ -180,7 +213,7 @@ mod tests {
     fn maps_aligned_values_and_copies_on_write() {
         let values = [1.5f32, -2.0, 3.25, 0.0, 1e-3];
         let file = file_with(64, &values);
-        let mut data = FeatureData::map(&file, 64, values.len())
+        let mut data = FeatureData::map(&file, Path::new("x.npy"), 64, values.len())
             .unwrap()
             .expect("aligned");
         assert!(data.is_mapped());
@@ -198,13 +231,21 @@ mod tests {
     fn unaligned_or_short_data_is_left_to_the_copying_reader() {
         let values = [1.0f32, 2.0];
         let file = file_with(6, &values);
-        assert!(FeatureData::map(&file, 6, 2).unwrap().is_none());
+        assert!(FeatureData::map(&file, Path::new("x.npy"), 6, 2)
+            .unwrap()
+            .is_none());
         let file = file_with(8, &values);
         assert!(
-            FeatureData::map(&file, 8, 3).unwrap().is_none(),
+            FeatureData::map(&file, Path::new("x.npy"), 8, 3)
+                .unwrap()
+                .is_none(),
             "past the end"
         );
-        assert!(FeatureData::map(&file, 8, usize::MAX).unwrap().is_none());
-        assert!(FeatureData::map(&file, 8, 2).unwrap().is_some());
+        assert!(FeatureData::map(&file, Path::new("x.npy"), 8, usize::MAX)
+            .unwrap()
+            .is_none());
+        assert!(FeatureData::map(&file, Path::new("x.npy"), 8, 2)
+            .unwrap()
+            .is_some());
     }
 }

@@ -131,8 +131,12 @@ const PIECE_KEYS: usize = 1 << 16;
 /// Chunks sampled together before their keys are routed to the bucket files (32 MiB of keys).
 const BATCH_CHUNKS: usize = 64;
 
-/// The kind of the generator's work directory, `.<name>.rmat-<pid>` beside the output.
-const RMAT_WORK: &str = "rmat";
+/// The kind of the generator's work directory, `.<name>.rmat-<pid>` beside the output, which
+/// holds the [`bucket_file`]s.
+const RMAT_WORK: workdir::Kind = workdir::Kind {
+    name: "rmat",
+    owns: |name| workdir::numbered(name, "bucket-", ".u64"),
+};
 
 /// A graph's edges as keys `src << 32 | dst`, sorted, without duplicates: in memory, or in
 /// bucket files of a work directory (each bucket a range of source ids, so the buckets in
@@ -218,7 +222,7 @@ impl SortedEdges {
     pub fn into_graph(self) -> Result<Graph, GraphError> {
         let num_nodes = self.num_nodes;
         let (src, dst) = match &self.store {
-            Store::Memory(keys) => split_keys(keys),
+            Store::Memory(keys) => split_keys(keys)?,
             Store::Files { .. } => {
                 let edges = self.num_edges();
                 let len = usize::try_from(edges)
@@ -230,7 +234,7 @@ impl SortedEdges {
                     keys.extend_from_slice(piece);
                     Ok(())
                 })?;
-                split_keys(&keys)
+                split_keys(&keys)?
             }
         };
         Ok(Graph::from_edges(num_nodes, src, dst))
@@ -269,6 +273,9 @@ pub fn rmat_edges(
         .div_ceil(bucket_keys.max(1))
         .next_power_of_two()
         .min(n as u64);
+    if let Some(out) = work_beside {
+        remove_stale_work(out);
+    }
     let store = match (buckets, work_beside) {
         (1, _) | (_, None) => {
             let mut keys: Vec<u64> = Vec::new();
@@ -312,6 +319,34 @@ pub fn rmat_edges(
     Ok(edges)
 }
 
+/// Where the work directory of the output `out` goes: its parent, and the output's name.
+fn work_parent(out: &std::path::Path) -> (&std::path::Path, &std::ffi::OsStr) {
+    let name = out.file_name().unwrap_or(std::ffi::OsStr::new("graph"));
+    let parent = match out.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => std::path::Path::new("."),
+    };
+    (parent, name)
+}
+
+/// Removes the work directories that killed generators left beside `out`, whether or not this
+/// run needs one.
+fn remove_stale_work(out: &std::path::Path) {
+    let (parent, name) = work_parent(out);
+    // Without a lock on the output, only the directories of processes that are gone are stale.
+    let swept = workdir::remove_stale(parent, name, RMAT_WORK, Stale::OfDeadProcesses);
+    // A parent that does not exist holds nothing to sweep (writing the output says the rest).
+    if let Err(err) = swept.map_or_else(
+        |e| match e.source.kind() {
+            std::io::ErrorKind::NotFound if e.path == parent => Ok(()),
+            _ => Err(e),
+        },
+        Ok,
+    ) {
+        tracing::warn!(path = %err.path.display(), err = %err.source, "cannot remove a stale work directory");
+    }
+}
+
 /// Samples all `total` keys chunk by chunk into `buckets` files by source-id range (self loops
 /// dropped), then sorts and deduplicates each file in place.
 fn sample_into_buckets(
@@ -321,26 +356,34 @@ fn sample_into_buckets(
     scale: u32,
     out: &std::path::Path,
 ) -> Result<Store, GraphError> {
-    use std::io::{Read, Write};
-    let name = out.file_name().unwrap_or(std::ffi::OsStr::new("graph"));
-    let parent = match out.parent() {
-        Some(p) if !p.as_os_str().is_empty() => p,
-        _ => std::path::Path::new("."),
+    use std::io::Read;
+    let (parent, name) = work_parent(out);
+    // The write buffers of every bucket file and the sampling batch are held together: check
+    // them before the work directory holds a file.
+    const BATCH_KEYS: usize = BATCH_CHUNKS * 2 * RMAT_CHUNK;
+    const HINT: &str = "give a larger --bucket-keys (fewer bucket files, each sorted in memory \
+                        on its own), or raise the memory limit (`ulimit -v`)";
+    let buffers = (buckets as u64)
+        .saturating_mul(BUCKET_BUFFER as u64)
+        .saturating_add(crate::memory::bytes_of::<u64>(BATCH_KEYS as u64));
+    let what = || {
+        format!(
+            "the write buffers of {buckets} bucket files ({} each) and the sampling batch",
+            crate::memory::human_bytes(BUCKET_BUFFER as u64)
+        )
     };
-    // Without a lock on the output, only the directories of processes that are gone are stale.
-    if let Err(err) = workdir::remove_stale(parent, name, RMAT_WORK, Stale::OfDeadProcesses) {
-        tracing::warn!(path = %err.path.display(), err = %err.source, "cannot remove a stale work directory");
-    }
-    let dir = WorkDir::create(workdir::sibling(parent, name, RMAT_WORK))?;
+    crate::memory::check(what(), buffers, HINT)?;
+    let mut batch = crate::memory::try_filled(BATCH_KEYS, 0u64, what(), HINT)?;
+    let mut files = crate::memory::try_with_capacity(buckets, what(), HINT)?;
+    let dir = WorkDir::beside(parent, name, RMAT_WORK)?;
     let shift = scale - buckets.trailing_zeros();
-    let mut files = Vec::with_capacity(buckets);
     for b in 0..buckets {
         let path = bucket_file(dir.path(), b);
         let file = std::fs::File::create(&path).map_err(|e| io_error(&path, e))?;
-        files.push(std::io::BufWriter::with_capacity(1 << 20, file));
+        let buffer: Vec<u8> = crate::memory::try_with_capacity(BUCKET_BUFFER, what(), HINT)?;
+        files.push(BucketWriter { file, buffer });
     }
     let chunks = total.div_ceil(2 * RMAT_CHUNK);
-    let mut batch = vec![0u64; BATCH_CHUNKS * 2 * RMAT_CHUNK];
     for first in (0..chunks).step_by(BATCH_CHUNKS) {
         let end = (first * 2 * RMAT_CHUNK + batch.len()).min(total);
         let keys = &mut batch[..end - first * 2 * RMAT_CHUNK];
@@ -355,7 +398,7 @@ fn sample_into_buckets(
                 )]
                 let b = ((key >> 32) >> shift) as usize;
                 files[b]
-                    .write_all(&key.to_ne_bytes())
+                    .push(key)
                     .map_err(|e| io_error(&bucket_file(dir.path(), b), e))?;
             }
         }
@@ -364,22 +407,20 @@ fn sample_into_buckets(
     let mut counts = Vec::with_capacity(buckets);
     for (b, file) in files.into_iter().enumerate() {
         let path = bucket_file(dir.path(), b);
-        let file = file
-            .into_inner()
-            .map_err(|e| io_error(&path, e.into_error()))?;
-        drop(file);
+        file.finish().map_err(|e| io_error(&path, e))?;
         let mut bytes = std::fs::File::open(&path).map_err(|e| io_error(&path, e))?;
         let len = bytes.metadata().map_err(|e| io_error(&path, e))?.len() / 8;
         let len = usize::try_from(len)
             .map_err(|_| invalid(format!("bucket {b} holds more keys than memory")))?;
-        let mut keys: Vec<u64> = Vec::new();
-        keys.try_reserve_exact(len).map_err(|_| {
-            invalid(format!(
-                "not enough memory to sort bucket {b} of {len} keys: fewer keys per bucket \
-                 would need more buckets"
-            ))
-        })?;
-        keys.resize(len, 0);
+        let what = || format!("sorting bucket {b} of {len} keys");
+        const SORT_HINT: &str = "give a smaller --bucket-keys (more bucket files, fewer keys \
+                                 in each), or raise the memory limit (`ulimit -v`)";
+        crate::memory::check(
+            what(),
+            crate::memory::bytes_of::<u64>(len as u64),
+            SORT_HINT,
+        )?;
+        let mut keys = crate::memory::try_filled(len, 0u64, what(), SORT_HINT)?;
         bytes
             .read_exact(bytemuck::cast_slice_mut(&mut keys))
             .map_err(|e| io_error(&path, e))?;
@@ -391,6 +432,39 @@ fn sample_into_buckets(
         counts.push(keys.len() as u64);
     }
     Ok(Store::Files { dir, counts })
+}
+
+/// Bytes buffered per bucket file before they are written.
+const BUCKET_BUFFER: usize = 1 << 20;
+
+/// A bucket file and its write buffer (allocated by the caller, fallibly: there may be
+/// thousands of buckets).
+struct BucketWriter {
+    file: std::fs::File,
+    buffer: Vec<u8>,
+}
+
+impl BucketWriter {
+    /// Appends one key, writing the buffer out when it is full.
+    fn push(&mut self, key: u64) -> std::io::Result<()> {
+        if self.buffer.capacity() - self.buffer.len() < 8 {
+            self.flush()?;
+        }
+        self.buffer.extend_from_slice(&key.to_ne_bytes());
+        Ok(())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        use std::io::Write;
+        self.file.write_all(&self.buffer)?;
+        self.buffer.clear();
+        Ok(())
+    }
+
+    /// Writes what is buffered and closes the file.
+    fn finish(mut self) -> std::io::Result<()> {
+        self.flush()
+    }
 }
 
 /// Draws the keys of one chunk of samples: the per-chunk ChaCha8 stream, the quadrant
@@ -458,9 +532,17 @@ impl Sampler {
 }
 
 /// `src << 32 | dst` keys → separate id vectors, in parallel.
-fn split_keys(keys: &[u64]) -> (Vec<u32>, Vec<u32>) {
-    let mut src = vec![0u32; keys.len()];
-    let mut dst = vec![0u32; keys.len()];
+fn split_keys(keys: &[u64]) -> Result<(Vec<u32>, Vec<u32>), GraphError> {
+    let what = || format!("the source and target arrays of {} edges", keys.len());
+    const HINT: &str = "generate a smaller graph (lower --scale, --edge-factor, --nodes or \
+                        --avg-degree), or raise the memory limit (`ulimit -v`)";
+    crate::memory::check(
+        what(),
+        crate::memory::bytes_of::<u32>(keys.len() as u64).saturating_mul(2),
+        HINT,
+    )?;
+    let mut src = crate::memory::try_filled(keys.len(), 0u32, what(), HINT)?;
+    let mut dst = crate::memory::try_filled(keys.len(), 0u32, what(), HINT)?;
     const BLOCK: usize = 1 << 16;
     src.par_chunks_mut(BLOCK)
         .zip(dst.par_chunks_mut(BLOCK))
@@ -475,7 +557,7 @@ fn split_keys(keys: &[u64]) -> (Vec<u32>, Vec<u32>) {
                 (*s, *d) = (src, dst);
             }
         });
-    (src, dst)
+    Ok((src, dst))
 }
 
 fn random_permutation(n: usize, rng: &mut ChaCha8Rng) -> Vec<u32> {
@@ -771,7 +853,7 @@ fn csbm_edges(
         keys.push(k.rotate_left(32));
     }
     keys.par_sort_unstable();
-    Ok(split_keys(&keys))
+    split_keys(&keys)
 }
 
 fn planetoid_masks(p: &CsbmParams, members: &[Vec<u32>]) -> (Vec<bool>, Vec<bool>, Vec<bool>) {

@@ -5,7 +5,9 @@
 //! binary digits: vertex sizes (100), vertex weights (10), edge weights (1); `ncon` (default 1)
 //! counts the weights per vertex. Neighbour ids are 1-based; `%` lines are comments. A blank
 //! line is a vertex without neighbours, so blank lines are never skipped between vertices.
-//! m counts undirected edges: the lines must hold 2m neighbour entries in total.
+//! m counts undirected edges: the lines must hold 2m neighbour entries in total, and the
+//! adjacency must be symmetric (v on line u if and only if u on line v), as `gpmetis` requires:
+//! a file that lists an edge from one end only is refused, naming the pair.
 //!
 //! Neighbour v on line u becomes the edge `v → u` (u aggregates v); as METIS lists every edge
 //! from both ends, the graph comes out with both directions. Vertex sizes and weights are
@@ -106,9 +108,13 @@ pub fn read_metis(reader: impl BufRead) -> Result<Graph, GraphError> {
         .checked_mul(2)
         .ok_or_else(|| lines.error(bad_header(format!("edge count {m} is too large"))))?;
     let reserve = entries.min(1 << 24) as usize;
-    let mut src = Vec::with_capacity(reserve);
-    let mut dst = Vec::with_capacity(reserve);
-    let mut weights = format.edge_weights.then(|| Vec::with_capacity(reserve));
+    let mut src = super::edge_data_with_capacity(reserve).map_err(|k| lines.error(k))?;
+    let mut dst = super::edge_data_with_capacity(reserve).map_err(|k| lines.error(k))?;
+    let mut weights = if format.edge_weights {
+        Some(super::edge_data_with_capacity(reserve).map_err(|k| lines.error(k))?)
+    } else {
+        None
+    };
     let leading = usize::from(format.vertex_size) + format.vertex_weights;
     let per_neighbour = if format.edge_weights { 2 } else { 1 };
 
@@ -139,15 +145,15 @@ pub fn read_metis(reader: impl BufRead) -> Result<Graph, GraphError> {
                 if format.edge_weights {
                     pending = Some(v);
                 } else {
-                    src.push(v);
-                    dst.push(row);
+                    super::push_edge_data(&mut src, v).map_err(at)?;
+                    super::push_edge_data(&mut dst, row).map_err(at)?;
                 }
             } else {
                 let w = parse_weight(token).map_err(at)?;
                 if let (Some(v), Some(ws)) = (pending.take(), weights.as_mut()) {
-                    src.push(v);
-                    dst.push(row);
-                    ws.push(w);
+                    super::push_edge_data(&mut src, v).map_err(at)?;
+                    super::push_edge_data(&mut dst, row).map_err(at)?;
+                    super::push_edge_data(ws, w).map_err(at)?;
                 }
             }
             count += 1;
@@ -185,10 +191,45 @@ pub fn read_metis(reader: impl BufRead) -> Result<Graph, GraphError> {
             )),
         ));
     }
+    check_symmetric(&src, &dst)?;
     Ok(Graph {
         weights,
         ..Graph::from_edges(index::offset(n), src, dst)
     })
+}
+
+/// Refuses an adjacency that is not symmetric, naming the first pair (in vertex order) that
+/// one vertex lists and the other does not: neighbour `src[e]` on the line of vertex `dst[e]`.
+fn check_symmetric(src: &[u32], dst: &[u32]) -> Result<(), GraphError> {
+    use rayon::slice::ParallelSliceMut;
+    const HINT: &str = "checking that a METIS graph is symmetric takes 8 bytes per neighbour \
+                        entry: use a machine with more memory, or give the graph as an edge list";
+    let what = || format!("checking the symmetry of {} neighbour entries", src.len());
+    let bytes = crate::memory::bytes_of::<u64>(src.len() as u64);
+    crate::memory::check(what(), bytes, HINT)?;
+    let mut listed: Vec<u64> = crate::memory::try_with_capacity(src.len(), what(), HINT)?;
+    // (vertex whose line it is, neighbour listed there)
+    listed.extend(
+        dst.iter()
+            .zip(src)
+            .map(|(&u, &v)| (u64::from(u) << 32) | u64::from(v)),
+    );
+    listed.par_sort_unstable();
+    let missing = listed.iter().find(|&&key| {
+        let mirror = key.rotate_left(32);
+        key != mirror && listed.binary_search(&mirror).is_err()
+    });
+    if let Some(&key) = missing {
+        let (u, v) = ((key >> 32) + 1, (key & u64::from(u32::MAX)) + 1);
+        return Err(GraphErrorKind::Invalid(format!(
+            "the adjacency is not symmetric: vertex {u} lists {v} as a neighbour but vertex {v} \
+             does not list {u}. A METIS graph lists every edge from both ends, as gpmetis \
+             requires: add the missing entries (and fix the edge count in the header), or give \
+             a directed graph as an edge list"
+        ))
+        .into());
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -295,6 +336,21 @@ mod tests {
             }
         ));
         assert_line(&e, 2);
+    }
+
+    #[test]
+    fn an_asymmetric_adjacency_is_refused_naming_a_pair() {
+        // Vertex 1 lists 2 and 3; vertex 3 does not list 1 (it lists 2 instead).
+        let e = err("3 2\n2 3\n1\n2\n");
+        assert!(matches!(e.kind(), GraphErrorKind::Invalid(_)), "{e}");
+        let text = std::format!("{e}");
+        assert!(
+            text.contains("vertex 1 lists 3") && text.contains("symmetric"),
+            "{text}"
+        );
+        // Symmetric, with self loops (each its own mirror).
+        let g = read("2 2\n1 2\n1 2\n").unwrap();
+        assert_eq!(g.num_edges(), 4);
     }
 
     #[test]

@@ -20,6 +20,7 @@ pub mod edgelist;
 mod error;
 mod features;
 pub mod generate;
+mod mapped_input;
 pub mod metis;
 pub mod mtx;
 pub mod npz;
@@ -148,6 +149,15 @@ impl Graph {
             array(&mut h, tag, mask(m).as_deref());
         }
         h.digest128().to_le_bytes()
+    }
+
+    /// An error ([`GraphErrorKind::InputChanged`], naming the file) if data this graph maps
+    /// from its input file (the features, [`Features::check_unchanged`]) changed since they were
+    /// mapped. Whoever commits what it made of the graph calls this after the last read.
+    pub fn check_unchanged(&self) -> Result<(), GraphError> {
+        self.features
+            .as_ref()
+            .map_or(Ok(()), Features::check_unchanged)
     }
 
     /// Checks that every part agrees with `num_nodes` and the edge count: node count within
@@ -291,10 +301,44 @@ fn check_fits(graph: &Graph) -> Result<(), GraphError> {
         what,
         bytes,
         "check the node count the file declares (the Matrix Market size line, num_nodes in an \
-         .npz), or use a machine with more memory",
+         .npz), or use a machine with more memory (or raise this process's limit, `ulimit -v`)",
     )
     .map_err(|e| GraphErrorKind::Memory(e).into())
 }
+
+/// Appends one value to an array of a text reader that grows with the file (edge ids,
+/// weights), its growth checked against the available memory ([`crate::memory::try_grow`]) so
+/// that a file too large for memory (a compressed edge list of billions of lines, or any file
+/// under a tight `ulimit -v`) is an error rather than an abort.
+fn push_edge_data<T>(v: &mut Vec<T>, value: T) -> Result<(), GraphErrorKind> {
+    if v.len() == v.capacity() {
+        let len = v.len();
+        crate::memory::try_grow(
+            v,
+            1,
+            || std::format!("an edge array of more than {len} entries"),
+            EDGE_MEMORY_HINT,
+        )?;
+    }
+    v.push(value);
+    Ok(())
+}
+
+/// An empty edge array with room for `len` entries, allocated as [`push_edge_data`] grows one.
+fn edge_data_with_capacity<T>(len: usize) -> Result<Vec<T>, GraphErrorKind> {
+    let mut v = Vec::new();
+    crate::memory::try_grow(
+        &mut v,
+        len,
+        || std::format!("an edge array of {len} entries"),
+        EDGE_MEMORY_HINT,
+    )?;
+    Ok(v)
+}
+
+const EDGE_MEMORY_HINT: &str = "the file holds more edges than fit in the memory this process \
+     may use (the free memory, a cgroup limit, `ulimit -v`/`ulimit -d`): raise the limit, or \
+     use a machine with more memory";
 
 /// The file formats [`load`] understands.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -138,9 +138,12 @@ pub fn read_mtx(reader: impl BufRead) -> Result<Graph, GraphError> {
     let expected_fields = if field == Field::Pattern { 2 } else { 3 };
     // Cap the up-front reservation: the header's count is not trusted until the entries arrive.
     let reserve = (nnz.min(1 << 24) as usize) * if mirrored { 2 } else { 1 };
-    let mut src = Vec::with_capacity(reserve);
-    let mut dst = Vec::with_capacity(reserve);
-    let mut weights = (field != Field::Pattern).then(|| Vec::with_capacity(reserve));
+    let mut src = super::edge_data_with_capacity(reserve).map_err(|k| lines.error(k))?;
+    let mut dst = super::edge_data_with_capacity(reserve).map_err(|k| lines.error(k))?;
+    let mut weights = match field {
+        Field::Pattern => None,
+        _ => Some(super::edge_data_with_capacity(reserve).map_err(|k| lines.error(k))?),
+    };
     let mut seen: u64 = 0;
     while let Some((number, line)) = lines.next_line()? {
         let at = |kind: GraphErrorKind| GraphError::at_line(number, kind);
@@ -176,21 +179,22 @@ pub fn read_mtx(reader: impl BufRead) -> Result<Graph, GraphError> {
             Field::Real => Some(parse_weight(value).map_err(at)?),
             Field::Pattern => None,
         };
-        src.push(col);
-        dst.push(row);
-        if let (Some(ws), Some(w)) = (weights.as_mut(), w) {
-            ws.push(w);
-        }
-        if mirrored && row != col {
-            src.push(row);
-            dst.push(col);
+        let mut push = |u: u32, v: u32, w: Option<f32>| -> Result<(), GraphError> {
+            super::push_edge_data(&mut src, u).map_err(at)?;
+            super::push_edge_data(&mut dst, v).map_err(at)?;
             if let (Some(ws), Some(w)) = (weights.as_mut(), w) {
-                ws.push(if symmetry == Symmetry::SkewSymmetric {
-                    -w
-                } else {
-                    w
-                });
+                super::push_edge_data(ws, w).map_err(at)?;
             }
+            Ok(())
+        };
+        push(col, row, w)?;
+        if mirrored && row != col {
+            let back = if symmetry == Symmetry::SkewSymmetric {
+                w.map(|w| -w)
+            } else {
+                w
+            };
+            push(row, col, back)?;
         }
     }
     if seen != nnz {

@@ -23,13 +23,12 @@
 //! `u32` result).
 
 use super::generate::SortedEdges;
+use super::mapped_input::Identity;
 use super::{FeatureData, Features, Graph, GraphError, GraphErrorKind, MAX_NODES};
 use crate::index;
 use std::fs::File;
 use std::io::{self, BufReader, BufWriter, Cursor, Read, Seek, Write};
-use std::path::Path;
-#[cfg(test)]
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::string::{String, ToString};
 use std::vec::Vec;
 use std::{format, vec};
@@ -278,10 +277,21 @@ fn read_exact<R: Read + ?Sized>(
     buf: &mut [u8],
     what: &str,
 ) -> Result<(), GraphErrorKind> {
-    r.read_exact(buf).map_err(|e| match e.kind() {
-        io::ErrorKind::UnexpectedEof => GraphErrorKind::Invalid(format!("{what} is truncated")),
+    r.read_exact(buf).map_err(|e| read_error(e, what))
+}
+
+/// A read error of a `.npy` file or `.npz` member: running short, or damaged compressed data,
+/// said as such with the fix; any other failure is the I/O error.
+fn read_error(e: io::Error, what: &str) -> GraphErrorKind {
+    match e.kind() {
+        io::ErrorKind::UnexpectedEof => GraphErrorKind::Invalid(format!(
+            "{what} is truncated: the file ends early (an interrupted copy or write); re-create it"
+        )),
+        io::ErrorKind::InvalidData => {
+            GraphErrorKind::Invalid(format!("{what} is damaged ({e}): re-create the file"))
+        }
         _ => GraphErrorKind::Io(e),
-    })
+    }
 }
 
 /// Streams an array body of `count` elements of `dtype` in chunks of whole elements, then
@@ -304,7 +314,10 @@ fn for_each_chunk<R: Read + ?Sized>(
         remaining -= take as u64;
     }
     let mut extra = [0u8; 1];
-    if r.read(&mut extra).map_err(GraphErrorKind::Io)? != 0 {
+    if r.read(&mut extra)
+        .map_err(|e| read_error(e, "the array data"))?
+        != 0
+    {
         return Err(GraphErrorKind::LengthMismatch(
             "the entry holds more data than its shape".into(),
         ));
@@ -382,11 +395,7 @@ trait Arrays {
     /// Array `name` (present) as its checked header, the file holding it and the byte offset
     /// of its data in that file, when it is stored uncompressed in a file this source can map;
     /// `None` otherwise (compressed, or held in memory).
-    fn stored(
-        &mut self,
-        name: &str,
-        allowed: &[Dtype],
-    ) -> Result<Option<(NpyHeader, File, u64)>, GraphError>;
+    fn stored(&mut self, name: &str, allowed: &[Dtype]) -> Result<Option<Stored>, GraphError>;
 }
 
 /// Reads the header of an array stored in `size` bytes and checks its dtype and that the
@@ -419,11 +428,20 @@ fn checked_header(
     Ok(header)
 }
 
+/// An array stored as it is in memory: its checked header, the file holding it (and its
+/// path), and the byte offset of its data in that file.
+struct Stored {
+    header: NpyHeader,
+    file: File,
+    path: PathBuf,
+    offset: u64,
+}
+
 /// The zip archive under the reader, with errors mapped to [`GraphError`].
 struct Npz<R> {
     archive: ZipArchive<R>,
-    /// The archive's file, when it is one (uncompressed members can then be mapped).
-    file: Option<File>,
+    /// The archive's file and path, when it is one (uncompressed members can then be mapped).
+    file: Option<(File, PathBuf)>,
 }
 
 /// A directory holding `<name>.npy` files.
@@ -432,8 +450,11 @@ struct NpyDir<'a> {
 }
 
 impl Arrays for NpyDir<'_> {
+    /// Whether the directory has an entry `<name>.npy`, of any kind: a FIFO, a directory or a
+    /// dangling link there is present (and refused when opened), never taken for an absent
+    /// array.
     fn has(&self, name: &str) -> bool {
-        self.dir.join(format!("{name}.npy")).is_file()
+        entry_exists(&self.dir.join(format!("{name}.npy")))
     }
 
     fn with_array<T>(
@@ -446,14 +467,14 @@ impl Arrays for NpyDir<'_> {
         read(&mut r, &header).map_err(|kind| GraphError::in_array(name, kind))
     }
 
-    fn stored(
-        &mut self,
-        name: &str,
-        allowed: &[Dtype],
-    ) -> Result<Option<(NpyHeader, File, u64)>, GraphError> {
+    fn stored(&mut self, name: &str, allowed: &[Dtype]) -> Result<Option<Stored>, GraphError> {
         let (r, header) = self.open(name, allowed)?;
-        let offset = header.prefix_len;
-        Ok(Some((header, r.into_inner(), offset)))
+        Ok(Some(Stored {
+            offset: header.prefix_len,
+            header,
+            file: r.into_inner(),
+            path: self.dir.join(format!("{name}.npy")),
+        }))
     }
 }
 
@@ -466,8 +487,8 @@ impl NpyDir<'_> {
         allowed: &[Dtype],
     ) -> Result<(BufReader<File>, NpyHeader), GraphError> {
         let at = |kind| GraphError::in_array(name, kind);
-        let file = chunk_format::open_regular(self.dir.join(format!("{name}.npy")))
-            .map_err(|e| at(GraphErrorKind::Io(e)))?;
+        let path = self.dir.join(format!("{name}.npy"));
+        let file = chunk_format::open_regular(&path).map_err(|e| at(not_regular(&path, e)))?;
         let size = file
             .metadata()
             .map_err(|e| at(GraphErrorKind::Io(e)))?
@@ -478,6 +499,60 @@ impl NpyDir<'_> {
     }
 }
 
+/// Whether `path` names a directory entry of any kind (a dangling link too); an entry that
+/// cannot be examined counts as present, so that opening it reports why.
+fn entry_exists(path: &Path) -> bool {
+    std::fs::symlink_metadata(path).map_or_else(|e| e.kind() != io::ErrorKind::NotFound, |_| true)
+}
+
+/// The error for an array file of a `.npy` directory that could not be opened: one that is
+/// not a regular file (a FIFO, a directory, a device, a dangling link) is named with what it
+/// is; any other failure is the I/O error.
+fn not_regular(path: &Path, err: io::Error) -> GraphErrorKind {
+    use std::os::unix::fs::FileTypeExt;
+    let name = path
+        .file_name()
+        .map_or_else(String::new, |n| n.to_string_lossy().into_owned());
+    let kind = |t: std::fs::FileType| {
+        if t.is_fifo() {
+            "a FIFO (named pipe)"
+        } else if t.is_dir() {
+            "a directory"
+        } else if t.is_char_device() || t.is_block_device() {
+            "a device"
+        } else if t.is_socket() {
+            "a socket"
+        } else {
+            "not a plain file"
+        }
+    };
+    let Ok(entry) = std::fs::symlink_metadata(path) else {
+        return GraphErrorKind::Io(err);
+    };
+    let what = if entry.file_type().is_symlink() {
+        let target =
+            std::fs::read_link(path).map_or_else(|_| "?".to_string(), |t| t.display().to_string());
+        match std::fs::metadata(path) {
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                format!("a symbolic link to {target}, which does not exist")
+            }
+            Ok(m) if !m.is_file() => {
+                format!("a symbolic link to {target}, {}", kind(m.file_type()))
+            }
+            _ => return GraphErrorKind::Io(err),
+        }
+    } else if entry.is_file() {
+        return GraphErrorKind::Io(err);
+    } else {
+        kind(entry.file_type()).to_string()
+    };
+    GraphErrorKind::Invalid(format!(
+        "`{name}` is {what}, not a regular file: every array of a directory of .npy files must \
+         be a regular .npy file (replace it with the array's file, or remove it if the array \
+         is optional)"
+    ))
+}
+
 /// Member `<name>.npy` of the archive.
 fn member<'z, R: Read + Seek>(
     archive: &'z mut ZipArchive<R>,
@@ -485,7 +560,30 @@ fn member<'z, R: Read + Seek>(
 ) -> Result<zip::read::ZipFile<'z, R>, GraphError> {
     archive
         .by_name(&format!("{name}.npy"))
-        .map_err(|e| GraphError::in_array(name, zip_error(e)))
+        .map_err(|e| GraphError::in_array(name, archive_error(e)))
+}
+
+/// An error opening an `.npz` archive or one of its members, said as what it means for the
+/// file: a truncated or damaged archive, with the fix.
+fn archive_error(e: ZipError) -> GraphErrorKind {
+    match e {
+        ZipError::Io(e) if e.kind() == io::ErrorKind::UnexpectedEof => GraphErrorKind::Invalid(
+            "the .npz archive is truncated or damaged: it ends before the data its zip \
+             directory lists (an interrupted copy, download or write); re-create it"
+                .into(),
+        ),
+        ZipError::Io(e) => GraphErrorKind::Io(e),
+        ZipError::InvalidArchive(reason) if reason.contains("EOCD") => {
+            GraphErrorKind::Invalid(format!(
+                "not a valid .npz (zip) archive ({reason}): the zip directory at its end is \
+                 missing, so the file is truncated or is not a zip archive; re-create it"
+            ))
+        }
+        ZipError::FileNotFound => GraphErrorKind::MissingArray,
+        other => GraphErrorKind::Invalid(format!(
+            "not a valid .npz (zip) archive: {other}; re-create it"
+        )),
+    }
 }
 
 fn zip_error(e: ZipError) -> GraphErrorKind {
@@ -496,8 +594,8 @@ fn zip_error(e: ZipError) -> GraphErrorKind {
 }
 
 impl<R: Read + Seek> Npz<R> {
-    fn open(reader: R, file: Option<File>) -> Result<Self, GraphError> {
-        let archive = ZipArchive::new(reader).map_err(zip_error)?;
+    fn open(reader: R, file: Option<(File, PathBuf)>) -> Result<Self, GraphError> {
+        let archive = ZipArchive::new(reader).map_err(archive_error)?;
         Ok(Npz { archive, file })
     }
 }
@@ -522,13 +620,9 @@ impl<R: Read + Seek> Arrays for Npz<R> {
         read(&mut entry, &header).map_err(at)
     }
 
-    fn stored(
-        &mut self,
-        name: &str,
-        allowed: &[Dtype],
-    ) -> Result<Option<(NpyHeader, File, u64)>, GraphError> {
+    fn stored(&mut self, name: &str, allowed: &[Dtype]) -> Result<Option<Stored>, GraphError> {
         let at = |kind| GraphError::in_array(name, kind);
-        let Some(file) = &self.file else {
+        let Some((file, path)) = &self.file else {
             return Ok(None);
         };
         let mut entry = member(&mut self.archive, name)?;
@@ -543,7 +637,12 @@ impl<R: Read + Seek> Arrays for Npz<R> {
         let header = checked_header(&mut entry, size, allowed).map_err(at)?;
         let offset = entry.data_start() + header.prefix_len;
         let file = file.try_clone().map_err(|e| at(GraphErrorKind::Io(e)))?;
-        Ok(Some((header, file, offset)))
+        Ok(Some(Stored {
+            header,
+            file,
+            path: path.clone(),
+            offset,
+        }))
     }
 }
 
@@ -569,14 +668,15 @@ fn array_len(n: u64) -> Result<usize, GraphErrorKind> {
         .map_err(|_| GraphErrorKind::Invalid(format!("{n} elements do not fit this address space")))
 }
 
-/// Reserves `n` elements, failing cleanly where a header asks for absurd sizes.
+/// Reserves `n` elements, checked against the available memory and allocated fallibly, so
+/// that a header asking for absurd sizes is an error naming the size.
 fn vec_with_capacity<T>(n: u64) -> Result<Vec<T>, GraphErrorKind> {
-    let mut v = Vec::new();
-    usize::try_from(n)
-        .ok()
-        .and_then(|n| v.try_reserve_exact(n).ok())
-        .ok_or_else(|| GraphErrorKind::Invalid(format!("cannot allocate {n} elements")))?;
-    Ok(v)
+    const HINT: &str = "check the shape the array's header declares, or use a machine with \
+                        more memory (the free memory, a cgroup limit and `ulimit -v` all count)";
+    let what = || format!("an array of {n} elements");
+    crate::memory::check(what(), crate::memory::bytes_of::<T>(n), HINT)?;
+    let len = array_len(n)?;
+    Ok(crate::memory::try_with_capacity(len, what(), HINT)?)
 }
 
 /// `(rows, columns)` of a feature array: `(N, F)`, or `(N,)` for one column.
@@ -601,7 +701,13 @@ enum Mapping {
 /// checked finite as the copying reader checks them. `None` leaves `x` to the copying reader.
 fn map_features(npz: &mut impl Arrays) -> Result<Option<(usize, Features)>, GraphError> {
     let at = |kind| GraphError::in_array("x", kind);
-    let Some((h, file, offset)) = npz.stored("x", FLOATS)? else {
+    let Some(Stored {
+        header: h,
+        file,
+        path,
+        offset,
+    }) = npz.stored("x", FLOATS)?
+    else {
         return Ok(None);
     };
     let (rows, dim) = feature_shape(&h).map_err(at)?;
@@ -616,12 +722,14 @@ fn map_features(npz: &mut impl Arrays) -> Result<Option<(usize, Features)>, Grap
         return Ok(None);
     };
     let Some(data) =
-        FeatureData::map(&file, offset, count).map_err(|e| at(GraphErrorKind::Io(e)))?
+        FeatureData::map(&file, &path, offset, count).map_err(|e| at(GraphErrorKind::Io(e)))?
     else {
         return Ok(None);
     };
-    if let Some(bad) = data.iter().find(|x| !x.is_finite()) {
-        return Err(at(GraphErrorKind::NonFinite(f64::from(*bad))));
+    let bad = data.iter().find(|x| !x.is_finite()).copied();
+    data.check_unchanged()?;
+    if let Some(bad) = bad {
+        return Err(at(GraphErrorKind::NonFinite(f64::from(bad))));
     }
     tracing::debug!(rows, dim, "features mapped from the input file");
     Ok(Some((rows, Features { dim, data })))
@@ -801,10 +909,34 @@ fn read_archive(mut npz: impl Arrays, map: Mapping) -> Result<Graph, GraphError>
     }
 
     let max_id = src.iter().chain(&dst).copied().max();
+    // Without `num_nodes` the first node array present gives the node count: edges that reach
+    // beyond it mean that array is short (not that the edges are wrong).
+    let from_arrays = [
+        ("x", "rows", features.as_ref().map(|(rows, _)| *rows)),
+        ("y", "labels", labels.as_ref().map(Vec::len)),
+    ]
+    .into_iter()
+    .chain(
+        ["train_mask", "val_mask", "test_mask"]
+            .into_iter()
+            .zip(&masks)
+            .map(|(name, m)| (name, "entries", m.as_ref().map(Vec::len))),
+    )
+    .find_map(|(name, what, len)| len.map(|len| (name, what, len)));
+    if let (None, Some((name, what, len)), Some(max)) = (declared, from_arrays, max_id) {
+        if max as usize >= len {
+            return Err(GraphError::in_array(
+                name,
+                GraphErrorKind::LengthMismatch(format!(
+                    "{name} has {len} {what} but edge_index reaches node {max}: the graph has \
+                     at least {} nodes and {name} needs one per node",
+                    u64::from(max) + 1
+                )),
+            ));
+        }
+    }
     let num_nodes = declared
-        .or(features.as_ref().map(|(rows, _)| *rows))
-        .or(labels.as_ref().map(Vec::len))
-        .or(masks.iter().flatten().map(Vec::len).next())
+        .or(from_arrays.map(|(_, _, len)| len))
         .unwrap_or_else(|| max_id.map_or(0, |m| m as usize + 1));
     let [train_mask, val_mask, test_mask] = masks;
     let graph = Graph {
@@ -838,10 +970,22 @@ fn read_npz_with(path: &Path, map: Mapping) -> Result<Graph, GraphError> {
     let inner = || -> Result<Graph, GraphError> {
         let file = chunk_format::open_regular(path)?;
         let for_maps = file.try_clone()?;
+        let before = Identity::of(&file)?;
         read_archive(
-            Npz::open(BufReader::with_capacity(1 << 16, file), Some(for_maps))?,
+            Npz::open(
+                BufReader::with_capacity(1 << 16, file),
+                Some((for_maps.try_clone()?, path.to_path_buf())),
+            )?,
             map,
         )
+        .map_err(|e| {
+            // A file rewritten under the reader fails in arbitrary ways: say what happened.
+            if Identity::of(&for_maps).ok() == Some(before) {
+                e
+            } else {
+                GraphErrorKind::InputChanged.into()
+            }
+        })
     };
     inner().map_err(|e| e.in_file(path))
 }
@@ -855,7 +999,7 @@ pub fn read_npy_dir(path: impl AsRef<Path>) -> Result<Graph, GraphError> {
 }
 
 fn read_npy_dir_with(path: &Path, map: Mapping) -> Result<Graph, GraphError> {
-    if !path.join("edge_index.npy").exists() {
+    if !entry_exists(&path.join("edge_index.npy")) {
         return Err(GraphError::from(io::Error::new(
             io::ErrorKind::InvalidInput,
             "it is a directory without edge_index.npy: give a graph file, or a directory of \

@@ -32,10 +32,8 @@ impl<R: BufRead> LineReader<R> {
     /// the input.
     pub(crate) fn next_line(&mut self) -> Result<Option<(u64, &[u8])>, GraphError> {
         self.buf.clear();
-        let read = self
-            .reader
-            .read_until(b'\n', &mut self.buf)
-            .map_err(|e| GraphError::at_line(self.line + 1, GraphErrorKind::Io(e)))?;
+        let read = read_line(&mut self.reader, &mut self.buf)
+            .map_err(|kind| GraphError::at_line(self.line + 1, kind))?;
         if read == 0 {
             return Ok(None);
         }
@@ -64,6 +62,36 @@ impl<R: BufRead> LineReader<R> {
     /// An error on the line last returned.
     pub(crate) fn error(&self, kind: GraphErrorKind) -> GraphError {
         GraphError::at_line(self.line, kind)
+    }
+}
+
+/// `BufRead::read_until(b'\n')` with the line's buffer grown fallibly: a file of one huge line
+/// (or a compressed one that expands to it) is a memory error, not an abort.
+fn read_line<R: BufRead>(reader: &mut R, buf: &mut Vec<u8>) -> Result<usize, GraphErrorKind> {
+    let mut read = 0;
+    loop {
+        let available = match reader.fill_buf() {
+            Ok(bytes) => bytes,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(GraphErrorKind::Io(e)),
+        };
+        let (done, used) = match available.iter().position(|&b| b == b'\n') {
+            Some(i) => (true, i + 1),
+            None => (available.is_empty(), available.len()),
+        };
+        crate::memory::try_grow(
+            buf,
+            used,
+            || std::format!("a line of more than {} bytes", read + used),
+            "the file holds a line too long to hold in memory: check that it is the \
+             graph file you meant (text formats hold one edge or vertex per line)",
+        )?;
+        buf.extend_from_slice(&available[..used]);
+        reader.consume(used);
+        read += used;
+        if done {
+            return Ok(read);
+        }
     }
 }
 

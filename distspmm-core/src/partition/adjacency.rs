@@ -197,15 +197,22 @@ impl Adjacency {
     }
 
     /// Writes the graph in METIS's text `.graph` format (1-based, unweighted), the input of
-    /// `gpmetis`, so its partitions can be compared with ours on the very same graph.
+    /// `gpmetis`, so its partitions can be compared with ours on the very same graph. The file
+    /// is written atomically (`chunk_format::atomic`).
     pub fn write_metis_graph(&self, path: &Path) -> Result<(), PartitionError> {
         let io_err = |source| PartitionError::Io {
             path: path.to_path_buf(),
             source,
         };
-        let file = std::fs::File::create(path).map_err(io_err)?;
+        let mut file =
+            chunk_format::atomic::AtomicFile::create(path).map_err(|e| io_err(e.into()))?;
+        self.write_metis_text(file.file()).map_err(io_err)?;
+        file.commit().map_err(|e| io_err(e.into()))
+    }
+
+    fn write_metis_text(&self, file: &mut std::fs::File) -> std::io::Result<()> {
         let mut out = std::io::BufWriter::with_capacity(1 << 20, file);
-        writeln!(out, "{} {}", self.num_nodes(), self.num_edges()).map_err(io_err)?;
+        writeln!(out, "{} {}", self.num_nodes(), self.num_edges())?;
         let mut line = std::string::String::new();
         for node in 0..self.num_nodes() {
             line.clear();
@@ -216,9 +223,9 @@ impl Adjacency {
                 push_decimal(&mut line, v as u64 + 1);
             }
             line.push('\n');
-            out.write_all(line.as_bytes()).map_err(io_err)?;
+            out.write_all(line.as_bytes())?;
         }
-        out.flush().map_err(io_err)
+        out.flush()
     }
 }
 

@@ -334,7 +334,7 @@ where
         if let Err(e) = &built {
             tracing::warn!(rank = host.rank(), error = %e, "cannot build the GPU operator");
         }
-        agree::agree_on_chunk(&*host, &view, schedule, built.is_ok())?;
+        agree::agree_on_chunk(&*host, &view, chunk.listed(), schedule, built.is_ok())?;
         let (dev, schedule, m, scatter) = built?;
         Ok(Self {
             host,

@@ -358,7 +358,8 @@ fn negative_and_out_of_range_ids() {
         error_in(&bytes, "edge_index").kind(),
         GraphErrorKind::TooManyNodes(_)
     ));
-    // Ids beyond x's rows are caught by validation and named by row of edge_index.
+    // Without num_nodes, x's rows give the node count: ids beyond them blame x (too few rows),
+    // not the edges; likewise y or a mask when they give the count.
     let bytes = archive(
         vec![
             triangle_edges(),
@@ -366,14 +367,27 @@ fn negative_and_out_of_range_ids() {
         ],
         CompressionMethod::Stored,
     );
-    let e = error_in(&bytes, "edge_index[0]");
-    assert!(matches!(
-        e.kind(),
-        GraphErrorKind::IdOutOfRange {
-            id: 2,
-            num_nodes: 2
-        }
-    ));
+    let e = error_in(&bytes, "x");
+    assert!(matches!(e.kind(), GraphErrorKind::LengthMismatch(_)), "{e}");
+    assert!(
+        format!("{e}").contains("x has 2 rows but edge_index reaches node 2"),
+        "{e}"
+    );
+    let bytes = archive(
+        vec![triangle_edges(), array("y", "<i8", &[1], i64s(&[0]))],
+        CompressionMethod::Deflated,
+    );
+    assert!(format!("{}", error_in(&bytes, "y")).contains("y has 1 labels"));
+    // With num_nodes declared, the edges are at fault.
+    let bytes = archive(
+        vec![
+            triangle_edges(),
+            array("num_nodes", "<i8", &[], i64s(&[2])),
+            array("x", "<f4", &[2, 1], f32s(&[0.0; 2])),
+        ],
+        CompressionMethod::Stored,
+    );
+    error_in(&bytes, "edge_index");
 }
 
 #[test]
@@ -641,6 +655,117 @@ fn mapped_features_are_checked_like_copied_ones() {
         matches!(err.kind(), GraphErrorKind::LengthMismatch(_)),
         "{err}"
     );
+}
+
+#[test]
+fn a_truncated_archive_says_so_and_how_to_fix_it() {
+    let g = csbm(&CsbmParams {
+        nodes: 100,
+        features: 4,
+        ..CsbmParams::default()
+    })
+    .unwrap();
+    let bytes = write_npz_bytes(&g).unwrap();
+    for cut in [1, 30, bytes.len() / 2] {
+        let err = read_npz_bytes(&bytes[..bytes.len() - cut]).unwrap_err();
+        let text = format!("{err}");
+        assert!(
+            text.contains("truncated") && text.contains("re-create it"),
+            "{cut}: {text}"
+        );
+        assert!(!text.contains("failed to fill whole buffer"), "{text}");
+    }
+}
+
+/// A directory of `.npy` files holding a triangle's `edge_index.npy` (and `x.npy` with
+/// `rows × 1` features when `rows > 0`).
+fn triangle_dir(parent: &Path, rows: usize) -> PathBuf {
+    let npy = parent.join("g");
+    std::fs::create_dir(&npy).unwrap();
+    let mut e = header_for("<i8", &[2, 3], false);
+    e.extend(i64s(&[0, 1, 2, 1, 2, 0]));
+    file_in(&npy, "edge_index.npy", &e);
+    if rows > 0 {
+        let mut x = header_for("<f4", &[rows as u64, 1], false);
+        x.extend(f32s(&vec![1.5; rows]));
+        file_in(&npy, "x.npy", &x);
+    }
+    npy
+}
+
+#[test]
+fn npy_entries_that_are_not_regular_files_are_errors_not_absent() {
+    let dir = tempfile::tempdir().unwrap();
+    let npy = triangle_dir(dir.path(), 3);
+    read_npy_dir(&npy).unwrap();
+    let fifo = |path: &Path| {
+        let made = std::process::Command::new("mkfifo")
+            .arg(path)
+            .status()
+            .unwrap();
+        assert!(made.success());
+    };
+    for (name, what) in [
+        ("y", "is a directory"),
+        ("train_mask", "a symbolic link to /dev/zero, a device"),
+        ("x", "which does not exist"),
+        ("val_mask", "a FIFO (named pipe)"),
+    ] {
+        let path = npy.join(format!("{name}.npy"));
+        let _ = std::fs::remove_file(&path);
+        match name {
+            "y" => std::fs::create_dir(&path).unwrap(),
+            "train_mask" => std::os::unix::fs::symlink("/dev/zero", &path).unwrap(),
+            "x" => std::os::unix::fs::symlink("no-such-file.npy", &path).unwrap(),
+            _ => fifo(&path),
+        }
+        let err = read_npy_dir(&npy).unwrap_err();
+        let text = format!("{err}");
+        assert!(
+            text.contains(&format!("`{name}.npy` is")) && text.contains(what),
+            "{name}: {text}"
+        );
+        assert!(text.contains("not a regular file"), "{text}");
+        match std::fs::symlink_metadata(&path).unwrap().is_dir() {
+            true => std::fs::remove_dir(&path).unwrap(),
+            false => std::fs::remove_file(&path).unwrap(),
+        }
+    }
+    // A FIFO edge_index.npy is named as what it is, not as missing.
+    let edges = npy.join("edge_index.npy");
+    std::fs::remove_file(&edges).unwrap();
+    fifo(&edges);
+    let text = format!("{}", read_npy_dir(&npy).unwrap_err());
+    assert!(text.contains("`edge_index.npy` is a FIFO"), "{text}");
+    assert!(
+        !text.contains("missing") && !text.contains("without"),
+        "{text}"
+    );
+}
+
+#[test]
+fn a_mapped_x_truncated_after_loading_is_reported_not_a_crash() {
+    let dir = tempfile::tempdir().unwrap();
+    // Enough rows for several pages of values past the truncation point.
+    let rows = 20_000;
+    let npy = triangle_dir(dir.path(), rows);
+    let g = read_npy_dir(&npy).unwrap_or_else(|e| panic!("{e}"));
+    let f = g.features.as_ref().unwrap();
+    assert!(f.data.is_mapped());
+    g.check_unchanged().unwrap();
+    let x = npy.join("x.npy");
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&x)
+        .unwrap()
+        .set_len(4096)
+        .unwrap();
+    // Reading every value past the new end would be SIGBUS without the guard: zeros instead.
+    let zeros = f.data.iter().filter(|&&v| v == 0.0).count();
+    assert!(zeros > 0 && zeros < rows, "{zeros}");
+    let err = g.check_unchanged().unwrap_err();
+    assert!(matches!(err.kind(), GraphErrorKind::InputChanged), "{err}");
+    assert_eq!(err.file(), Some(x.as_path()));
 }
 
 mod mapping_properties {
