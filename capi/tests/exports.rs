@@ -1,7 +1,12 @@
-//! The dynamic symbols of `libdistspmm.so`: the C ABI's `dsp_*` functions — every one the
-//! header declares — and nothing else, also when the build links in the partitioner's C++
-//! bridge (distspmm-core's `kaminpar` feature, which a build of the whole workspace unifies in
-//! from the command line) and with it the `cxx` crate's `cxxbridge1$…` functions.
+//! The C library links no partitioner, in any build, and `libdistspmm.so` exports the C ABI's
+//! `dsp_*` functions — every one the header declares — and nothing else.
+//!
+//! rustc exports from a cdylib the `#[no_mangle]` functions of every crate linked in, so a
+//! C++ bridge in the library (the `kaminpar` crate's `cxx`, with its `cxxbridge1$…` functions)
+//! would be exported, and under LTO no linker flag hides it. The KaMinPar binding therefore
+//! lives in distspmm-kaminpar, which only the CLI depends on; the dependency check below looks
+//! at the whole workspace's resolved graph, as `cargo build` of the workspace unifies features
+//! across its members.
 
 mod common;
 
@@ -37,18 +42,83 @@ fn declared_functions() -> Vec<String> {
         .collect()
 }
 
+/// Packages the C library must not depend on: the KaMinPar binding, the `kaminpar` crate and
+/// its C++ bridge (`cxx`, `cxx-build`, `cxxbridge-*`).
+fn is_partitioner(package: &str) -> bool {
+    package.contains("kaminpar")
+        || package == "cxx"
+        || package.starts_with("cxx-")
+        || package.starts_with("cxxbridge")
+}
+
 #[test]
-fn only_the_c_abi_is_exported_even_with_the_partitioner_linked_in() {
-    let Some(nm) = common::tool("nm") else { return };
-    common::build_library_with(&["distspmm-core/kaminpar"]);
-    let lib = common::profile_dir().join("libdistspmm.so");
-    // The partitioner is in the library (its static symbol table names KaMinPar), so the
-    // check below shows that the link keeps its bridge out of the dynamic symbol table.
-    let linked = symbols(&nm, &["--defined-only"], &lib);
+fn no_workspace_build_links_the_partitioner_into_the_c_library() {
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    // The whole workspace, as `cargo build --release` at its root builds it (features unified
+    // across the members, the CLI's `kaminpar` among them), with the C library's `cuda`.
+    let out = common::run(
+        Command::new(cargo).current_dir(common::repo_root()).args([
+            "tree",
+            "--workspace",
+            "--features",
+            "distspmm-capi/cuda",
+            "--edges",
+            "normal,build",
+            "--prefix",
+            "depth",
+            "--no-dedupe",
+        ]),
+        RUN_TIMEOUT,
+    );
+    common::assert_success("cargo tree --workspace", &out);
+    let tree = String::from_utf8_lossy(&out.stdout);
+    // `0<root> …` starts each member's tree; `<depth><package> v<version> …` follow.
+    let capi: Vec<&str> = tree
+        .lines()
+        .skip_while(|l| !l.starts_with("0distspmm-capi "))
+        .enumerate()
+        .take_while(|(i, l)| *i == 0 || !l.starts_with('0'))
+        .filter_map(|(_, l)| {
+            l.trim_start_matches(|c: char| c.is_ascii_digit())
+                .split_whitespace()
+                .next()
+        })
+        .collect();
     assert!(
-        linked.iter().any(|s| s.contains("kaminpar")),
-        "{} does not link the partitioner: the test checks nothing",
-        lib.display()
+        capi.contains(&"distspmm-core") && capi.contains(&"distspmm-op"),
+        "cargo tree listed no dependency tree of distspmm-capi: {capi:?}"
+    );
+    // Still the partitioner: the CLI depends on it, so the check above is not vacuous.
+    assert!(
+        tree.lines().any(|l| l.starts_with("1distspmm-kaminpar ")),
+        "the CLI lost KaMinPar"
+    );
+    let linked: std::collections::BTreeSet<&str> =
+        capi.into_iter().filter(|p| is_partitioner(p)).collect();
+    assert!(
+        linked.is_empty(),
+        "distspmm-capi depends on the partitioner in a workspace build: {linked:?} \
+         (see `cargo tree --workspace -i <package>`)"
+    );
+}
+
+#[test]
+fn only_the_c_abi_is_exported() {
+    let Some(nm) = common::tool("nm") else { return };
+    common::build_library();
+    let lib = common::profile_dir().join("libdistspmm.so");
+    // Neither the partitioner nor its bridge is in the library at all (its static symbol table
+    // names none of KaMinPar's C++ functions, `libkaminpar::…`, nor a `cxxbridge` one).
+    let linked = symbols(&nm, &["--defined-only"], &lib);
+    let foreign: Vec<&String> = linked
+        .iter()
+        .filter(|s| s.contains("libkaminpar") || s.contains("cxxbridge"))
+        .collect();
+    assert!(
+        foreign.is_empty(),
+        "{} links the partitioner: {:?}",
+        lib.display(),
+        &foreign[..foreign.len().min(10)]
     );
     let exported = symbols(&nm, &["-D", "--defined-only"], &lib);
     let foreign: Vec<&String> = exported.iter().filter(|s| !s.starts_with("dsp_")).collect();

@@ -146,6 +146,24 @@ fn bad_parameters_are_plain_errors() {
     let msg = String::from_utf8_lossy(&o.stderr);
     assert!(!o.status.success() && msg.contains("g.npz"), "{msg}");
     assert_eq!(msg.matches("os error").count(), 1, "{msg}");
+    // A file where the destination's directory belongs: no warning about work directories
+    // (there are none to sweep there), only the error.
+    let file = dir.path().join("file");
+    std::fs::write(&file, b"").unwrap();
+    let o = distspmm(&[
+        "generate",
+        "rmat",
+        "--scale",
+        "4",
+        "--out",
+        s(&file.join("g.npz")),
+    ]);
+    let msg = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        !o.status.success() && msg.starts_with("error: ") && msg.contains("g.npz"),
+        "{msg}"
+    );
+    assert_eq!(msg.matches("os error").count(), 1, "{msg}");
 }
 
 /// A graph larger than `--bucket-keys` goes through sorted bucket files beside the output: the

@@ -9,61 +9,17 @@ mod launch;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
-use std::time::Duration;
 
 use distspmm_core::chunk::{Manifest, MANIFEST_FILE, PARTITION_MAP_FILE};
-use launch::{ok, s};
+use launch::{csbm, error_of, ok, run_one, s, BIN, DEADLINE};
 
-const BIN: &str = env!("CARGO_BIN_EXE_distspmm");
-
-/// Runs `distspmm ARGS…` (one rayon thread), killed after 60 s.
-fn run(args: &[&str]) -> Output {
-    let mut cmd = Command::new(BIN);
-    cmd.args(args).env("RAYON_NUM_THREADS", "1");
-    launch::run(cmd, Duration::from_secs(60))
-}
-
-/// Runs `sh -c SCRIPT` with `$BIN` set to the binary, killed after 60 s.
+/// Runs `sh -c SCRIPT` with `$BIN` set to the binary (one rayon thread), killed after `DEADLINE`.
 fn shell(script: &str) -> Output {
     let mut cmd = Command::new("sh");
     cmd.args(["-c", script])
         .env("BIN", BIN)
         .env("RAYON_NUM_THREADS", "1");
-    launch::run(cmd, Duration::from_secs(60))
-}
-
-/// The stderr of a run that must end with exit status 1 (an error, not a crash).
-fn error_of(out: &Output, what: &str) -> String {
-    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
-    assert_eq!(
-        out.status.code(),
-        Some(1),
-        "{what}: expected exit status 1, got {:?}: {stderr}",
-        out.status
-    );
-    assert!(!stderr.contains("panicked"), "{what}: {stderr}");
-    stderr
-}
-
-fn csbm(dir: &Path, name: &str, nodes: usize, seed: u64) -> PathBuf {
-    let path = dir.join(name);
-    ok(&[
-        "generate",
-        "csbm",
-        "--nodes",
-        &nodes.to_string(),
-        "--features",
-        "8",
-        "--classes",
-        "3",
-        "--avg-degree",
-        "6",
-        "--seed",
-        &seed.to_string(),
-        "--out",
-        s(&path),
-    ]);
-    path
+    launch::run(cmd, DEADLINE)
 }
 
 fn partition(graph: &Path, parts: usize, out: &Path) {
@@ -73,8 +29,8 @@ fn partition(graph: &Path, parts: usize, out: &Path) {
 #[test]
 fn concurrent_partitions_into_one_directory_never_mix() {
     let tmp = tempfile::tempdir().unwrap();
-    let a = csbm(tmp.path(), "a.npz", 6000, 1);
-    let b = csbm(tmp.path(), "b.npz", 6000, 2);
+    let a = csbm(tmp.path(), "a.npz", 6000, 8, 1);
+    let b = csbm(tmp.path(), "b.npz", 6000, 8, 2);
     let dir = tmp.path().join("chunks");
     for trial in 0..4 {
         let start = |graph: &Path| {
@@ -107,7 +63,7 @@ fn concurrent_partitions_into_one_directory_never_mix() {
             "trial {trial}: neither run succeeded"
         );
         // Whichever won, the directory is one run's, whole.
-        let inspected = run(&["inspect", s(&dir)]);
+        let inspected = run_one(&["inspect", s(&dir)]);
         assert!(
             inspected.status.success(),
             "trial {trial}: a mixed directory: {}",
@@ -142,7 +98,7 @@ fn tiny_files_that_declare_huge_sizes_are_errors_not_aborts() {
         if args[0] == "partition" {
             full.extend(["--out", s(&out_dir)]);
         }
-        let stderr = error_of(&run(&full), args[0]);
+        let stderr = error_of(&run_one(&full), args[0]);
         assert!(
             stderr.contains(
                 "the file declares 2000000000 nodes, but its 1 edges reference only nodes below 2"
@@ -160,7 +116,7 @@ fn tiny_files_that_declare_huge_sizes_are_errors_not_aborts() {
         vec!["plan", "--input", s(&npz), "--parts", "2"],
         vec!["bench", "spmm", "--input", s(&npz), "--features", "4"],
     ] {
-        let stderr = error_of(&run(&args), args[0]);
+        let stderr = error_of(&run_one(&args), args[0]);
         assert!(
             stderr.contains("huge.npz")
                 && stderr.contains(
@@ -178,7 +134,7 @@ fn tiny_files_that_declare_huge_sizes_are_errors_not_aborts() {
         let out = tmp.path().join("g.npz");
         let mut full = args.clone();
         full.extend(["--out", s(&out)]);
-        let stderr = error_of(&run(&full), args[1]);
+        let stderr = error_of(&run_one(&full), args[1]);
         assert!(
             stderr.contains("memory is available") && stderr.contains("lower --"),
             "{args:?}: {stderr}"
@@ -186,11 +142,11 @@ fn tiny_files_that_declare_huge_sizes_are_errors_not_aborts() {
         assert!(!out.exists());
     }
     // verify: N × F test matrices.
-    let small = csbm(tmp.path(), "small.npz", 300, 3);
+    let small = csbm(tmp.path(), "small.npz", 300, 8, 3);
     let one = tmp.path().join("one");
     partition(&small, 1, &one);
     let stderr = error_of(
-        &run(&["verify", "--chunks", s(&one), "--features", "100000000000"]),
+        &run_one(&["verify", "--chunks", s(&one), "--features", "100000000000"]),
         "verify",
     );
     assert!(stderr.contains("lower --features"), "{stderr}");
@@ -199,7 +155,7 @@ fn tiny_files_that_declare_huge_sizes_are_errors_not_aborts() {
 #[test]
 fn local_ranks_check_the_part_count_before_starting_threads() {
     let tmp = tempfile::tempdir().unwrap();
-    let graph = csbm(tmp.path(), "g.npz", 400, 4);
+    let graph = csbm(tmp.path(), "g.npz", 400, 8, 4);
     let dir = tmp.path().join("chunks");
     partition(&graph, 2, &dir);
     // Under an address-space limit that 1000 thread stacks do not fit, the part count is
@@ -227,7 +183,7 @@ fn local_ranks_check_the_part_count_before_starting_threads() {
 #[test]
 fn special_files_are_refused_at_once() {
     let tmp = tempfile::tempdir().unwrap();
-    let graph = csbm(tmp.path(), "g.npz", 300, 5);
+    let graph = csbm(tmp.path(), "g.npz", 300, 8, 5);
     let dir = tmp.path().join("chunks");
     partition(&graph, 2, &dir);
     let chunk = dir.join("part-00001.chunk");
@@ -235,7 +191,7 @@ fn special_files_are_refused_at_once() {
     let made = Command::new("mkfifo").arg(&chunk).status().unwrap();
     assert!(made.success());
     for args in [vec!["inspect", s(&dir)], vec!["inspect", s(&chunk)]] {
-        let stderr = error_of(&run(&args), "inspect of a FIFO");
+        let stderr = error_of(&run_one(&args), "inspect of a FIFO");
         assert!(
             stderr.contains("part-00001.chunk")
                 && stderr.contains("a FIFO (named pipe), not a regular file"),
@@ -245,7 +201,7 @@ fn special_files_are_refused_at_once() {
     // A directory where a chunk belongs.
     std::fs::remove_file(&chunk).unwrap();
     std::fs::create_dir(&chunk).unwrap();
-    let stderr = error_of(&run(&["inspect", s(&dir)]), "a directory as a chunk");
+    let stderr = error_of(&run_one(&["inspect", s(&dir)]), "a directory as a chunk");
     assert!(
         stderr.contains("part-00001.chunk") && stderr.contains("a directory, not a regular file"),
         "{stderr}"
@@ -261,7 +217,7 @@ fn special_files_are_refused_at_once() {
         .unwrap()
         .success());
     let stderr = error_of(
-        &run(&["train", "--chunks", s(&one), "--epochs", "1"]),
+        &run_one(&["train", "--chunks", s(&one), "--epochs", "1"]),
         "train on a FIFO",
     );
     assert!(
@@ -273,7 +229,7 @@ fn special_files_are_refused_at_once() {
     let as_dir = tmp.path().join("graph.npz");
     std::fs::create_dir(&as_dir).unwrap();
     let stderr = error_of(
-        &run(&[
+        &run_one(&[
             "partition",
             "--input",
             s(&as_dir),
@@ -301,8 +257,8 @@ fn edit_manifest(dir: &Path, edit: impl FnOnce(&mut Manifest)) {
 #[test]
 fn every_command_that_opens_chunks_checks_the_partition_map() {
     let tmp = tempfile::tempdir().unwrap();
-    let graph = csbm(tmp.path(), "g.npz", 300, 6);
-    let other = csbm(tmp.path(), "h.npz", 300, 7);
+    let graph = csbm(tmp.path(), "g.npz", 300, 8, 6);
+    let other = csbm(tmp.path(), "h.npz", 300, 8, 7);
     let (dir, other_dir) = (tmp.path().join("chunks"), tmp.path().join("other"));
     partition(&other, 2, &other_dir);
     let map = dir.join(PARTITION_MAP_FILE);
@@ -349,7 +305,7 @@ fn every_command_that_opens_chunks_checks_the_partition_map() {
             // One rank: the map is checked before the part count.
             vec!["train", "--chunks", s(&dir), "--epochs", "1"],
         ] {
-            let stderr = error_of(&run(&args), &format!("{how} map, {}", args[0]));
+            let stderr = error_of(&run_one(&args), &format!("{how} map, {}", args[0]));
             assert!(
                 stderr.contains("partition.map") && stderr.contains("re-run `distspmm partition`"),
                 "{how} map, {args:?}: {stderr}"
@@ -361,7 +317,7 @@ fn every_command_that_opens_chunks_checks_the_partition_map() {
 #[test]
 fn inspect_checks_every_manifest_field_against_the_chunks() {
     let tmp = tempfile::tempdir().unwrap();
-    let graph = csbm(tmp.path(), "g.npz", 300, 8);
+    let graph = csbm(tmp.path(), "g.npz", 300, 8, 8);
     let dir = tmp.path().join("chunks");
     type Edit = (&'static str, Box<dyn Fn(&mut Manifest)>);
     let edits: [Edit; 7] = [
@@ -388,7 +344,7 @@ fn inspect_checks_every_manifest_field_against_the_chunks() {
     for (field, edit) in &edits {
         partition(&graph, 2, &dir);
         edit_manifest(&dir, edit);
-        let stderr = error_of(&run(&["inspect", s(&dir)]), field);
+        let stderr = error_of(&run_one(&["inspect", s(&dir)]), field);
         assert!(
             stderr.contains(&format!("{field}: "))
                 && stderr.contains("re-run `distspmm partition`"),
@@ -402,13 +358,13 @@ fn inspect_checks_every_manifest_field_against_the_chunks() {
 #[test]
 fn messages_name_the_real_cause_once() {
     let tmp = tempfile::tempdir().unwrap();
-    let graph = csbm(tmp.path(), "g.npz", 300, 9);
+    let graph = csbm(tmp.path(), "g.npz", 300, 8, 9);
     let out = tmp.path().join("o");
     let partition_with = |extra: &[&str]| {
         let mut args = vec!["partition", "--input", s(&graph), "--parts", "2"];
         args.extend(["--out", s(&out)]);
         args.extend(extra);
-        error_of(&run(&args), &format!("{extra:?}"))
+        error_of(&run_one(&args), &format!("{extra:?}"))
     };
     let stderr = partition_with(&["--imbalance", "1e9"]);
     assert!(
@@ -435,7 +391,7 @@ fn messages_name_the_real_cause_once() {
     let wide = tmp.path().join("wide.txt");
     std::fs::write(&wide, "0 4294967294\n").unwrap();
     let stderr = error_of(
-        &run(&[
+        &run_one(&[
             "partition",
             "--input",
             s(&wide),
@@ -456,7 +412,7 @@ fn messages_name_the_real_cause_once() {
     let empty = tmp.path().join("empty.txt");
     std::fs::write(&empty, "").unwrap();
     let stderr = error_of(
-        &run(&[
+        &run_one(&[
             "partition",
             "--input",
             s(&empty),
@@ -475,7 +431,7 @@ fn messages_name_the_real_cause_once() {
     let dir = tmp.path().join("chunks");
     partition(&graph, 1, &dir);
     let stderr = error_of(
-        &run(&["verify", "--chunks", s(&dir), "--tolerance", "nan"]),
+        &run_one(&["verify", "--chunks", s(&dir), "--tolerance", "nan"]),
         "tolerance nan",
     );
     assert!(
@@ -510,7 +466,7 @@ fn messages_name_the_real_cause_once() {
 
 /// A 300-node CSBM graph in one chunk, for the training cases (one rank, no mpirun).
 fn one_chunk(dir: &Path, seed: u64) -> PathBuf {
-    let graph = csbm(dir, "train.npz", 300, seed);
+    let graph = csbm(dir, "train.npz", 300, 8, seed);
     let chunks = dir.join("train-chunks");
     partition(&graph, 1, &chunks);
     chunks
@@ -520,7 +476,7 @@ fn one_chunk(dir: &Path, seed: u64) -> PathBuf {
 fn train_fails(args: &[&str], what: &str) -> String {
     let mut full = vec!["train"];
     full.extend(args);
-    let out = run(&full);
+    let out = run_one(&full);
     let stderr = error_of(&out, what);
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
@@ -641,7 +597,7 @@ fn resume_refuses_other_data_and_other_options_naming_the_field() {
         if resume {
             args.push("--resume");
         }
-        run(&args)
+        run_one(&args)
     };
     assert!(tensor("2", false).status.success());
     generate("2");
@@ -794,7 +750,7 @@ fn training_sizes_that_cannot_fit_are_errors_naming_the_option() {
             s(&tmp.path().join("bomb-chunks")),
         ],
     ] {
-        let stderr = error_of(&run(&args), args[0]);
+        let stderr = error_of(&run_one(&args), args[0]);
         assert!(
             stderr.contains("2147483646") && stderr.contains("class indices"),
             "{args:?}: {stderr}"
@@ -819,7 +775,7 @@ fn features_near_the_f32_limit_are_normalised_not_zeroed() {
     distspmm_core::graph::npz::write_npz(&scaled, &g).unwrap();
     let dir = tmp.path().join("chunks");
     partition(&scaled, 1, &dir);
-    let out = run(&["train", "--chunks", s(&dir), "--epochs", "100", "--json"]);
+    let out = run_one(&["train", "--chunks", s(&dir), "--epochs", "100", "--json"]);
     let summary = launch::summary(&out);
     let acc = summary["test_acc"].as_f64().unwrap();
     assert!(acc > 0.7, "test accuracy {acc} on Cora scaled by 3e38");

@@ -13,18 +13,9 @@ use std::process::{Command, Output};
 use std::time::Duration;
 
 use distspmm_core::graph::{npz, Graph};
-use launch::{ok, s, Job};
+use launch::{csbm, error_of, ok, run_one, s, Job, BIN, DEADLINE};
 
-const BIN: &str = env!("CARGO_BIN_EXE_distspmm");
-
-/// Runs `distspmm ARGS…` (one rayon thread), killed after 60 s.
-fn run(args: &[&str]) -> Output {
-    let mut cmd = Command::new(BIN);
-    cmd.args(args).env("RAYON_NUM_THREADS", "1");
-    launch::run(cmd, Duration::from_secs(60))
-}
-
-/// Runs `distspmm ARGS…` under `ulimit -v KIB` (one rayon thread), killed after 60 s.
+/// Runs `distspmm ARGS…` under `ulimit -v KIB` (one rayon thread), killed after `DEADLINE`.
 fn run_limited(kib: u64, args: &[&str]) -> Output {
     let mut cmd = Command::new("sh");
     cmd.arg("-c")
@@ -32,20 +23,7 @@ fn run_limited(kib: u64, args: &[&str]) -> Output {
         .arg(BIN)
         .args(args)
         .env("RAYON_NUM_THREADS", "1");
-    launch::run(cmd, Duration::from_secs(60))
-}
-
-/// The stderr of a run that must end with exit status 1 (an error, not a crash).
-fn error_of(out: &Output, what: &str) -> String {
-    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
-    assert_eq!(
-        out.status.code(),
-        Some(1),
-        "{what}: expected exit status 1, got {:?}: {stderr}",
-        out.status
-    );
-    assert!(!stderr.contains("panicked"), "{what}: {stderr}");
-    stderr
+    launch::run(cmd, DEADLINE)
 }
 
 /// Entries of `dir` whose name contains `part` (work and staging directories left behind).
@@ -55,25 +33,6 @@ fn leftovers(dir: &Path, part: &str) -> Vec<String> {
         .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
         .filter(|n| n.contains(part))
         .collect()
-}
-
-fn csbm(dir: &Path, name: &str, nodes: usize, features: usize) -> PathBuf {
-    let path = dir.join(name);
-    ok(&[
-        "generate",
-        "csbm",
-        "--nodes",
-        &nodes.to_string(),
-        "--features",
-        &features.to_string(),
-        "--classes",
-        "3",
-        "--avg-degree",
-        "6",
-        "--out",
-        s(&path),
-    ]);
-    path
 }
 
 /// The members of an `.npz` unzipped into a new directory `name` beside it.
@@ -207,7 +166,7 @@ fn sizes_beyond_the_address_space_limit_are_errors_not_aborts() {
 fn an_input_truncated_while_partition_maps_it_is_an_error_not_a_bus_error() {
     let tmp = tempfile::tempdir().unwrap();
     // Our archives store x uncompressed and aligned: partition maps it (15 MB).
-    let graph = csbm(tmp.path(), "g.npz", 60_000, 64);
+    let graph = csbm(tmp.path(), "g.npz", 60_000, 64, 0);
     let out = tmp.path().join("chunks");
     let mut cmd = Command::new(BIN);
     cmd.args([
@@ -258,11 +217,11 @@ fn an_input_truncated_while_partition_maps_it_is_an_error_not_a_bus_error() {
 #[test]
 fn npy_directory_entries_that_are_not_regular_files_are_named() {
     let tmp = tempfile::tempdir().unwrap();
-    let graph = csbm(tmp.path(), "g.npz", 200, 4);
+    let graph = csbm(tmp.path(), "g.npz", 200, 4, 0);
     let npy = unzip(&graph, "g");
     let out = tmp.path().join("chunks");
     let partition = || {
-        run(&[
+        run_one(&[
             "partition",
             "--input",
             s(&npy),
@@ -322,7 +281,7 @@ fn asymmetric_metis_files_and_number_like_first_lines_are_refused() {
     let tmp = tempfile::tempdir().unwrap();
     let out = tmp.path().join("chunks");
     let partition = |input: &Path| {
-        run(&[
+        run_one(&[
             "partition",
             "--input",
             s(input),
@@ -365,14 +324,14 @@ fn messages_name_the_real_cause() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();
     let out = dir.join("chunks");
-    let graph = csbm(dir, "g.npz", 300, 4);
+    let graph = csbm(dir, "g.npz", 300, 4, 0);
 
     // A truncated archive: what is wrong and what to do, not "failed to fill whole buffer".
     let bytes = std::fs::read(&graph).unwrap();
     let cut = dir.join("cut.npz");
     std::fs::write(&cut, &bytes[..bytes.len() - 1]).unwrap();
     let err = error_of(
-        &run(&[
+        &run_one(&[
             "partition",
             "--input",
             s(&cut),
@@ -408,7 +367,7 @@ fn messages_name_the_real_cause() {
     x.write_all(&[0u8; 20]).unwrap();
     drop(x);
     let err = error_of(
-        &run(&[
+        &run_one(&[
             "partition",
             "--input",
             s(&npy),
@@ -430,7 +389,7 @@ fn messages_name_the_real_cause() {
         ("manifest.json", "is a chunk directory's manifest"),
         ("partition.map", "is a chunk directory's partition map"),
     ] {
-        let err = error_of(&run(&["inspect", s(&out.join(file))]), file);
+        let err = error_of(&run_one(&["inspect", s(&out.join(file))]), file);
         assert!(
             err.contains(what) && err.contains(&format!("`distspmm inspect {}`", s(&out))),
             "{err}"

@@ -7,63 +7,9 @@
 mod launch;
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
-use std::time::Duration;
+use std::process::Command;
 
-use launch::s;
-
-/// Runs `distspmm ARGS…` (one rayon thread), killed after 120 s.
-fn run(args: &[&str]) -> Output {
-    let mut cmd = Command::new(launch::BIN);
-    cmd.args(args).env("RAYON_NUM_THREADS", "1");
-    launch::run(cmd, Duration::from_secs(120))
-}
-
-/// The stdout of a run that must succeed.
-fn succeeds(args: &[&str]) -> String {
-    let out = run(args);
-    assert!(
-        out.status.success(),
-        "distspmm {args:?} failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
-/// The stderr of a run that must end with exit status `code` (1: an error of the command, 2: a
-/// command-line error), without a panic.
-fn refused(args: &[&str], code: i32) -> String {
-    let out = run(args);
-    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
-    assert_eq!(
-        out.status.code(),
-        Some(code),
-        "distspmm {args:?}: expected exit status {code}, got {:?}: {stderr}",
-        out.status
-    );
-    assert!(!stderr.contains("panicked"), "{stderr}");
-    stderr
-}
-
-/// A small CSBM graph with features and labels.
-fn csbm(dir: &Path) -> PathBuf {
-    let path = dir.join("g.npz");
-    succeeds(&[
-        "generate",
-        "csbm",
-        "--nodes",
-        "300",
-        "--features",
-        "8",
-        "--classes",
-        "3",
-        "--avg-degree",
-        "6",
-        "--out",
-        s(&path),
-    ]);
-    path
-}
+use launch::{csbm, refused, run_one, s, succeeds};
 
 /// A chunk directory of `graph` in two contiguous parts.
 fn chunks(graph: &Path, dir: &Path) -> PathBuf {
@@ -82,7 +28,7 @@ fn chunks(graph: &Path, dir: &Path) -> PathBuf {
     out
 }
 
-/// `distspmm partition` of `input` into two contiguous parts in `out`, `--force` if asked,
+/// `distspmm partition` of `input` into two parts in `out`, `--force` if asked,
 /// then `extra`.
 fn partition_args<'a>(
     input: &'a Path,
@@ -188,8 +134,8 @@ fn doctor_refuses_a_fifo_or_an_oversized_hostfile_without_reading_it() {
         .set_len((16 << 20) + 1)
         .unwrap();
     for (hostfile, says) in [(&fifo, "FIFO"), (&big, "16 MiB")] {
-        // Under the deadline of `run`: reading a FIFO without a writer would block forever.
-        let out = run(&[
+        // Under the deadline of `run_one`: reading a FIFO without a writer would block forever.
+        let out = run_one(&[
             "doctor",
             "--hostfile",
             s(hostfile),
@@ -234,7 +180,7 @@ fn doctor_timeouts_are_bounded_on_the_command_line() {
 #[test]
 fn partitioning_options_a_method_or_a_saved_map_would_ignore_are_refused() {
     let tmp = tempfile::tempdir().unwrap();
-    let graph = csbm(tmp.path());
+    let graph = csbm(tmp.path(), "g.npz", 300, 8, 0);
     let out = tmp.path().join("chunks");
     for method in ["contiguous", "random"] {
         let err = refused(
@@ -311,7 +257,7 @@ fn partitioning_options_a_method_or_a_saved_map_would_ignore_are_refused() {
             s(&map),
         ];
         args.extend_from_slice(extra);
-        run(&args)
+        run_one(&args)
     };
     for extra in [
         &["--method", "metis"][..],
@@ -337,7 +283,7 @@ fn partitioning_options_a_method_or_a_saved_map_would_ignore_are_refused() {
 #[test]
 fn plan_refuses_a_feature_count_whose_bytes_would_wrap() {
     let tmp = tempfile::tempdir().unwrap();
-    let graph = csbm(tmp.path());
+    let graph = csbm(tmp.path(), "g.npz", 300, 8, 0);
     let dir = chunks(&graph, tmp.path());
     for features in ["4611686018427387904", "18446744073709551615"] {
         let err = refused(&["plan", "--chunks", s(&dir), "--features", features], 1);
@@ -379,7 +325,7 @@ fn plan_refuses_a_feature_count_whose_bytes_would_wrap() {
 #[test]
 fn a_dropout_that_rounds_to_one_is_named_as_given() {
     let tmp = tempfile::tempdir().unwrap();
-    let graph = csbm(tmp.path());
+    let graph = csbm(tmp.path(), "g.npz", 300, 8, 0);
     let dir = chunks(&graph, tmp.path());
     let err = refused(
         &["train", "--chunks", s(&dir), "--dropout", "0.99999999"],

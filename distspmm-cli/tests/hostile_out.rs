@@ -13,56 +13,13 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
-use launch::{ok, s};
-
-const BIN: &str = env!("CARGO_BIN_EXE_distspmm");
-
-/// Runs `distspmm ARGS…` (one rayon thread), killed after 120 s.
-fn run(args: &[&str]) -> Output {
-    let mut cmd = Command::new(BIN);
-    cmd.args(args).env("RAYON_NUM_THREADS", "1");
-    launch::run(cmd, Duration::from_secs(120))
-}
-
-/// The stderr of a run that must end with exit status 1 (an error, not a crash).
-fn error_of(out: &Output, what: &str) -> String {
-    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
-    assert_eq!(
-        out.status.code(),
-        Some(1),
-        "{what}: expected exit status 1, got {:?}: {stderr}",
-        out.status
-    );
-    assert!(!stderr.contains("panicked"), "{what}: {stderr}");
-    stderr
-}
+use launch::{csbm, error_of, ok, run_one, s, BIN};
 
 /// The stderr of a run that must succeed.
 fn stderr_of_success(out: &Output, what: &str) -> String {
     let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
     assert!(out.status.success(), "{what} failed: {stderr}");
     stderr
-}
-
-fn csbm(dir: &Path, name: &str, nodes: usize, features: usize) -> PathBuf {
-    let path = dir.join(name);
-    ok(&[
-        "generate",
-        "csbm",
-        "--nodes",
-        &nodes.to_string(),
-        "--features",
-        &features.to_string(),
-        "--classes",
-        "3",
-        "--avg-degree",
-        "6",
-        "--seed",
-        "1",
-        "--out",
-        s(&path),
-    ]);
-    path
 }
 
 /// `partition --input GRAPH --parts P --method contiguous --out OUT EXTRA…`.
@@ -79,7 +36,7 @@ fn partition(graph: &Path, parts: usize, out: &Path, extra: &[&str]) -> Output {
     let parts = parts.to_string();
     args.extend(["--parts", &parts]);
     args.extend(extra);
-    run(&args)
+    run_one(&args)
 }
 
 /// Every entry under `dir` (recursively, not following links) with its contents ("<dir>" for a
@@ -123,7 +80,7 @@ fn is_symlink(path: &Path) -> bool {
 #[test]
 fn user_files_in_out_are_refused_and_left_exactly_as_they_were() {
     let tmp = tempfile::tempdir().unwrap();
-    let graph = csbm(tmp.path(), "g.npz", 300, 4);
+    let graph = csbm(tmp.path(), "g.npz", 300, 4, 1);
     let out = tmp.path().join("photos");
     std::fs::create_dir(&out).unwrap();
     for i in 0..20 {
@@ -157,7 +114,7 @@ fn user_files_in_out_are_refused_and_left_exactly_as_they_were() {
 #[test]
 fn force_replaces_a_previous_chunk_directory_but_never_a_foreign_file() {
     let tmp = tempfile::tempdir().unwrap();
-    let graph = csbm(tmp.path(), "g.npz", 300, 4);
+    let graph = csbm(tmp.path(), "g.npz", 300, 4, 1);
     let out = tmp.path().join("chunks");
     stderr_of_success(&partition(&graph, 2, &out, &[]), "the first partition");
     // Files beside the directory are never the writer's business.
@@ -190,7 +147,7 @@ fn force_replaces_a_previous_chunk_directory_but_never_a_foreign_file() {
 #[test]
 fn stale_work_directories_lose_only_the_files_the_tool_wrote() {
     let tmp = tempfile::tempdir().unwrap();
-    let graph = csbm(tmp.path(), "g.npz", 300, 4);
+    let graph = csbm(tmp.path(), "g.npz", 300, 4, 1);
     let out = tmp.path().join("chunks");
     // What killed runs left beside --out, plus a user's files that ended up inside.
     let staging = tmp.path().join(".chunks.staging-4000000");
@@ -245,7 +202,7 @@ fn stale_work_directories_lose_only_the_files_the_tool_wrote() {
 fn kill_9_during_a_partition_leaves_the_previous_directory_intact() {
     let tmp = tempfile::tempdir().unwrap();
     // Large enough that writing the chunks (each fsynced) takes a while.
-    let graph = csbm(tmp.path(), "g.npz", 60_000, 64);
+    let graph = csbm(tmp.path(), "g.npz", 60_000, 64, 1);
     let mut hits = 0;
     for attempt in 0..6 {
         let name = format!("chunks{attempt}");
@@ -314,7 +271,7 @@ fn kill_9_during_a_partition_leaves_the_previous_directory_intact() {
 #[test]
 fn a_symlinked_out_is_written_through_and_stays_a_link() {
     let tmp = tempfile::tempdir().unwrap();
-    let graph = csbm(tmp.path(), "g.npz", 300, 4);
+    let graph = csbm(tmp.path(), "g.npz", 300, 4, 1);
     // The target on another file system where there is one (/dev/shm), else beside.
     let shm = Path::new("/dev/shm");
     let elsewhere = if shm.is_dir() {
@@ -365,7 +322,7 @@ fn a_symlinked_out_is_written_through_and_stays_a_link() {
 #[test]
 fn out_with_a_trailing_dot_or_slash_names_the_directory() {
     let tmp = tempfile::tempdir().unwrap();
-    let graph = csbm(tmp.path(), "g.npz", 300, 4);
+    let graph = csbm(tmp.path(), "g.npz", 300, 4, 1);
     let dotted = format!("{}/nd/.", tmp.path().display());
     let slashed = format!("{}/nd/", tmp.path().display());
     for (out, parts) in [(&dotted, 2), (&dotted, 3), (&slashed, 2)] {
@@ -385,10 +342,10 @@ fn out_with_a_trailing_dot_or_slash_names_the_directory() {
 #[test]
 fn plan_svg_never_replaces_a_fifo_a_device_or_a_directory() {
     let tmp = tempfile::tempdir().unwrap();
-    let graph = csbm(tmp.path(), "g.npz", 300, 4);
+    let graph = csbm(tmp.path(), "g.npz", 300, 4, 1);
     let chunks = tmp.path().join("chunks");
     stderr_of_success(&partition(&graph, 2, &chunks, &[]), "partition");
-    let plan = |svg: &Path| run(&["plan", "--chunks", s(&chunks), "--svg", s(svg)]);
+    let plan = |svg: &Path| run_one(&["plan", "--chunks", s(&chunks), "--svg", s(svg)]);
 
     let fifo = tmp.path().join("heat.svg");
     assert!(Command::new("mkfifo")
@@ -457,13 +414,13 @@ fn plan_svg_never_replaces_a_fifo_a_device_or_a_directory() {
 #[test]
 fn checkpoint_naming_a_file_is_a_plain_error() {
     let tmp = tempfile::tempdir().unwrap();
-    let graph = csbm(tmp.path(), "g.npz", 300, 4);
+    let graph = csbm(tmp.path(), "g.npz", 300, 4, 1);
     let chunks = tmp.path().join("chunks");
     stderr_of_success(&partition(&graph, 1, &chunks, &[]), "partition");
     let file = tmp.path().join("ckpt");
     std::fs::write(&file, b"mine").unwrap();
     let stderr = error_of(
-        &run(&[
+        &run_one(&[
             "train",
             "--chunks",
             s(&chunks),

@@ -5,7 +5,9 @@
 //!
 //! Only files the tool writes there are ever removed: each [`Kind`] knows its own file names,
 //! and a removal takes those (regular files, by name) and then the empty directory. A work
-//! directory that holds anything else is left where it is, with a warning naming it.
+//! directory that holds anything else is left where it is, with a warning naming it. One that is
+//! already gone (another run swept it first) is not an error, nor is a parent directory that is
+//! not there: neither holds anything to remove.
 
 use std::ffi::{OsStr, OsString};
 use std::path::{Path, PathBuf};
@@ -23,6 +25,15 @@ fn at(path: &Path) -> impl FnOnce(std::io::Error) -> WorkDirError + '_ {
         path: path.to_path_buf(),
         source,
     }
+}
+
+/// Whether an error on a path says that no directory is there (nothing in it to remove): the
+/// path, or a directory on the way to it, does not exist or is not a directory.
+fn no_directory(e: &std::io::Error) -> bool {
+    matches!(
+        e.kind(),
+        std::io::ErrorKind::NotFound | std::io::ErrorKind::NotADirectory
+    )
 }
 
 /// A kind of work directory: its name and the names of the files its writer puts there.
@@ -62,7 +73,7 @@ pub(crate) enum Stale {
 
 /// Removes the work directories `.<name>.<kind>-<pid>` in `parent` that `which` calls stale: the
 /// files of `kind` in each, then the directory; one that holds anything else stays, with a
-/// warning.
+/// warning. A `parent` that is not there (or not a directory) holds none: nothing to do.
 pub(crate) fn remove_stale(
     parent: &Path,
     name: &OsStr,
@@ -73,7 +84,12 @@ pub(crate) fn remove_stale(
         return Ok(());
     };
     let prefix = std::format!(".{name}.{}-", kind.name);
-    for entry in std::fs::read_dir(parent).map_err(at(parent))? {
+    let listing = match std::fs::read_dir(parent) {
+        Ok(listing) => listing,
+        Err(e) if no_directory(&e) => return Ok(()),
+        Err(e) => return Err(at(parent)(e)),
+    };
+    for entry in listing {
         let entry = entry.map_err(at(parent))?;
         let file_name = entry.file_name();
         let Some(pid) = file_name
@@ -98,14 +114,25 @@ pub(crate) fn remove_stale(
 }
 
 /// Removes the regular files `kind` owns from `dir`, then `dir` if nothing else is left; returns
-/// the names of the entries that are not `kind`'s (sorted), which stay with the directory.
+/// the names of the entries that are not `kind`'s (sorted), which stay with the directory. A
+/// `dir` (or file in it) that another run removed meanwhile is simply gone: not an error.
 pub(crate) fn remove_own(dir: &Path, kind: Kind) -> Result<Vec<OsString>, WorkDirError> {
+    let listing = match std::fs::read_dir(dir) {
+        Ok(listing) => listing,
+        Err(e) if no_directory(&e) => return Ok(Vec::new()),
+        Err(e) => return Err(at(dir)(e)),
+    };
     let mut foreign = Vec::new();
-    for entry in std::fs::read_dir(dir).map_err(at(dir))? {
+    for entry in listing {
         let entry = entry.map_err(at(dir))?;
         let name = entry.file_name();
-        let ours =
-            name.to_str().is_some_and(kind.owns) && entry.file_type().map_err(at(dir))?.is_file();
+        let ours = name.to_str().is_some_and(kind.owns)
+            && match entry.file_type() {
+                Ok(t) => t.is_file(),
+                // Removed meanwhile: nothing left to remove or keep.
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+                Err(e) => return Err(at(dir)(e)),
+            };
         if !ours {
             foreign.push(name);
             continue;
@@ -119,7 +146,11 @@ pub(crate) fn remove_own(dir: &Path, kind: Kind) -> Result<Vec<OsString>, WorkDi
     }
     foreign.sort();
     if foreign.is_empty() {
-        std::fs::remove_dir(dir).map_err(at(dir))?;
+        match std::fs::remove_dir(dir) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(at(dir)(e)),
+        }
     }
     Ok(foreign)
 }
@@ -296,5 +327,39 @@ mod tests {
         assert!(live.exists());
         remove_stale(tmp.path(), OsStr::new("out"), TEST, Stale::All).unwrap();
         assert!(!live.exists());
+    }
+
+    #[test]
+    fn a_parent_that_is_not_a_directory_holds_nothing_to_sweep() {
+        let tmp = tempfile::tempdir().unwrap();
+        let file = tmp.path().join("file");
+        std::fs::write(&file, b"yours").unwrap();
+        for parent in [
+            tmp.path().join("missing/dir"),
+            file.clone(),
+            file.join("below"),
+        ] {
+            for which in [Stale::OfDeadProcesses, Stale::All] {
+                remove_stale(&parent, OsStr::new("out"), TEST, which)
+                    .unwrap_or_else(|e| panic!("{}: {}", parent.display(), e.source));
+            }
+        }
+        assert_eq!(std::fs::read(&file).unwrap(), b"yours");
+    }
+
+    #[test]
+    fn a_work_directory_already_removed_is_not_an_error() {
+        let tmp = tempfile::tempdir().unwrap();
+        // Two runs sweeping one stale directory: the second finds it gone.
+        let stale = tmp.path().join(".out.test-4000000001");
+        std::fs::create_dir(&stale).unwrap();
+        std::fs::write(stale.join("bucket-00007"), b"ours").unwrap();
+        assert!(remove_own(&stale, TEST).unwrap().is_empty());
+        assert!(!stale.exists());
+        assert!(remove_own(&stale, TEST).unwrap().is_empty());
+        // A run's own directory removed under it: removing it says nothing is kept.
+        let dir = WorkDir::beside(tmp.path(), OsStr::new("out"), TEST).unwrap();
+        std::fs::remove_dir(dir.path()).unwrap();
+        assert!(dir.remove().unwrap().is_empty());
     }
 }

@@ -406,11 +406,29 @@ impl Aggregate for TimedAggregate<'_> {
 /// failed, every rank returns the same [`Agreed`] error (the lowest failing rank's message),
 /// so no rank waits forever in a later collective.
 pub fn agree<C: AllReduce + AllGather, T>(comm: &C, local: Result<T>) -> Result<T> {
-    let local = local.map_err(|e| format!("{e:#}"));
+    let local = local.map_err(|e| one_line(&e));
     match dist_comm::agree::outcome(comm, local).context("cannot agree with the other ranks")? {
         Ok(value) => Ok(value),
         Err(failure) => Err(Agreed(failure.to_string()).into()),
     }
+}
+
+/// An error and its causes on one line, each cause after a colon, except a cause whose text
+/// the line already holds (an error that embeds its source's text would otherwise print it
+/// twice: "x: no such directory: no such directory"). What the command line prints and what
+/// [`agree`] hands the other ranks.
+pub fn one_line(err: &anyhow::Error) -> String {
+    let mut text = String::new();
+    for cause in err.chain() {
+        let part = cause.to_string();
+        if text.is_empty() {
+            text = part;
+        } else if !text.contains(&part) {
+            text.push_str(": ");
+            text.push_str(&part);
+        }
+    }
+    text
 }
 
 /// An error [`agree`] handed to every rank: all ranks hold it at the same point, so they may

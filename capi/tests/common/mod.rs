@@ -86,11 +86,6 @@ pub fn scratch() -> PathBuf {
 /// Runs cargo on the same target directory and profile (cargo releases the build lock
 /// before it runs tests; nothing is rebuilt when they are current).
 pub fn build_library() {
-    build_library_with(&[]);
-}
-
-/// [`build_library`] with `features` (`--features`) enabled.
-pub fn build_library_with(features: &[&str]) {
     let profile_dir = profile_dir();
     let target_dir = profile_dir.parent().expect("target/<profile>");
     // `cargo test` builds into target/debug with the `test` profile (and `--release` into
@@ -126,7 +121,6 @@ pub fn build_library_with(features: &[&str]) {
                 "--profile",
                 &profile,
             ])
-            .args(features.iter().flat_map(|f| ["--features", f]))
             .env("CARGO_TARGET_DIR", target_dir),
         Duration::from_secs(900),
     );

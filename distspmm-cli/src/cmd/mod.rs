@@ -12,22 +12,10 @@ pub mod ranks;
 pub mod train;
 pub mod verify;
 
-/// An error and its causes on one line, as the command line prints them: each cause after a
-/// colon, except a cause whose text the message already holds (an error that embeds its
-/// source's text would otherwise print it twice, "Permission denied (os error 13): Permission
-/// denied (os error 13)").
+/// An error and its causes on one line, as the command line prints them and as the trainer
+/// hands them to the other ranks (one rule: [`distspmm_gcn::one_line`]).
 pub fn message(err: &anyhow::Error) -> String {
-    let mut text = String::new();
-    for cause in err.chain() {
-        let part = cause.to_string();
-        if text.is_empty() {
-            text = part;
-        } else if !text.contains(&part) {
-            text.push_str(": ");
-            text.push_str(&part);
-        }
-    }
-    text
+    distspmm_gcn::one_line(err)
 }
 
 #[cfg(test)]

@@ -11,7 +11,7 @@ use distspmm_core::chunk::{
 };
 use distspmm_core::normalize::{self, Normalization};
 use distspmm_core::partition::{
-    self, Adjacency, Balance, KaminparOptions, Method, MetisOptions, Objective, Partition,
+    Adjacency, Balance, KaminparOptions, Method, MetisOptions, Objective, Partition, PartitionError,
 };
 use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
 
@@ -221,6 +221,27 @@ impl PartitionOptions {
         .into_iter()
         .filter_map(|(name, given)| given.then_some(name))
         .collect()
+    }
+}
+
+/// Splits the graph into `parts` parts with `method`: every subcommand that partitions calls
+/// this. KaMinPar runs through distspmm-kaminpar when this binary has it (feature `kaminpar`);
+/// every other method is distspmm-core's.
+pub fn partition_graph(
+    adjacency: &Adjacency,
+    parts: u32,
+    method: &Method,
+) -> anyhow::Result<Partition> {
+    #[cfg(feature = "kaminpar")]
+    let result = distspmm_kaminpar::partition(adjacency, parts, method);
+    #[cfg(not(feature = "kaminpar"))]
+    let result = distspmm_core::partition::partition(adjacency, parts, method);
+    match result {
+        Err(PartitionError::KaminparNotLinked) => bail!(
+            "this build has no KaMinPar: rebuild with `cargo build --release -p distspmm-cli \
+             --features kaminpar`, or use --method metis"
+        ),
+        result => Ok(result?),
     }
 }
 
@@ -447,7 +468,7 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
         };
         let partition = match &args.partition_map {
             Some(path) => load_map(path, args.parts, graph.num_nodes)?,
-            None => partition::partition(&adjacency, args.parts, &method)?,
+            None => partition_graph(&adjacency, args.parts, &method)?,
         };
         let edge_cut = partition.edge_cut(&adjacency)?;
         drop(adjacency);

@@ -13,9 +13,9 @@ use chunk_format::{MappedChunk, HEADER_LEN, SECTION_ALIGN, SECTION_ENTRY_LEN};
 use distspmm_core::chunk::{ChunkDir, HaloLists};
 use distspmm_core::memory::human_bytes as human;
 use distspmm_core::normalize;
-use distspmm_core::partition::{self, Adjacency};
+use distspmm_core::partition::Adjacency;
 
-use super::partition::PartitionOptions;
+use super::partition::{partition_graph, PartitionOptions};
 use distspmm_core::schedule::{
     CommMatrix, LayerTraffic, PartitionShape, ScheduleKind, Workspace, VALUE_BYTES,
 };
@@ -165,7 +165,7 @@ fn from_graph(input: &Path, parts: u32, options: &PartitionOptions) -> anyhow::R
     .with_context(|| format!("cannot normalise {}", input.display()))?;
     let adjacency = Adjacency::from_edges(n, &graph.src, &graph.dst)?;
     let method = options.method()?;
-    let partition = partition::partition(&adjacency, parts, &method)?;
+    let partition = partition_graph(&adjacency, parts, &method)?;
     drop(adjacency);
     let renumbering = partition.renumbering();
     let halo = HaloLists::compute(&a_hat.view(), &partition, &renumbering);

@@ -3,7 +3,8 @@
 //! and skips on a machine without Cora or `mpirun` (failures instead when `CI=true`).
 //!
 //! Also the plain runs of the binary every integration test makes (`distspmm`, `ok`, `fails`,
-//! `one_json`).
+//! `one_json`), and the same under a deadline with the exit checks of the hostile-input tests
+//! (`run_one`, `succeeds`, `error_of`, `refused`, `csbm`).
 
 #![allow(dead_code)] // each test binary uses a part
 
@@ -56,7 +57,11 @@ pub fn distspmm(args: &[&str]) -> Output {
 
 /// Runs a command that must succeed; returns its stdout.
 pub fn ok(args: &[&str]) -> String {
-    let out = distspmm(args);
+    stdout_of_success(args, distspmm(args))
+}
+
+/// The stdout of the run `distspmm ARGS…`, which must have succeeded.
+fn stdout_of_success(args: &[&str], out: Output) -> String {
     assert!(
         out.status.success(),
         "distspmm {args:?} failed: {}",
@@ -80,6 +85,71 @@ pub fn fails(args: &[&str]) -> String {
 pub fn one_json(text: &str) -> serde_json::Value {
     assert_eq!(text.trim().lines().count(), 1, "not one line: {text}");
     serde_json::from_str(text.trim()).expect("a JSON line")
+}
+
+/// How long one run of the binary under `run_one` may take on a loaded two-core machine before
+/// it counts as a hang.
+pub const DEADLINE: Duration = Duration::from_secs(120);
+
+/// Runs `distspmm ARGS…` in one process (one rayon thread, OpenMPI allowed as root), killed
+/// after `DEADLINE`.
+pub fn run_one(args: &[&str]) -> Output {
+    let mut cmd = Command::new(BIN);
+    cmd.args(args);
+    as_root_with_one_thread(&mut cmd);
+    run(cmd, DEADLINE)
+}
+
+/// `ok` under `DEADLINE`: runs a command that must succeed; returns its stdout.
+pub fn succeeds(args: &[&str]) -> String {
+    stdout_of_success(args, run_one(args))
+}
+
+/// The stderr of a run that must end with exit status `code` (1: an error of the command, 2: a
+/// command-line error), not a crash; `what` names the run in a failure.
+pub fn stderr_of_exit(out: &Output, code: i32, what: &str) -> String {
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_eq!(
+        out.status.code(),
+        Some(code),
+        "{what}: expected exit status {code}, got {:?}: {stderr}",
+        out.status
+    );
+    assert!(!stderr.contains("panicked"), "{what}: {stderr}");
+    stderr
+}
+
+/// The stderr of a run that must end with exit status 1 (an error, not a crash).
+pub fn error_of(out: &Output, what: &str) -> String {
+    stderr_of_exit(out, 1, what)
+}
+
+/// Runs `distspmm ARGS…` (`run_one`), which must end with exit status `code`; returns its stderr.
+pub fn refused(args: &[&str], code: i32) -> String {
+    stderr_of_exit(&run_one(args), code, &format!("distspmm {args:?}"))
+}
+
+/// `distspmm generate csbm` of `nodes` nodes with `features` features, 3 classes and average
+/// degree 6 from `seed`, written as `dir/name`.
+pub fn csbm(dir: &Path, name: &str, nodes: usize, features: usize, seed: u64) -> PathBuf {
+    let path = dir.join(name);
+    succeeds(&[
+        "generate",
+        "csbm",
+        "--nodes",
+        &nodes.to_string(),
+        "--features",
+        &features.to_string(),
+        "--classes",
+        "3",
+        "--avg-degree",
+        "6",
+        "--seed",
+        &seed.to_string(),
+        "--out",
+        s(&path),
+    ]);
+    path
 }
 
 /// A path as `&str` for an argument list.

@@ -334,16 +334,16 @@ fn work_parent(out: &std::path::Path) -> (&std::path::Path, &std::ffi::OsStr) {
 fn remove_stale_work(out: &std::path::Path) {
     let (parent, name) = work_parent(out);
     // Without a lock on the output, only the directories of processes that are gone are stale.
-    let swept = workdir::remove_stale(parent, name, RMAT_WORK, Stale::OfDeadProcesses);
-    // A parent that does not exist holds nothing to sweep (writing the output says the rest).
-    if let Err(err) = swept.map_or_else(
-        |e| match e.source.kind() {
-            std::io::ErrorKind::NotFound if e.path == parent => Ok(()),
-            _ => Err(e),
-        },
-        Ok,
-    ) {
-        tracing::warn!(path = %err.path.display(), err = %err.source, "cannot remove a stale work directory");
+    match workdir::remove_stale(parent, name, RMAT_WORK, Stale::OfDeadProcesses) {
+        Ok(()) => {}
+        // A parent that cannot be listed (unreadable): writing the output there says what is
+        // wrong, once; the sweep only had nothing it could reach.
+        Err(err) if err.path == parent => {
+            tracing::debug!(path = %parent.display(), err = %err.source, "cannot look for stale work directories");
+        }
+        Err(err) => {
+            tracing::warn!(path = %err.path.display(), err = %err.source, "cannot remove a stale work directory");
+        }
     }
 }
 

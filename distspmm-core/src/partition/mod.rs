@@ -17,7 +17,7 @@ use std::path::PathBuf;
 use std::string::String;
 use std::vec::Vec;
 
-pub use self::kaminpar::{KaminparOptions, KAMINPAR_IMBALANCE};
+pub use self::kaminpar::{KaminparKway, KaminparOptions, KAMINPAR_IMBALANCE};
 pub use adjacency::Adjacency;
 pub(crate) use map_file::{sync_parent_dir, write_atomically};
 pub use map_file::{MAP_MAGIC, MAP_VERSION};
@@ -110,6 +110,12 @@ pub enum PartitionError {
     /// KaMinPar refused the options or failed.
     #[error("KaMinPar: {0}")]
     Kaminpar(String),
+    /// [`Method::Kaminpar`] was given to [`partition`], which does not run KaMinPar.
+    #[error(
+        "KaMinPar is not linked into distspmm-core: its binding lives in the distspmm-kaminpar \
+         crate; call `distspmm_kaminpar::partition`, or use --method metis"
+    )]
+    KaminparNotLinked,
     /// METIS rejected the input or failed.
     #[error("METIS failed: {0}")]
     Metis(String),
@@ -406,11 +412,34 @@ fn check_parts(parts: u32, nodes: usize) -> Result<(), PartitionError> {
 ///
 /// P = 1 puts every node in part 0 without calling a partitioner; P > N is an error. METIS needs
 /// the node and adjacency-entry counts to fit its `idx_t`; KaMinPar, contiguous and random have
-/// no such limit.
+/// no such limit. This crate does not link KaMinPar: [`Method::Kaminpar`] (with P ≥ 2) is
+/// [`PartitionError::KaminparNotLinked`] here, and the distspmm-kaminpar crate's `partition`
+/// runs it.
 pub fn partition(
     adjacency: &Adjacency,
     parts: u32,
     method: &Method,
+) -> Result<Partition, PartitionError> {
+    partition_with(adjacency, parts, method, None)
+}
+
+/// [`partition`], with `kaminpar` making the KaMinPar call of [`Method::Kaminpar`]: the entry
+/// point of the distspmm-kaminpar crate. Everything around the call (the checks, P = 1, parts
+/// KaMinPar leaves empty, the method tag) is the same as for every other method.
+pub fn partition_with_kaminpar(
+    adjacency: &Adjacency,
+    parts: u32,
+    method: &Method,
+    kaminpar: KaminparKway,
+) -> Result<Partition, PartitionError> {
+    partition_with(adjacency, parts, method, Some(kaminpar))
+}
+
+fn partition_with(
+    adjacency: &Adjacency,
+    parts: u32,
+    method: &Method,
+    kaminpar: Option<KaminparKway>,
 ) -> Result<Partition, PartitionError> {
     let n = adjacency.num_nodes();
     check_parts(parts, n)?;
@@ -421,7 +450,7 @@ pub fn partition(
         Method::Random { seed } => random(n, parts, *seed),
         Method::Metis(options) => metis_kway(adjacency, parts, options)?,
         Method::Kaminpar(options) => {
-            let mut part_of = kaminpar::kaminpar_kway(adjacency, parts, options)?;
+            let mut part_of = kaminpar::kaminpar_kway(adjacency, parts, options, kaminpar)?;
             fill_empty_parts(adjacency, parts, &mut part_of);
             part_of
         }
@@ -902,98 +931,106 @@ mod tests {
         );
     }
 
-    #[cfg(feature = "kaminpar")]
-    fn kaminpar(threads: usize, seed: u64, balance: Balance) -> Method {
+    fn kaminpar_nodes() -> Method {
         Method::Kaminpar(KaminparOptions {
-            seed,
-            threads,
-            balance,
+            threads: 1,
             ..KaminparOptions::default()
         })
     }
 
-    /// KaMinPar's bound on a part: (1 + 0.03) · ⌈W/P⌉ of the balanced weight, relaxed to
-    /// ⌈W/P⌉ + the heaviest node when nodes are weighted (its `setup_max_block_weight`: a part
-    /// may have to take one hub whole).
-    #[cfg(feature = "kaminpar")]
-    fn kaminpar_bound(total: u64, parts: u32, heaviest: u64) -> u64 {
-        let perfect = total.div_ceil(u64::from(parts));
-        #[allow(
-            clippy::cast_possible_truncation,
-            reason = "deliberate: KaMinPar's own floor of the relaxed bound, well below u64::MAX"
-        )]
-        let eps = (perfect as f64 * KAMINPAR_IMBALANCE).floor() as u64;
-        if heaviest > 1 {
-            eps.max(perfect + heaviest)
-        } else {
-            eps
-        }
+    /// distspmm-core does not link KaMinPar: the method is an error that names the crate that
+    /// runs it, after the options' own checks; one part needs no partitioner.
+    #[test]
+    fn kaminpar_without_its_crate_names_the_crate() {
+        let (n, src, dst) = two_cliques(3);
+        let adj = Adjacency::from_edges(n, &src, &dst).unwrap();
+        let err = partition(&adj, 2, &kaminpar_nodes()).unwrap_err();
+        assert!(matches!(err, PartitionError::KaminparNotLinked), "{err:?}");
+        assert!(
+            std::format!("{err}").contains("distspmm_kaminpar::partition"),
+            "{err}"
+        );
+        let tight = Method::Kaminpar(KaminparOptions {
+            imbalance: 1.01,
+            ..KaminparOptions::default()
+        });
+        let err = partition(&adj, 2, &tight).unwrap_err();
+        assert!(std::format!("{err}").contains("--imbalance 1.03"), "{err}");
+        let one = partition(&adj, 1, &kaminpar_nodes()).unwrap();
+        assert!(one.part_of().iter().all(|&p| p == 0));
     }
 
-    #[cfg(feature = "kaminpar")]
+    /// Every node in part 0, whatever the part count.
+    fn all_in_part_zero(
+        adjacency: &Adjacency,
+        _parts: u32,
+        _options: &KaminparOptions,
+        _weights: Option<Vec<i32>>,
+    ) -> Result<Vec<u32>, PartitionError> {
+        Ok(std::vec![0; adjacency.num_nodes()])
+    }
+
+    /// What surrounds the KaMinPar call is distspmm-core's: the weights it is handed, the
+    /// parts it leaves empty, the parts it returns out of range, the method tag, P = 1.
     #[test]
-    fn kaminpar_separates_two_cliques_and_balances_nonzeros() {
-        let (n, src, dst) = two_cliques(8);
+    fn partition_with_kaminpar_surrounds_the_call() {
+        let (n, src, dst) = two_cliques(3);
         let adj = Adjacency::from_edges(n, &src, &dst).unwrap();
-        let p = partition(&adj, 2, &kaminpar(1, 1, Balance::Nodes)).unwrap();
-        assert_eq!(p.edge_cut(&adj).unwrap(), 1);
+        let p = partition_with_kaminpar(&adj, 3, &kaminpar_nodes(), all_in_part_zero).unwrap();
+        assert!(
+            p.part_sizes().iter().all(|&s| s > 0),
+            "{:?}",
+            p.part_sizes()
+        );
         assert_eq!(p.method(), "kaminpar:seed=1:imbalance=1.03:threads=1");
 
-        let g = crate::graph::generate::rmat(12, 16, 7).unwrap();
-        let adj = Adjacency::from_edges(g.num_nodes, &g.src, &g.dst).unwrap();
-        let row_nnz = |v: usize| adj.xadj()[v + 1] - adj.xadj()[v] + 1;
-        let total: u64 = (0..adj.num_nodes()).map(row_nnz).sum();
-        let nodes = partition(&adj, 4, &kaminpar(2, 1, Balance::Nodes)).unwrap();
-        let nnz = partition(&adj, 4, &kaminpar(2, 1, Balance::Nonzeros)).unwrap();
-        let mut work = std::vec![0u64; 4];
-        for (v, &q) in nnz.part_of().iter().enumerate() {
-            work[q as usize] += row_nnz(v);
-        }
-        let heaviest = (0..adj.num_nodes()).map(row_nnz).max().unwrap();
-        assert!(
-            *work.iter().max().unwrap() <= kaminpar_bound(total, 4, heaviest),
-            "{work:?}"
-        );
-        assert!(weighted_imbalance(&nodes, row_nnz) > weighted_imbalance(&nnz, row_nnz));
-        assert!(nnz.method().ends_with(":balance=nnz"));
-        // A cut well below a random split's (which cuts about 3/4 of the edges), and close to
-        // METIS's on the same graph (RMAT graphs have no small cut: METIS cuts about half).
-        let random = partition(&adj, 4, &Method::Random { seed: 1 }).unwrap();
-        let metis = partition(&adj, 4, &Method::Metis(MetisOptions::default())).unwrap();
-        let (ours, random, metis) = (
-            nodes.edge_cut(&adj).unwrap(),
-            random.edge_cut(&adj).unwrap(),
-            metis.edge_cut(&adj).unwrap(),
-        );
-        assert!(ours * 4 < random * 3, "kaminpar {ours}, random {random}");
-        assert!(ours * 10 < metis * 11, "kaminpar {ours}, metis {metis}");
-    }
+        let nnz = Method::Kaminpar(KaminparOptions {
+            threads: 1,
+            balance: Balance::Nonzeros,
+            ..KaminparOptions::default()
+        });
+        let p = partition_with_kaminpar(&adj, 2, &nnz, |adj, _, _, weights| {
+            let expected: Vec<i32> = (0..adj.num_nodes())
+                .map(|v| i32::try_from(adj.neighbours(v).len() + 1).unwrap())
+                .collect();
+            assert_eq!(weights, Some(expected));
+            Ok(std::vec![1; adj.num_nodes()])
+        })
+        .unwrap();
+        assert!(p.method().ends_with(":balance=nnz"), "{}", p.method());
 
-    #[cfg(feature = "kaminpar")]
-    proptest! {
-        #![proptest_config(ProptestConfig::with_cases(24))]
-        #[test]
-        fn kaminpar_gives_a_valid_balanced_reproducible_partition(
-            n in 2usize..300,
-            parts_raw in 2u32..9,
-            edges in proptest::collection::vec((0u32..300, 0u32..300), 0..1200),
-            seed in 0u64..1000,
-        ) {
-            let parts = parts_raw.min(u32::try_from(n).unwrap());
-            let (src, dst): (Vec<u32>, Vec<u32>) =
-                edges.iter().map(|&(u, v)| (u % u32::try_from(n).unwrap(), v % u32::try_from(n).unwrap())).unzip();
-            let adj = Adjacency::from_edges(n, &src, &dst).unwrap();
-            let method = kaminpar(1, seed, Balance::Nodes);
-            let p = partition(&adj, parts, &method).unwrap();
-            prop_assert_eq!(p.num_nodes(), n);
-            prop_assert!(p.part_of().iter().all(|&x| x < parts));
-            let sizes = p.part_sizes();
-            prop_assert!(sizes.iter().all(|&s| s > 0), "empty part: {:?}", sizes);
-            let bound = kaminpar_bound(n as u64, parts, 1).max((n as u64).div_ceil(u64::from(parts)));
-            prop_assert!(sizes.iter().all(|&s| s <= bound), "sizes {:?}, bound {}", sizes, bound);
-            // One thread and a fixed seed: the same map again.
-            let again = partition(&adj, parts, &method).unwrap();
-            prop_assert_eq!(p.part_of(), again.part_of());
+        let out_of_range = partition_with_kaminpar(&adj, 2, &kaminpar_nodes(), |adj, _, _, _| {
+            Ok(std::vec![2; adj.num_nodes()])
+        });
+        let text = std::format!("{}", out_of_range.unwrap_err());
+        assert!(
+            text.contains("returned part 2 for node 0, outside 0..2"),
+            "{text}"
+        );
+        let short =
+            partition_with_kaminpar(&adj, 2, &kaminpar_nodes(), |_, _, _, _| Ok(std::vec![0; 1]));
+        let text = std::format!("{}", short.unwrap_err());
+        assert!(
+            text.contains("returned parts for 1 nodes, but the graph has 7"),
+            "{text}"
+        );
+        let one = partition_with_kaminpar(&adj, 1, &kaminpar_nodes(), |_, _, _, _| {
+            Err(PartitionError::Kaminpar("called for one part".into()))
+        })
+        .unwrap();
+        assert_eq!(one.parts(), 1);
+        // Every other method is partition's own. (METIS's random state is process-wide, so a
+        // METIS run on another test thread can change its tie-breaks: compare what it is bound
+        // to, its tag and the two cliques' one-edge cut.)
+        for method in all_methods() {
+            let ours = partition_with_kaminpar(&adj, 2, &method, all_in_part_zero).unwrap();
+            let core = partition(&adj, 2, &method).unwrap();
+            if matches!(method, Method::Metis(_)) {
+                assert_eq!(ours.method(), core.method());
+                assert_eq!(ours.edge_cut(&adj).unwrap(), 1);
+            } else {
+                assert_eq!(ours, core);
+            }
         }
     }
 
