@@ -18,6 +18,8 @@
 //! `kernels/rows.cu` holds the row movement of the distributed SpMM (dist-comm's
 //! `GpuDistSpmm`): gathering the rows each peer needs into one send buffer, and adding
 //! received partial sums into a rank's own rows in a fixed order ([`rows`]; no atomics).
+//! `kernels/sddmm.cu` holds the per-edge kernels: the SDDMM over a CSR pattern and the copy of
+//! per-edge values into CSC order for the transposed product ([`edges`]).
 //!
 //! # Building
 //! Default builds need no CUDA: every entry point answers [`CudaError::NotBuilt`]. With the
@@ -63,6 +65,7 @@
 
 mod device;
 mod driver;
+pub mod edges;
 mod error;
 pub mod plan;
 #[cfg(feature = "driver")]
@@ -77,6 +80,7 @@ pub use device::{
     RawSpmm, RawWorkspace, RowMajor, SparseParts,
 };
 pub use driver::RawStream;
+pub use edges::{DeviceCscOrder, RawCscValues};
 pub use error::{CudaError, Result};
 pub use plan::RowSplitPlan;
 pub use rows::{add_blocks, gather_rows, scatter_add_rows, DeviceRows, DeviceScatter, ScatterPlan};

@@ -8,10 +8,10 @@
 )]
 
 use distspmm_cuda::{
-    add_blocks, gather_rows, kernel_resources, rows::ROW_KERNELS, scatter_add_rows, spmm,
-    spmm_transpose_with, spmm_with, strategy::KERNELS, CudaError, DeviceCsc, DeviceCsr,
-    DeviceDense, DeviceRows, DeviceScatter, GpuDevice, GroupLanes, RawSplit, RawSpmm, RawWorkspace,
-    ScatterPlan, SparseParts, Strategy,
+    add_blocks, edges::EDGE_KERNELS, gather_rows, kernel_resources, rows::ROW_KERNELS,
+    scatter_add_rows, spmm, spmm_transpose_with, spmm_with, strategy::KERNELS, CudaError,
+    DeviceCsc, DeviceCsr, DeviceDense, DeviceRows, DeviceScatter, GpuDevice, GroupLanes, RawSplit,
+    RawSpmm, RawWorkspace, ScatterPlan, SparseParts, Strategy,
 };
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -320,7 +320,7 @@ fn ptxas_report_covers_every_kernel_without_spills() {
     };
     println!("{}", distspmm_cuda::ptxas::table(&entries));
     for arch in ["sm_80", "sm_90"] {
-        for kernel in KERNELS.into_iter().chain(ROW_KERNELS) {
+        for kernel in KERNELS.into_iter().chain(ROW_KERNELS).chain(EDGE_KERNELS) {
             let e = entries
                 .iter()
                 .find(|e| e.kernel == kernel && e.arch == arch);
@@ -334,7 +334,7 @@ fn ptxas_report_covers_every_kernel_without_spills() {
     }
     assert_eq!(
         entries.len(),
-        2 * (KERNELS.len() + ROW_KERNELS.len()),
+        2 * (KERNELS.len() + ROW_KERNELS.len() + EDGE_KERNELS.len()),
         "unexpected kernels in the ptxas report"
     );
 }

@@ -3,7 +3,7 @@
 //!
 //! A schedule ([`halo`](crate::halo), [`broadcast`](crate::broadcast)) is a short list of
 //! [`Instr`]uctions over *names* — the operands, regions of the operator's two buffers, the
-//! chunk's blocks — built once per rank and direction. [`run`] hands each instruction to a
+//! chunk's blocks and their per-edge values — built once per rank and call kind. [`run`] hands each instruction to a
 //! backend, which resolves the names to its own memory (host slices or device pointers) and
 //! executes it with its own kernels and transport. The CPU backend runs the instructions in
 //! order on the calling thread (kernels on rayon threads); the GPU backend queues them on two
@@ -22,6 +22,9 @@
 //!   Local }`). The call ends on [`Lane::Comm`]: the backend joins the caller to it.
 //! - Additions happen in the order the program lists them, whatever the order of arrival, so
 //!   results are bit-identical run to run.
+//! - The call's per-edge operand ([`Values::Edges`]) is one value per stored non-zero of this
+//!   rank's rows in the [`EdgeLayout`](crate::EdgeLayout) order; an instruction touches only its
+//!   block's slice of it, so the slices of different blocks never conflict.
 
 use crate::DistSpmmError;
 
@@ -64,6 +67,9 @@ pub enum Dense {
     Input,
     /// The call's output (`Y_p` forward, `dX_p` backward).
     Output,
+    /// The SDDMM's left operand `U_p` (this rank's rows, read only; the call's
+    /// [`Dense::Input`] is then `V_p`, the rows that travel).
+    Left,
     /// A region of a buffer.
     Region(Region),
 }
@@ -88,6 +94,16 @@ pub enum Orient {
     Plain,
     /// `Aᵀ·X` (the block's CSC).
     Transposed,
+}
+
+/// Where the values of a block come from (its pattern is always the chunk's).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Values {
+    /// The chunk's stored values (`Â`).
+    Chunk,
+    /// The block's slice of the call's per-edge operand (CSR order; a transposed product reads
+    /// it through the operator's CSR→CSC permutation).
+    Edges,
 }
 
 /// Whether a product overwrites its output or adds to it.
@@ -150,23 +166,44 @@ pub struct Exchange {
     pub body: Program,
 }
 
+/// `y = a·x` or `y += a·x` (or with `aᵀ`), the block's values taken from `values`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Product {
+    /// Where it runs.
+    pub lane: Lane,
+    /// The block (its pattern).
+    pub a: Matrix,
+    /// Plain or transposed.
+    pub orient: Orient,
+    /// The block's values: the chunk's or the call's per-edge operand.
+    pub values: Values,
+    /// The dense operand.
+    pub x: Dense,
+    /// Overwrite or add.
+    pub acc: Accumulate,
+    /// The output.
+    pub y: Dense,
+}
+
 /// One step of a schedule.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Instr {
-    /// `y = a·x` or `y += a·x` (or with `aᵀ`).
-    Spmm {
+    /// A sparse × dense product.
+    Spmm(Product),
+    /// `out[k] = ⟨u_i, v_j⟩` for every stored entry `(i, j)` of `block` at its position `k` in
+    /// the block's slice of the per-edge operand (`u` holds the block's rows, `v` its columns).
+    Sddmm {
         /// Where it runs.
         lane: Lane,
-        /// The block.
-        a: Matrix,
-        /// Plain or transposed.
-        orient: Orient,
-        /// The dense operand.
-        x: Dense,
-        /// Overwrite or add.
-        acc: Accumulate,
-        /// The output.
-        y: Dense,
+        /// The block whose stored entries are sampled.
+        block: Matrix,
+        /// The rows' operand (`Dense::Left`).
+        u: Dense,
+        /// The columns' operand (`Dense::Input` for the diagonal block, a received region
+        /// otherwise).
+        v: Dense,
+        /// Where the values go: [`Values::Edges`] (the chunk's values are never written).
+        out: Values,
     },
     /// `into = 0` (the contribution of an empty block).
     Zero {
@@ -217,18 +254,24 @@ pub type Program = Vec<Instr>;
 /// resolves the names it is given (operands, regions, blocks) to the backend's memory for the
 /// current call.
 pub trait Backend {
-    /// `y = a·x + β·y` with the block `a` (or its transpose) on `lane`.
+    /// `y = a·x + β·y` with the block `a` (or its transpose) and its `values`, on `lane`.
     ///
     /// # Errors
     /// Operands that do not fit, kernel or device errors.
-    fn spmm(
+    fn spmm(&mut self, p: &Product) -> Result<(), DistSpmmError>;
+
+    /// `out[k] = ⟨u_i, v_j⟩` over the stored entries of `block`, on `lane`.
+    ///
+    /// # Errors
+    /// Operands that do not fit (an `out` other than [`Values::Edges`]), kernel or device
+    /// errors.
+    fn sddmm(
         &mut self,
         lane: Lane,
-        a: Matrix,
-        orient: Orient,
-        x: Dense,
-        acc: Accumulate,
-        y: Dense,
+        block: Matrix,
+        u: Dense,
+        v: Dense,
+        out: Values,
     ) -> Result<(), DistSpmmError>;
 
     /// Sets a region to zero.
@@ -282,14 +325,14 @@ pub trait Backend {
 pub fn run<B: Backend + ?Sized>(backend: &mut B, program: &[Instr]) -> Result<(), DistSpmmError> {
     for instr in program {
         match instr {
-            Instr::Spmm {
+            Instr::Spmm(p) => backend.spmm(p)?,
+            Instr::Sddmm {
                 lane,
-                a,
-                orient,
-                x,
-                acc,
-                y,
-            } => backend.spmm(*lane, *a, *orient, *x, *acc, *y)?,
+                block,
+                u,
+                v,
+                out,
+            } => backend.sddmm(*lane, *block, *u, *v, *out)?,
             Instr::Zero { into } => backend.zero(*into)?,
             Instr::Pack { rows, into } => backend.pack(*rows, *into)?,
             Instr::Broadcast { region, root } => backend.broadcast(*region, *root)?,
@@ -322,7 +365,7 @@ fn visit_regions(program: &[Instr], see: &mut impl FnMut(&Region)) {
     };
     for instr in program {
         match instr {
-            Instr::Spmm { x, y, .. } => {
+            Instr::Spmm(Product { x, y, .. }) | Instr::Sddmm { u: x, v: y, .. } => {
                 dense(x, see);
                 dense(y, see);
             }

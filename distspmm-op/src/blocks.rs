@@ -18,16 +18,33 @@ pub(crate) struct BlockViews<'a> {
 impl<'a> BlockViews<'a> {
     /// The views of a block of a parsed chunk.
     fn of(b: &BlockView<'a>) -> Self {
-        // SAFETY: `b` comes from a `ChunkView`, whose parse checked exactly the invariants of
-        // `Compressed` for both arrays of every block (see `BlockView`'s docs and the module
-        // docs), with nrows × ncols as given here.
-        unsafe {
-            Self {
-                csr: CsrView::new_unchecked(b.nrows, b.ncols, b.csr_rowptr, b.csr_cols, b.csr_vals),
-                csc: CscView::new_unchecked(b.nrows, b.ncols, b.csc_colptr, b.csc_rows, b.csc_vals),
-            }
+        let missing = "a block's values are its own length";
+        Self {
+            csr: csr_with(b, b.csr_vals).expect(missing),
+            csc: csc_with(b, b.csc_vals).expect(missing),
         }
     }
+}
+
+/// The CSR of a block of a parsed chunk (over its compacted columns) with `values` in place of
+/// its own; `None` unless `values` holds one value per non-zero.
+pub(crate) fn csr_with<'a>(b: &BlockView<'a>, values: &'a [f32]) -> Option<CsrView<'a, f32>> {
+    // SAFETY: `b` comes from a `ChunkView`, whose parse checked exactly the invariants of
+    // `Compressed` for the block's pointer and index arrays (see `BlockView`'s docs and the
+    // module docs), with nrows × ncols as given here; `values` has one entry per non-zero
+    // (checked), which is all `Compressed` asks of the values.
+    (values.len() == b.csr_cols.len()).then(|| unsafe {
+        CsrView::new_unchecked(b.nrows, b.ncols, b.csr_rowptr, b.csr_cols, values)
+    })
+}
+
+/// The CSC of a block of a parsed chunk with `values` (in CSC order) in place of its own;
+/// `None` unless `values` holds one value per non-zero.
+pub(crate) fn csc_with<'a>(b: &BlockView<'a>, values: &'a [f32]) -> Option<CscView<'a, f32>> {
+    // SAFETY: as in `csr_with`, for the block's CSC arrays.
+    (values.len() == b.csc_rows.len()).then(|| unsafe {
+        CscView::new_unchecked(b.nrows, b.ncols, b.csc_colptr, b.csc_rows, values)
+    })
 }
 
 /// The diagonal block `Â[p][p]`.
@@ -85,10 +102,30 @@ impl QLocalBlock {
         chunk: &ChunkView<'c>,
     ) -> (CsrView<'c, f32>, CscView<'c, f32>) {
         let b = chunk.block(self.block);
+        self.views_with(chunk, b.csr_vals, b.csc_vals)
+    }
+
+    /// [`QLocalBlock::views`] with other values: `csr_vals` in CSR order, `csc_vals` in CSC
+    /// order (the per-edge operand and its permutation).
+    ///
+    /// # Panics
+    /// As [`QLocalBlock::views`], and when the values do not hold one value per non-zero (a
+    /// bug of the caller).
+    pub(crate) fn views_with<'c>(
+        &'c self,
+        chunk: &ChunkView<'c>,
+        csr_vals: &'c [f32],
+        csc_vals: &'c [f32],
+    ) -> (CsrView<'c, f32>, CscView<'c, f32>) {
+        let b = chunk.block(self.block);
         assert_eq!(
             b.csr_cols.len(),
             self.cols.len(),
             "a q-local block viewed over another chunk"
+        );
+        assert!(
+            csr_vals.len() == self.cols.len() && csc_vals.len() == self.cols.len(),
+            "a q-local block's values are one per non-zero"
         );
         // SAFETY: `q_local` derived `cols` and `colptr` from this block of a parsed chunk
         // (valid CSR/CSC over its `ncols` compacted columns, `ncols` = the length of the
@@ -98,11 +135,12 @@ impl QLocalBlock {
         // q-local column and its prefix sum runs from 0 to nnz, non-decreasing. `chunk` is
         // the chunk they were derived from: the operator holds it through a `ChunkSource`,
         // whose contract is to view the same bytes on every call (the assertion above guards
-        // against a caller handing in another one).
+        // against a caller handing in another one). The values hold one entry per non-zero
+        // (asserted).
         unsafe {
             (
-                CsrView::new_unchecked(b.nrows, self.n_q, b.csr_rowptr, &self.cols, b.csr_vals),
-                CscView::new_unchecked(b.nrows, self.n_q, &self.colptr, b.csc_rows, b.csc_vals),
+                CsrView::new_unchecked(b.nrows, self.n_q, b.csr_rowptr, &self.cols, csr_vals),
+                CscView::new_unchecked(b.nrows, self.n_q, &self.colptr, b.csc_rows, csc_vals),
             )
         }
     }

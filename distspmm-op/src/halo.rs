@@ -3,15 +3,23 @@
 //!
 //! ```text
 //! forward:  pack X_p[send(r)] for every peer r
-//!           exchange: send them, receive H_q from every q   ║  Y = Â[p][p]·X_p     (local lane)
-//!           join;  for q increasing: Y += Â[p][q]·H_q
-//! backward: for q increasing: P_q = Â[p][q]ᵀ·dY_p
-//!           exchange: send P_q to q, receive S_r from every r ║  dX = Â[p][p]ᵀ·dY_p (local lane)
+//!           exchange: send them, receive H_q from every q   ║  Y = A[p][p]·X_p     (local lane)
+//!           join;  for q increasing: Y += A[p][q]·H_q
+//! backward: for q increasing: P_q = A[p][q]ᵀ·dY_p
+//!           exchange: send P_q to q, receive S_r from every r ║  dX = A[p][p]ᵀ·dY_p (local lane)
 //!           join;  for r increasing: dX[send(r)] += S_r
+//! sddmm:    pack V_p[send(r)] for every peer r
+//!           exchange: send them, receive H_q from every q   ║  E[p][p] = sddmm(U_p, V_p) (local lane)
+//!           for q increasing: E[p][q] = sddmm(U_p, H_q);  join
 //! ```
+//!
+//! `A` is `Â` (the chunk's values, [`Values::Chunk`]) or the call's per-edge values
+//! ([`Values::Edges`]); the SDDMM's backward is the forward with values `dE` and `X = V`
+//! (`dU`) followed by the backward with values `dE` and `dY = U` (`dV`).
 
 use crate::backend::{
-    Accumulate, Buf, Dense, Exchange, Instr, Lane, Matrix, Message, Orient, Program, Region, Rows,
+    Accumulate, Buf, Dense, Exchange, Instr, Lane, Matrix, Message, Orient, Product, Program,
+    Region, Rows, Values,
 };
 use crate::layout::{HaloLayout, Segment};
 use crate::{TAG_BACKWARD, TAG_FORWARD};
@@ -26,32 +34,8 @@ fn messages(segments: &[Segment], buf: Buf) -> Vec<Message> {
         .collect()
 }
 
-/// `Y_p = Â[p][p]·X_p + Σ_q Â[p][q]·H_q`.
-pub(crate) fn forward(layout: &HaloLayout) -> Program {
-    let sends = messages(&layout.sends, Buf::Packed);
-    let recvs = messages(&layout.recvs, Buf::Halo);
-    let mut body = vec![
-        Instr::Spmm {
-            lane: Lane::Local,
-            a: Matrix::Diagonal,
-            orient: Orient::Plain,
-            x: Dense::Input,
-            acc: Accumulate::Overwrite,
-            y: Dense::Output,
-        },
-        Instr::Join {
-            waiter: Lane::Comm,
-            signaller: Lane::Local,
-        },
-    ];
-    body.extend(recvs.iter().enumerate().map(|(k, m)| Instr::Spmm {
-        lane: Lane::Comm,
-        a: Matrix::Remote(k),
-        orient: Orient::Plain,
-        x: Dense::Region(m.region),
-        acc: Accumulate::Add,
-        y: Dense::Output,
-    }));
+/// Packs the send lists of the input and posts the forward exchange around `body`.
+fn send_rows_around(layout: &HaloLayout, recvs: Vec<Message>, body: Program) -> Program {
     vec![
         Instr::Pack {
             rows: Rows::SendLists,
@@ -59,43 +43,78 @@ pub(crate) fn forward(layout: &HaloLayout) -> Program {
         },
         Instr::Exchange(Exchange {
             tag: TAG_FORWARD,
-            sends,
+            sends: messages(&layout.sends, Buf::Packed),
             recvs,
             body,
         }),
     ]
 }
 
-/// `dX_p = Â[p][p]ᵀ·dY_p + Σ_r scatter(send(r), Â[r][p]ᵀ·dY_r)`: the forward's buffers with
+const JOIN_LOCAL: Instr = Instr::Join {
+    waiter: Lane::Comm,
+    signaller: Lane::Local,
+};
+
+/// `Y_p = A[p][p]·X_p + Σ_q A[p][q]·H_q`.
+pub(crate) fn forward(layout: &HaloLayout, values: Values) -> Program {
+    let recvs = messages(&layout.recvs, Buf::Halo);
+    let mut body = vec![
+        Instr::Spmm(Product {
+            lane: Lane::Local,
+            a: Matrix::Diagonal,
+            orient: Orient::Plain,
+            values,
+            x: Dense::Input,
+            acc: Accumulate::Overwrite,
+            y: Dense::Output,
+        }),
+        JOIN_LOCAL,
+    ];
+    body.extend(recvs.iter().enumerate().map(|(k, m)| {
+        Instr::Spmm(Product {
+            lane: Lane::Comm,
+            a: Matrix::Remote(k),
+            orient: Orient::Plain,
+            values,
+            x: Dense::Region(m.region),
+            acc: Accumulate::Add,
+            y: Dense::Output,
+        })
+    }));
+    send_rows_around(layout, recvs, body)
+}
+
+/// `dX_p = A[p][p]ᵀ·dY_p + Σ_r scatter(send(r), A[r][p]ᵀ·dY_r)`: the forward's buffers with
 /// their roles swapped.
-pub(crate) fn backward(layout: &HaloLayout) -> Program {
+pub(crate) fn backward(layout: &HaloLayout, values: Values) -> Program {
     let partials = messages(&layout.recvs, Buf::Halo);
     let incoming = messages(&layout.sends, Buf::Packed);
     let mut program: Program = partials
         .iter()
         .enumerate()
-        .map(|(k, m)| Instr::Spmm {
-            lane: Lane::Comm,
-            a: Matrix::Remote(k),
-            orient: Orient::Transposed,
-            x: Dense::Input,
-            acc: Accumulate::Overwrite,
-            y: Dense::Region(m.region),
+        .map(|(k, m)| {
+            Instr::Spmm(Product {
+                lane: Lane::Comm,
+                a: Matrix::Remote(k),
+                orient: Orient::Transposed,
+                values,
+                x: Dense::Input,
+                acc: Accumulate::Overwrite,
+                y: Dense::Region(m.region),
+            })
         })
         .collect();
     let body = vec![
-        Instr::Spmm {
+        Instr::Spmm(Product {
             lane: Lane::Local,
             a: Matrix::Diagonal,
             orient: Orient::Transposed,
+            values,
             x: Dense::Input,
             acc: Accumulate::Overwrite,
             y: Dense::Output,
-        },
-        Instr::Join {
-            waiter: Lane::Comm,
-            signaller: Lane::Local,
-        },
+        }),
+        JOIN_LOCAL,
         Instr::ScatterAdd {
             from: incoming.clone(),
         },
@@ -107,4 +126,26 @@ pub(crate) fn backward(layout: &HaloLayout) -> Program {
         body,
     }));
     program
+}
+
+/// `E[p][q] = sddmm(U_p, V_q)` for every block: the forward's exchange of `V`'s rows, the
+/// diagonal block on the local lane while they travel, the remote blocks as they arrive.
+pub(crate) fn sddmm(layout: &HaloLayout) -> Program {
+    let recvs = messages(&layout.recvs, Buf::Halo);
+    let mut body = vec![Instr::Sddmm {
+        lane: Lane::Local,
+        block: Matrix::Diagonal,
+        u: Dense::Left,
+        v: Dense::Input,
+        out: Values::Edges,
+    }];
+    body.extend(recvs.iter().enumerate().map(|(k, m)| Instr::Sddmm {
+        lane: Lane::Comm,
+        block: Matrix::Remote(k),
+        u: Dense::Left,
+        v: Dense::Region(m.region),
+        out: Values::Edges,
+    }));
+    body.push(JOIN_LOCAL);
+    send_rows_around(layout, recvs, body)
 }

@@ -46,6 +46,15 @@
 //!   The loops are `BroadcastPlan`'s, with the blocking [`Broadcast`] and one
 //!   [`PointToPoint::exchange`] per backward round.
 //!
+//! # Per-edge values and the SDDMM
+//! Beside `Â`, the operator multiplies by the caller's per-edge values ([`DistSpmm::spmm_values`]
+//! `Y = A_e·X`, [`DistSpmm::spmm_values_transpose`] `dX = A_eᵀ·dY`) and samples them
+//! ([`DistSpmm::sddmm`] `E_ij = ⟨U_i, V_j⟩`, [`DistSpmm::sddmm_backward`]), over the same
+//! schedules and exchanges. The values are one f32 per stored non-zero of the rank's rows in the
+//! [`EdgeLayout`] order (diagonal block first, then increasing source part, each block in CSR
+//! order); the transposed product reads them through a CSR→CSC permutation made at its first
+//! call (4 bytes per non-zero, plus 4 per non-zero for the permuted copy).
+//!
 //! Additions happen in a fixed order whatever the arrival order, so both schedules are
 //! bit-identical run to run (and the `local` backend is bit-identical to MPI: no reduction is
 //! left to the communicator). Kernels are `distspmm_core::kernel`'s (rayon threads); only the
@@ -72,6 +81,7 @@ mod blocks;
 pub mod broadcast;
 mod chunk_source;
 mod cpu;
+mod edges;
 #[cfg(feature = "cuda")]
 pub mod gpu;
 pub mod halo;
@@ -97,14 +107,16 @@ use distspmm_core::sparse::{DenseView, DenseViewMut, PageBuffer};
 pub use agree::abstain;
 pub use backend::{Backend, Program};
 pub use chunk_source::ChunkSource;
+pub use edges::{EdgeBlock, EdgeLayout};
 #[cfg(feature = "cuda")]
 pub use gpu::GpuDistSpmm;
 pub use open::{open_rank_chunk, OpenError, RankChunk};
 pub use operands::{Operand, OperandError};
 
-use backend::{buffer_rows, moved_rows, run, Buf};
+use backend::{buffer_rows, moved_rows, run, Buf, Values};
 use blocks::QLocalBlock;
-use cpu::{CpuBlocks, CpuCall, CpuMatrices};
+use cpu::{CpuBlocks, CpuCall, CpuEdges, CpuMatrices};
+use edges::{CscOrder, EdgeLayout as Layout};
 use layout::HaloLayout;
 
 /// What went wrong in building or calling a [`DistSpmm`].
@@ -158,31 +170,31 @@ impl DistSpmmError {
     }
 }
 
-/// Bytes moved by all calls so far, per direction.
+/// Bytes moved by all calls so far, per direction: a forward program moves the input's rows
+/// to the ranks that read them (`forward`, `spmm_values`, `sddmm`, and the `dU` half of
+/// `sddmm_backward`), a backward program moves partial sums back to the rows' owners
+/// (`backward`, `spmm_values_transpose`, the `dV` half of `sddmm_backward`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct TrafficTotals {
-    /// All forward calls together.
+    /// All forward programs together.
     pub forward: Traffic,
-    /// All backward calls together.
+    /// All backward programs together.
     pub backward: Traffic,
-    /// Number of forward calls.
+    /// Number of forward programs run.
     pub forward_calls: u64,
-    /// Number of backward calls.
+    /// Number of backward programs run.
     pub backward_calls: u64,
 }
 
 impl TrafficTotals {
-    /// Adds one call's bytes.
-    fn record(&mut self, op: Op, traffic: Traffic) {
-        match op {
-            Op::Forward => {
-                self.forward += traffic;
-                self.forward_calls += 1;
-            }
-            Op::Backward => {
-                self.backward += traffic;
-                self.backward_calls += 1;
-            }
+    /// Adds one program's bytes.
+    fn record(&mut self, kind: Kind, traffic: Traffic) {
+        if kind.is_forward() {
+            self.forward += traffic;
+            self.forward_calls += 1;
+        } else {
+            self.backward += traffic;
+            self.backward_calls += 1;
         }
     }
 }
@@ -192,6 +204,10 @@ impl TrafficTotals {
 enum Op {
     Forward = 1,
     Backward = 2,
+    SpmmValues = 3,
+    SpmmValuesTranspose = 4,
+    Sddmm = 5,
+    SddmmBackward = 6,
 }
 
 impl Op {
@@ -199,15 +215,68 @@ impl Op {
         match self {
             Op::Forward => "forward",
             Op::Backward => "backward",
+            Op::SpmmValues => "spmm_values",
+            Op::SpmmValuesTranspose => "spmm_values_transpose",
+            Op::Sddmm => "sddmm",
+            Op::SddmmBackward => "sddmm_backward",
         }
     }
 
-    /// The names of the input and output in messages.
+    /// The names of the input and output in messages (the SpMM forms).
     fn operand_names(self) -> (&'static str, &'static str) {
         match self {
-            Op::Forward => ("X", "Y"),
-            Op::Backward => ("dY", "dX"),
+            Op::Forward | Op::SpmmValues => ("X", "Y"),
+            Op::Backward | Op::SpmmValuesTranspose => ("dY", "dX"),
+            Op::Sddmm => ("U", "V"),
+            Op::SddmmBackward => ("dE", "dU"),
         }
+    }
+
+    /// The programs a call runs, in order.
+    fn programs(self) -> &'static [Kind] {
+        match self {
+            Op::Forward => &[Kind::Forward],
+            Op::Backward => &[Kind::Backward],
+            Op::SpmmValues => &[Kind::ForwardEdges],
+            Op::SpmmValuesTranspose => &[Kind::BackwardEdges],
+            Op::Sddmm => &[Kind::Sddmm],
+            Op::SddmmBackward => &[Kind::ForwardEdges, Kind::BackwardEdges],
+        }
+    }
+
+    /// Whether a program of the call reads per-edge values through the CSR→CSC permutation.
+    fn transposes_edges(self) -> bool {
+        self.programs().contains(&Kind::BackwardEdges)
+    }
+}
+
+/// The programs of a schedule: what each call kind runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    /// `Y = Â·X`.
+    Forward = 0,
+    /// `dX = Âᵀ·dY`.
+    Backward = 1,
+    /// `Y = A_e·X` with the call's per-edge values.
+    ForwardEdges = 2,
+    /// `dX = A_eᵀ·dY` with the call's per-edge values.
+    BackwardEdges = 3,
+    /// `E = sddmm(U, V)`.
+    Sddmm = 4,
+}
+
+impl Kind {
+    const ALL: [Kind; 5] = [
+        Kind::Forward,
+        Kind::Backward,
+        Kind::ForwardEdges,
+        Kind::BackwardEdges,
+        Kind::Sddmm,
+    ];
+
+    /// Whether the program moves the input's rows to their readers (not partial sums back).
+    fn is_forward(self) -> bool {
+        !matches!(self, Kind::Backward | Kind::BackwardEdges)
     }
 }
 
@@ -216,14 +285,15 @@ impl Op {
 const TAG_FORWARD: dist_comm::Tag = 0x5E1;
 const TAG_BACKWARD: dist_comm::Tag = 0x5E2;
 
-/// What one rank runs under a schedule: the two programs and the halo layout they name.
+/// What one rank runs under a schedule: a program per call kind and the halo layout they
+/// name.
 #[derive(Debug)]
 struct Schedule {
     kind: ScheduleKind,
     rank: usize,
     parts: usize,
-    forward: Program,
-    backward: Program,
+    /// Indexed by [`Kind`].
+    programs: [Program; 5],
     /// Halo: who sends which rows (the send lists concatenated are what `Rows::SendLists`
     /// names). Broadcast: empty.
     layout: HaloLayout,
@@ -232,10 +302,17 @@ struct Schedule {
 impl Schedule {
     fn new(chunk: &ChunkView<'_>, kind: ScheduleKind) -> Result<Self, DistSpmmError> {
         let (rank, parts) = (chunk.part_id(), chunk.num_parts());
-        let (forward, backward, layout) = match kind {
+        let (programs, layout) = match kind {
             ScheduleKind::Halo => {
                 let layout = HaloLayout::new(chunk)?;
-                (halo::forward(&layout), halo::backward(&layout), layout)
+                let programs = [
+                    halo::forward(&layout, Values::Chunk),
+                    halo::backward(&layout, Values::Chunk),
+                    halo::forward(&layout, Values::Edges),
+                    halo::backward(&layout, Values::Edges),
+                    halo::sddmm(&layout),
+                ];
+                (programs, layout)
             }
             ScheduleKind::Broadcast => {
                 let plan = BroadcastPlan::from_chunk(chunk);
@@ -244,45 +321,47 @@ impl Schedule {
                     has_block[b.src_part as usize] = true;
                 }
                 let n = chunk.num_local_nodes();
-                (
-                    broadcast::forward(&plan, &has_block),
-                    broadcast::backward(&plan, &has_block, n),
-                    HaloLayout::default(),
-                )
+                let programs = [
+                    broadcast::forward(&plan, &has_block, Values::Chunk),
+                    broadcast::backward(&plan, &has_block, n, Values::Chunk),
+                    broadcast::forward(&plan, &has_block, Values::Edges),
+                    broadcast::backward(&plan, &has_block, n, Values::Edges),
+                    broadcast::sddmm(&plan, &has_block),
+                ];
+                (programs, HaloLayout::default())
             }
         };
         Ok(Self {
             kind,
             rank,
             parts,
-            forward,
-            backward,
+            programs,
             layout,
         })
     }
 
-    fn program(&self, op: Op) -> &Program {
-        match op {
-            Op::Forward => &self.forward,
-            Op::Backward => &self.backward,
-        }
+    fn program(&self, kind: Kind) -> &Program {
+        &self.programs[kind as usize]
     }
 
-    /// Rows of the two buffers a call of `op` needs: the packed buffer holds what either
-    /// direction packs (so it is sized once), the halo buffer what this direction receives.
+    /// Rows of the two buffers a call of `op` needs: the packed buffer holds what any program
+    /// packs (so it is sized once), the halo buffer what this call's programs receive.
     fn buffer_rows(&self, op: Op) -> [usize; 2] {
-        let (fwd, bwd) = (buffer_rows(&self.forward), buffer_rows(&self.backward));
         let packed = Buf::Packed as usize;
         let halo = Buf::Halo as usize;
         let mut rows = [0; 2];
-        rows[packed] = fwd[packed].max(bwd[packed]);
-        rows[halo] = buffer_rows(self.program(op))[halo];
+        for kind in Kind::ALL {
+            rows[packed] = rows[packed].max(buffer_rows(self.program(kind))[packed]);
+        }
+        for &kind in op.programs() {
+            rows[halo] = rows[halo].max(buffer_rows(self.program(kind))[halo]);
+        }
         rows
     }
 
-    /// The payload of one call of `op` with `features` columns.
-    fn traffic(&self, op: Op, features: usize) -> Traffic {
-        let (sent, received) = moved_rows(self.program(op), self.rank, self.parts);
+    /// The payload of one program of `kind` with `features` columns.
+    fn program_traffic(&self, kind: Kind, features: usize) -> Traffic {
+        let (sent, received) = moved_rows(self.program(kind), self.rank, self.parts);
         Traffic::rows(sent, received, features)
     }
 }
@@ -327,6 +406,9 @@ pub struct DistSpmm<C, K> {
     packed: Buffer,
     /// [`Buf::Halo`].
     halo: Buffer,
+    /// The per-edge values of a transposed product in CSC order (grown at the first such
+    /// call).
+    csc_values: Vec<f32>,
     last: Traffic,
     totals: TrafficTotals,
 }
@@ -359,6 +441,7 @@ where
             schedule,
             packed: Buffer::default(),
             halo: Buffer::default(),
+            csc_values: Vec::new(),
             last: Traffic::default(),
             totals: TrafficTotals::default(),
         })
@@ -378,6 +461,8 @@ where
                 ScheduleKind::Halo => Vec::new(),
                 ScheduleKind::Broadcast => blocks::q_local(chunk),
             },
+            edges: Layout::new(chunk),
+            csc: None,
         };
         Ok((blocks, Schedule::new(chunk, kind)?))
     }
@@ -416,32 +501,211 @@ where
         input: DenseView<'_, f32>,
         output: DenseViewMut<'_, f32>,
     ) -> Result<(), DistSpmmError> {
-        let f = input.cols();
-        // Everything that can fail locally happens before the agreement, which tells every
-        // rank whether all are ready.
-        let rank = self.rank();
-        let rows = self.schedule.buffer_rows(op);
-        let ready = check_shapes(
+        let (rank, n, f) = (self.rank(), self.local_rows(), input.cols());
+        let (i, o) = op.operand_names();
+        let shapes = check_operands(op, rank, n, &[(i, shape(&input)), (o, shape(&output))], &[]);
+        self.prepare(op, f, shapes)?;
+        let traffic = self.execute(op, op.programs()[0], input, output, None, &[], &mut [])?;
+        self.last = traffic;
+        Ok(())
+    }
+
+    /// `Y_p = (A_e·X)_p`: the forward product with the call's per-edge values `e` (one per
+    /// stored non-zero of this rank's rows, in the [`EdgeLayout`] order) in place of `Â`.
+    /// Collective; moves what [`forward`](Self::forward) moves.
+    ///
+    /// # Errors
+    /// As [`DistSpmm::forward`]; `e` of another length than [`edge_count`](Self::edge_count)
+    /// is a [`DistSpmmError::Shape`] on this rank.
+    pub fn spmm_values(
+        &mut self,
+        e: &[f32],
+        x: DenseView<'_, f32>,
+        y: DenseViewMut<'_, f32>,
+    ) -> Result<(), DistSpmmError> {
+        self.values_call(Op::SpmmValues, e, x, y)
+    }
+
+    /// `dX_p = (A_eᵀ·dY)_p`: the backward product with the call's per-edge values `e` (the
+    /// [`EdgeLayout`] order; the operator reads them through its CSR→CSC permutation, made at
+    /// the first such call: 4 bytes per non-zero, plus 4 per non-zero for the permuted copy).
+    /// Collective; moves what [`backward`](Self::backward) moves.
+    ///
+    /// # Errors
+    /// As [`DistSpmm::spmm_values`].
+    pub fn spmm_values_transpose(
+        &mut self,
+        e: &[f32],
+        dy: DenseView<'_, f32>,
+        dx: DenseViewMut<'_, f32>,
+    ) -> Result<(), DistSpmmError> {
+        self.values_call(Op::SpmmValuesTranspose, e, dy, dx)
+    }
+
+    fn values_call(
+        &mut self,
+        op: Op,
+        e: &[f32],
+        input: DenseView<'_, f32>,
+        output: DenseViewMut<'_, f32>,
+    ) -> Result<(), DistSpmmError> {
+        let (rank, n, f) = (self.rank(), self.local_rows(), input.cols());
+        let (i, o) = op.operand_names();
+        let shapes = check_operands(
             op,
             rank,
-            self.local_rows(),
-            (input.rows(), input.cols()),
-            (output.rows(), output.cols()),
-        )
-        .and_then(|()| self.packed.reserve(rows[Buf::Packed as usize] * f))
-        .and_then(|()| self.halo.reserve(rows[Buf::Halo as usize] * f))
-        .map_err(|e| match e {
-            DistSpmmError::Allocation { bytes, reason, .. } => DistSpmmError::Allocation {
-                rank,
-                bytes,
-                reason,
-            },
-            e => e,
-        });
-        agree::agree_on_call(&*self.comm, op, f, ready)?;
+            n,
+            &[(i, shape(&input)), (o, shape(&output))],
+            &[("E", e.len(), self.edge_count())],
+        );
+        self.prepare(op, f, shapes)?;
+        self.last = self.execute(op, op.programs()[0], input, output, None, e, &mut [])?;
+        Ok(())
+    }
+
+    /// `E[k] = ⟨U_i, V_j⟩` for every stored non-zero `(i, j)` of this rank's rows, `k` its
+    /// position in the [`EdgeLayout`]: `U_p` and `V_p` are this rank's rows (`n_p × F` each),
+    /// the rows `V_j` of other parts come from their owners by the schedule's exchange (what
+    /// [`forward`](Self::forward) moves for X). `e` ([`edge_count`](Self::edge_count) values)
+    /// is overwritten. Collective.
+    ///
+    /// GAT's additive attention `e_ij = s_i + t_j` is this product with `F = 2`,
+    /// `U_i = [s_i, 1]` and `V_j = [1, t_j]`.
+    ///
+    /// # Errors
+    /// As [`DistSpmm::spmm_values`].
+    pub fn sddmm(
+        &mut self,
+        u: DenseView<'_, f32>,
+        v: DenseView<'_, f32>,
+        e: &mut [f32],
+    ) -> Result<(), DistSpmmError> {
+        let (rank, n, f) = (self.rank(), self.local_rows(), u.cols());
+        let op = Op::Sddmm;
+        let shapes = check_operands(
+            op,
+            rank,
+            n,
+            &[("U", shape(&u)), ("V", shape(&v))],
+            &[("E", e.len(), self.edge_count())],
+        );
+        self.prepare(op, f, shapes)?;
+        if f == 0 {
+            // Every dot product of no columns is 0; nothing travels.
+            e.fill(0.0);
+        }
+        let mut none: [f32; 0] = [];
+        let no_output = DenseViewMut::new(&mut none[..], 0, f, f)
+            .map_err(|err| DistSpmmError::Internal(err.to_string()))?;
+        self.last = self.execute(op, Kind::Sddmm, v, no_output, Some(u), &[], e)?;
+        Ok(())
+    }
+
+    /// The gradients of [`sddmm`](Self::sddmm): `dU_i = Σ_j dE_ij·V_j` (the forward product
+    /// with values `dE` over `V`, after the same exchange of `V`'s rows) and
+    /// `dV_j = Σ_i dE_ij·U_i` (the transposed product with values `dE` over `U`, the partial
+    /// sums for other parts' rows sent to their owners and added there). `du` and `dv` are
+    /// overwritten. Collective; moves what one forward and one backward call move.
+    ///
+    /// # Errors
+    /// As [`DistSpmm::spmm_values`].
+    pub fn sddmm_backward(
+        &mut self,
+        de: &[f32],
+        u: DenseView<'_, f32>,
+        v: DenseView<'_, f32>,
+        du: DenseViewMut<'_, f32>,
+        dv: DenseViewMut<'_, f32>,
+    ) -> Result<(), DistSpmmError> {
+        let (rank, n, f) = (self.rank(), self.local_rows(), u.cols());
+        let op = Op::SddmmBackward;
+        let shapes = check_operands(
+            op,
+            rank,
+            n,
+            &[
+                ("U", shape(&u)),
+                ("V", shape(&v)),
+                ("dU", shape(&du)),
+                ("dV", shape(&dv)),
+            ],
+            &[("dE", de.len(), self.edge_count())],
+        );
+        self.prepare(op, f, shapes)?;
+        let first = self.execute(op, Kind::ForwardEdges, v, du, None, de, &mut [])?;
+        let second = self.execute(op, Kind::BackwardEdges, u, dv, None, de, &mut [])?;
+        self.last = first + second;
+        Ok(())
+    }
+
+    /// Everything a call can fail at locally (`shapes`, buffers, the CSR→CSC permutation),
+    /// then the agreement that tells every rank whether all are ready.
+    fn prepare(
+        &mut self,
+        op: Op,
+        f: usize,
+        shapes: Result<(), DistSpmmError>,
+    ) -> Result<(), DistSpmmError> {
+        let rank = self.rank();
+        let rows = self.schedule.buffer_rows(op);
+        let ready = shapes
+            .and_then(|()| self.packed.reserve(rows[Buf::Packed as usize] * f))
+            .and_then(|()| self.halo.reserve(rows[Buf::Halo as usize] * f))
+            .and_then(|()| {
+                if !op.transposes_edges() || f == 0 {
+                    return Ok(());
+                }
+                if self.blocks.csc.is_none() {
+                    let order = CscOrder::new(&self.chunk.chunk(), &self.blocks.edges)?;
+                    self.blocks.csc = Some(order);
+                }
+                let nnz = self.blocks.edges.len();
+                if self.csc_values.len() < nnz {
+                    self.csc_values
+                        .try_reserve_exact(nnz - self.csc_values.len())
+                        .map_err(|e| DistSpmmError::Allocation {
+                            rank,
+                            bytes: value_bytes(nnz),
+                            reason: e.to_string(),
+                        })?;
+                    self.csc_values.resize(nnz, 0.0);
+                }
+                Ok(())
+            })
+            .map_err(|e| match e {
+                DistSpmmError::Allocation { bytes, reason, .. } => DistSpmmError::Allocation {
+                    rank,
+                    bytes,
+                    reason,
+                },
+                e => e,
+            });
+        agree::agree_on_call(&*self.comm, op, f, ready)
+    }
+
+    /// Runs the program of `kind` (part of a call of `op`, prepared) on the operands and
+    /// records its bytes.
+    #[allow(clippy::too_many_arguments)]
+    fn execute(
+        &mut self,
+        op: Op,
+        kind: Kind,
+        input: DenseView<'_, f32>,
+        output: DenseViewMut<'_, f32>,
+        left: Option<DenseView<'_, f32>>,
+        values: &[f32],
+        out: &mut [f32],
+    ) -> Result<Traffic, DistSpmmError> {
+        let f = input.cols();
         let traffic = if f == 0 {
             Traffic::default()
         } else {
+            let rows = self.schedule.buffer_rows(op);
+            let csc = if kind == Kind::BackwardEdges {
+                &mut self.csc_values[..]
+            } else {
+                &mut []
+            };
             let mut call = CpuCall {
                 comm: &*self.comm,
                 m: CpuMatrices {
@@ -451,16 +715,40 @@ where
                 send_rows: &self.schedule.layout.send_rows,
                 x: input,
                 y: output,
+                left,
+                edges: CpuEdges { values, out, csc },
                 packed: self.packed.get(rows[Buf::Packed as usize] * f),
                 halo: self.halo.get(rows[Buf::Halo as usize] * f),
                 f,
             };
-            run(&mut call, self.schedule.program(op))?;
-            self.schedule.traffic(op, f)
+            run(&mut call, self.schedule.program(kind))?;
+            self.schedule.program_traffic(kind, f)
         };
-        self.last = traffic;
-        self.totals.record(op, traffic);
-        Ok(())
+        self.totals.record(kind, traffic);
+        Ok(traffic)
+    }
+
+    /// Values of the per-edge operand of this rank: its stored non-zeros.
+    pub fn edge_count(&self) -> usize {
+        self.blocks.edges.len()
+    }
+
+    /// The layout of the per-edge operand of [`spmm_values`](Self::spmm_values),
+    /// [`spmm_values_transpose`](Self::spmm_values_transpose), [`sddmm`](Self::sddmm) and
+    /// [`sddmm_backward`](Self::sddmm_backward).
+    pub fn edge_layout(&self) -> &EdgeLayout {
+        &self.blocks.edges
+    }
+
+    /// The position in the per-edge operand of the edge from global (renumbered) node
+    /// `source` into this rank's row `row`; `None` when the chunk stores no such entry.
+    pub fn edge_position(&self, row: usize, source: u64) -> Option<usize> {
+        self.blocks.edges.position(&self.chunk.chunk(), row, source)
+    }
+
+    /// `(row, global source)` of every position of the per-edge operand, in order.
+    pub fn edges(&self) -> impl Iterator<Item = (usize, u64)> + '_ {
+        self.blocks.edges.edges(self.chunk.chunk())
     }
 
     /// The schedule this operator runs.
@@ -470,8 +758,11 @@ where
 
     /// The program of one direction (`backward` false: forward), for inspection.
     pub fn program(&self, backward: bool) -> &Program {
-        self.schedule
-            .program(if backward { Op::Backward } else { Op::Forward })
+        self.schedule.program(if backward {
+            Kind::Backward
+        } else {
+            Kind::Forward
+        })
     }
 
     /// This rank (= its part p).
@@ -516,7 +807,9 @@ where
     }
 
     /// The memory this operator holds now beside the chunk (buffers sized for the largest F
-    /// called so far, and derived index arrays).
+    /// called so far, and derived index arrays; after a transposed product over per-edge
+    /// values also the CSR→CSC permutation, in `structure`, and the permuted values, in
+    /// `buffers`: 4 bytes per non-zero each).
     pub fn workspace(&self) -> Workspace {
         let structure = self
             .blocks
@@ -524,9 +817,10 @@ where
             .iter()
             .flatten()
             .map(QLocalBlock::structure_bytes)
-            .sum();
+            .sum::<u64>()
+            + self.blocks.csc.as_ref().map_or(0, CscOrder::bytes);
         Workspace {
-            buffers: value_bytes(self.packed.len() + self.halo.len()),
+            buffers: value_bytes(self.packed.len() + self.halo.len() + self.csc_values.len()),
             structure,
         }
     }
@@ -544,23 +838,42 @@ fn predicted_traffic(
     }
 }
 
-/// The shape rule of every call: input and output are `n_p × F` (rows, columns given).
-fn check_shapes(
+/// The rows and columns of a dense operand.
+fn shape<S>(d: &distspmm_core::sparse::Dense<S>) -> (usize, usize)
+where
+    S: Deref<Target = [f32]>,
+{
+    (d.rows(), d.cols())
+}
+
+/// The shape rule of every call: each dense operand (name, (rows, columns)) is `n_p × F`, F
+/// the first one's columns; each per-edge operand (name, values, this rank's non-zeros) holds
+/// one value per stored non-zero of this rank's rows.
+fn check_operands(
     op: Op,
     rank: usize,
     n: usize,
-    input: (usize, usize),
-    output: (usize, usize),
+    dense: &[(&str, (usize, usize))],
+    edges: &[(&str, usize, usize)],
 ) -> Result<(), DistSpmmError> {
-    let names = op.operand_names();
-    let f = input.1;
-    for (name, (rows, cols)) in [(names.0, input), (names.1, output)] {
+    let Some(&(first, (_, f))) = dense.first() else {
+        return Ok(());
+    };
+    for &(name, (rows, cols)) in dense {
         if rows != n || cols != f {
             return Err(DistSpmmError::Shape(format!(
                 "{} on rank {rank}: {name} is {rows} × {cols} but part {rank} owns {n} rows and \
-                 {} has {f} columns",
+                 {first} has {f} columns",
                 op.name(),
-                names.0
+            )));
+        }
+    }
+    for &(name, values, nnz) in edges {
+        if values != nnz {
+            return Err(DistSpmmError::Shape(format!(
+                "{} on rank {rank}: {name} holds {values} values but part {rank} stores {nnz} \
+                 non-zeros (one value per edge, in the operator's edge layout)",
+                op.name(),
             )));
         }
     }

@@ -1,24 +1,24 @@
 //! A recording backend: runs a rank's programs without memory or messages and checks the
-//! choreography the GPU backend relies on — which lane touches what, which joins order them,
-//! what each exchange sends and receives — on the CPU. Tests then check that the ranks'
+//! choreography the GPU backend relies on — which lane touches what (dense operands, buffer
+//! regions, and each block's run of the per-edge operand), which joins order them, what each
+//! exchange sends and receives — on the CPU. Tests then check that the ranks'
 //! programs match each other (every send has its receive, broadcasts agree) and move the bytes
 //! the plans predict.
 
 use crate::backend::{
-    run, Accumulate, Backend, Dense, Exchange, Lane, Matrix, Message, Orient, Region, Rows,
+    run, Accumulate, Backend, Dense, Exchange, Lane, Matrix, Message, Product, Region, Rows, Values,
 };
 use crate::DistSpmmError;
 
 /// One primitive as the recording backend saw it.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) enum Event {
-    Spmm {
+    Spmm(Product),
+    Sddmm {
         lane: Lane,
-        a: Matrix,
-        orient: Orient,
-        x: Dense,
-        acc: Accumulate,
-        y: Dense,
+        block: Matrix,
+        u: Dense,
+        v: Dense,
     },
     Zero(Region),
     Pack(Rows, Region),
@@ -41,12 +41,20 @@ pub(crate) enum Event {
     AddBlocks(Vec<Region>),
 }
 
+/// Memory a primitive touches: a dense operand or region, or one block's run of the per-edge
+/// operand (the runs of different blocks are disjoint; the chunk's values are never written).
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Target {
+    Dense(Dense),
+    Edges(Matrix),
+}
+
 /// An access to memory: who, when (the lane's sequence number), what, and whether it wrote.
 #[derive(Debug, Clone, Copy)]
 struct Access {
     lane: Lane,
     seq: usize,
-    what: Dense,
+    what: Target,
     write: bool,
 }
 
@@ -57,9 +65,9 @@ fn lane_index(lane: Lane) -> usize {
     }
 }
 
-fn overlaps(a: &Dense, b: &Dense) -> bool {
+fn overlaps(a: &Target, b: &Target) -> bool {
     match (a, b) {
-        (Dense::Region(r), Dense::Region(s)) => {
+        (Target::Dense(Dense::Region(r)), Target::Dense(Dense::Region(s))) => {
             r.buf == s.buf && r.first < s.end() && s.first < r.end()
         }
         _ => a == b,
@@ -83,8 +91,15 @@ pub(crate) struct Recorder {
 }
 
 impl Recorder {
-    /// Records one operation on `lane` reading `reads` and writing `writes`.
+    /// Records one operation on `lane` reading `reads` and writing `writes` (dense operands).
     fn access(&mut self, lane: Lane, reads: &[Dense], writes: &[Dense], what: &str) {
+        let reads: Vec<Target> = reads.iter().map(|d| Target::Dense(*d)).collect();
+        let writes: Vec<Target> = writes.iter().map(|d| Target::Dense(*d)).collect();
+        self.touch(lane, &reads, &writes, what);
+    }
+
+    /// Records one operation on `lane` reading `reads` and writing `writes`.
+    fn touch(&mut self, lane: Lane, reads: &[Target], writes: &[Target], what: &str) {
         let l = lane_index(lane);
         let seq = self.issued[l];
         self.issued[l] += 1;
@@ -118,11 +133,11 @@ impl Recorder {
         }
         if let Some((sent, received)) = &self.open {
             for w in writes {
-                if let Dense::Region(r) = w {
+                if let Target::Dense(Dense::Region(r)) = w {
                     if sent
                         .iter()
                         .chain(received)
-                        .any(|s| overlaps(&Dense::Region(*s), w))
+                        .any(|s| overlaps(&Target::Dense(Dense::Region(*s)), w))
                     {
                         self.hazards
                             .push(format!("{what} writes {r:?} while it is being exchanged"));
@@ -130,7 +145,7 @@ impl Recorder {
                 }
             }
             for r in reads {
-                if let Dense::Region(region) = r {
+                if let Target::Dense(Dense::Region(region)) = r {
                     let ok = received.contains(region) && lane == Lane::Comm;
                     if !ok {
                         self.hazards.push(format!(
@@ -140,7 +155,10 @@ impl Recorder {
                     }
                 }
             }
-            if writes.iter().any(|w| *w != Dense::Output) {
+            if writes
+                .iter()
+                .any(|w| matches!(w, Target::Dense(d) if *d != Dense::Output))
+            {
                 self.hazards
                     .push(format!("{what} writes a buffer inside an exchange"));
             }
@@ -159,28 +177,45 @@ impl Recorder {
 }
 
 impl Backend for Recorder {
-    fn spmm(
+    fn spmm(&mut self, p: &Product) -> Result<(), DistSpmmError> {
+        let mut reads = vec![Target::Dense(p.x)];
+        if p.acc == Accumulate::Add {
+            reads.push(Target::Dense(p.y));
+        }
+        if p.values == Values::Edges {
+            reads.push(Target::Edges(p.a));
+        }
+        if matches!(p.x, Dense::Output | Dense::Left) || matches!(p.y, Dense::Input | Dense::Left) {
+            self.hazards.push(format!(
+                "spmm reads {:?} into {:?}: not an input and an output",
+                p.x, p.y
+            ));
+        }
+        self.touch(p.lane, &reads, &[Target::Dense(p.y)], "spmm");
+        self.events.push(Event::Spmm(*p));
+        Ok(())
+    }
+
+    fn sddmm(
         &mut self,
         lane: Lane,
-        a: Matrix,
-        orient: Orient,
-        x: Dense,
-        acc: Accumulate,
-        y: Dense,
+        block: Matrix,
+        u: Dense,
+        v: Dense,
+        out: Values,
     ) -> Result<(), DistSpmmError> {
-        let mut reads = vec![x];
-        if acc == Accumulate::Add {
-            reads.push(y);
+        if out != Values::Edges {
+            self.hazards
+                .push("an SDDMM writes the chunk's values".into());
         }
-        self.access(lane, &reads, &[y], "spmm");
-        self.events.push(Event::Spmm {
-            lane,
-            a,
-            orient,
-            x,
-            acc,
-            y,
-        });
+        if u != Dense::Left || matches!(v, Dense::Output | Dense::Left) {
+            self.hazards.push(format!(
+                "an SDDMM samples {u:?} against {v:?}, not U against V"
+            ));
+        }
+        let reads = [Target::Dense(u), Target::Dense(v)];
+        self.touch(lane, &reads, &[Target::Edges(block)], "sddmm");
+        self.events.push(Event::Sddmm { lane, block, u, v });
         Ok(())
     }
 

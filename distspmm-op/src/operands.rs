@@ -214,6 +214,24 @@ pub fn check_pair(input: &Operand, output: &Operand) -> Result<(usize, usize), O
     Ok((n_in, n_out))
 }
 
+/// Checks every operand of a call ([`Operand::check`]) and that no output overlaps any other
+/// operand ([`check_pair`]'s rule for each pair); inputs may share memory (the `U` and `V` of
+/// an SDDMM may be one matrix). A per-edge operand is an `nnz × 1` operand with `ld = 1`.
+///
+/// # Errors
+/// The first failing rule: inputs in order, then outputs in order.
+pub fn check_all(inputs: &[Operand], outputs: &[Operand]) -> Result<(), OperandError> {
+    for o in inputs.iter().chain(outputs) {
+        o.check()?;
+    }
+    for (k, out) in outputs.iter().enumerate() {
+        for other in inputs.iter().chain(&outputs[..k]) {
+            check_pair(other, out)?;
+        }
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -300,6 +318,37 @@ mod tests {
         assert!(matches!(
             m("x", 0x10_000, 1, usize::MAX / 4, usize::MAX / 4).values(),
             Err(OperandError::Overflow { .. })
+        ));
+    }
+
+    #[test]
+    fn every_output_is_checked_against_every_other_operand() {
+        let (u, v) = (m("U", 0x10_000, 10, 4, 4), m("V", 0x20_000, 10, 4, 4));
+        let e = m("E", 0x30_000, 25, 1, 1);
+        assert_eq!(check_all(&[u, v], &[e]), Ok(()));
+        // U and V may be one matrix; an output may not be either.
+        assert_eq!(check_all(&[u, u], &[e]), Ok(()));
+        assert!(matches!(
+            check_all(&[u, v], &[m("E", 0x20_000 + 4 * 8, 25, 1, 1)]),
+            Err(OperandError::Overlap {
+                input: "V",
+                output: "E",
+                ..
+            })
+        ));
+        // Two outputs in one place.
+        let du = m("dU", 0x40_000, 10, 4, 4);
+        assert!(matches!(
+            check_all(&[e, u, v], &[du, m("dV", 0x40_000 + 4 * 39, 10, 4, 4)]),
+            Err(OperandError::Overlap {
+                input: "dU",
+                output: "dV",
+                ..
+            })
+        ));
+        assert!(matches!(
+            check_all(&[e], &[m("dV", 0, 1, 1, 1)]),
+            Err(OperandError::Null { name: "dV", .. })
         ));
     }
 

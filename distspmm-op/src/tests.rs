@@ -44,14 +44,14 @@ pub(crate) fn views(bufs: &[AlignedBuf]) -> Vec<ChunkView<'_>> {
 }
 
 /// Â in renumbered ids, reassembled from the chunks.
-fn reassembled(views: &[ChunkView<'_>]) -> CsrOwned<f32> {
+pub(crate) fn reassembled(views: &[ChunkView<'_>]) -> CsrOwned<f32> {
     let named: Vec<(&Path, &ChunkView<'_>)> =
         views.iter().map(|v| (Path::new("memory"), v)).collect();
     reassemble(&named).unwrap()
 }
 
 /// A value of row `g`, column `j` of a test matrix, exact in f32.
-fn value(seed: u64, g: usize, j: usize) -> f32 {
+pub(crate) fn value(seed: u64, g: usize, j: usize) -> f32 {
     let h = (g as u64)
         .wrapping_mul(0x9E37_79B9_7F4A_7C15)
         .wrapping_add((j as u64).wrapping_mul(0xBF58_476D_1CE4_E5B9))
@@ -231,7 +231,7 @@ fn ring_parts(n: usize, parts: u32) -> Vec<u32> {
 }
 
 /// A ring of `n` nodes plus chords, split into `parts` contiguous ranges.
-fn ring(n: usize, parts: u32) -> Vec<AlignedBuf> {
+pub(crate) fn ring(n: usize, parts: u32) -> Vec<AlignedBuf> {
     chunks(n, &ring_edges(n), &ring_parts(n, parts), parts)
 }
 
@@ -287,7 +287,7 @@ fn disconnected_parts_exchange_nothing_under_halo() {
 }
 
 /// Every rank's error message.
-fn messages<T>(results: Vec<Result<T, DistSpmmError>>) -> Vec<String> {
+pub(crate) fn messages<T>(results: Vec<Result<T, DistSpmmError>>) -> Vec<String> {
     results
         .into_iter()
         .map(|r| match r {
@@ -415,9 +415,22 @@ fn calls_that_disagree_fail_every_rank() {
 // The programs on the recording backend: the choreography the GPU backend relies on, and the
 // ranks' programs against each other.
 
-use crate::backend::{Accumulate, Buf, Dense, Instr, Lane, Matrix, Orient, Region, Rows};
+use crate::backend::{
+    Accumulate, Buf, Dense, Instr, Lane, Matrix, Orient, Product, Region, Rows, Values,
+};
 use crate::mock::{record, Event};
-use crate::{Op, Schedule};
+use crate::{Kind, Op, Schedule};
+
+/// The call whose buffers a program of `kind` runs in.
+fn op_of(kind: Kind) -> Op {
+    match kind {
+        Kind::Forward => Op::Forward,
+        Kind::Backward => Op::Backward,
+        Kind::ForwardEdges => Op::SpmmValues,
+        Kind::BackwardEdges => Op::SpmmValuesTranspose,
+        Kind::Sddmm => Op::Sddmm,
+    }
+}
 
 /// Every point-to-point message of a rank's recorded program, in program order:
 /// (sends: (to, tag, rows), receives: (from, tag, rows)).
@@ -452,8 +465,9 @@ fn broadcasts_of(events: &[Event]) -> Vec<(usize, usize)> {
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(48))]
 
-    /// On every rank, both schedules and directions: no lane touches what the other lane
-    /// touched without a join, the local lane is joined before the call ends, exchange
+    /// On every rank, both schedules and every program (the SpMM with the chunk's values and
+    /// with per-edge values, both directions, and the SDDMM): no lane touches what the other
+    /// lane touched without a join, the local lane is joined before the call ends, exchange
     /// bodies only read what they receive; every rank's sends to q are q's receives from it,
     /// in order; every rank runs the same broadcasts; the rows moved are the plan's.
     #[test]
@@ -463,20 +477,23 @@ proptest! {
         let bufs = chunks(n, &edges, &part_of, parts);
         let views = views(&bufs);
         for kind in ScheduleKind::ALL {
-            for op in [Op::Forward, Op::Backward] {
+            for op in Kind::ALL {
                 let mut recorded = Vec::new();
                 for v in &views {
                     let schedule = Schedule::new(v, kind).unwrap();
                     let r = record(schedule.program(op));
                     prop_assert!(r.hazards.is_empty(), "{kind} {op:?} rank {}: {:?}", v.part_id(), r.hazards);
-                    let plan = schedule.traffic(op, 1);
+                    let plan = schedule.program_traffic(op, 1);
                     let want = predicted_traffic(v, kind, 1);
-                    let want = if op == Op::Forward { want.forward } else { want.backward };
+                    let want = if op.is_forward() { want.forward } else { want.backward };
                     prop_assert_eq!(plan, want);
                     // Every region fits the buffers the operator reserves.
-                    let rows = schedule.buffer_rows(op);
+                    let rows = schedule.buffer_rows(op_of(op));
                     for e in &r.events {
-                        if let Event::Spmm { x: Dense::Region(g), .. } | Event::Spmm { y: Dense::Region(g), .. } = e {
+                        if let Event::Spmm(Product { x: Dense::Region(g), .. })
+                        | Event::Spmm(Product { y: Dense::Region(g), .. })
+                        | Event::Sddmm { v: Dense::Region(g), .. } = e
+                        {
                             prop_assert!(g.end() <= rows[g.buf as usize]);
                         }
                     }
@@ -505,7 +522,7 @@ fn the_halo_forward_overlaps_the_local_block_and_joins_before_adding() {
     let views = views(&bufs);
     let chunk = &views[1];
     let schedule = Schedule::new(chunk, ScheduleKind::Halo).unwrap();
-    let r = record(schedule.program(Op::Forward));
+    let r = record(schedule.program(Kind::Forward));
     assert!(r.hazards.is_empty(), "{:?}", r.hazards);
     let plan = HaloPlan::from_chunk(chunk);
     let sent = plan.sent_rows() as usize;
@@ -534,14 +551,15 @@ fn the_halo_forward_overlaps_the_local_block_and_joins_before_adding() {
     // the communication lane, reading the received regions.
     assert_eq!(
         r.events[2],
-        Event::Spmm {
+        Event::Spmm(Product {
             lane: Lane::Local,
             a: Matrix::Diagonal,
             orient: Orient::Plain,
+            values: Values::Chunk,
             x: Dense::Input,
             acc: Accumulate::Overwrite,
             y: Dense::Output
-        }
+        })
     );
     assert_eq!(
         r.events[3],
@@ -553,14 +571,15 @@ fn the_halo_forward_overlaps_the_local_block_and_joins_before_adding() {
     for (k, m) in recvs.iter().enumerate() {
         assert_eq!(
             r.events[4 + k],
-            Event::Spmm {
+            Event::Spmm(Product {
                 lane: Lane::Comm,
                 a: Matrix::Remote(k),
                 orient: Orient::Plain,
+                values: Values::Chunk,
                 x: Dense::Region(m.region),
                 acc: Accumulate::Add,
                 y: Dense::Output
-            }
+            })
         );
     }
     assert_eq!(r.events[4 + recvs.len()], Event::Completed);
@@ -571,7 +590,12 @@ fn the_recorder_catches_a_missing_join_and_a_body_that_writes_a_buffer() {
     let bufs = ring(30, 3);
     let views = views(&bufs);
     let schedule = Schedule::new(&views[1], ScheduleKind::Halo).unwrap();
-    for op in [Op::Forward, Op::Backward] {
+    for op in [
+        Kind::Forward,
+        Kind::Backward,
+        Kind::ForwardEdges,
+        Kind::BackwardEdges,
+    ] {
         let mut program = schedule.program(op).clone();
         let Some(Instr::Exchange(ex)) = program.last_mut() else {
             panic!("the halo program ends with its exchange");
@@ -584,7 +608,7 @@ fn the_recorder_catches_a_missing_join_and_a_body_that_writes_a_buffer() {
             r.hazards
         );
     }
-    let mut program = schedule.program(Op::Forward).clone();
+    let mut program = schedule.program(Kind::Forward).clone();
     let Some(Instr::Exchange(ex)) = program.last_mut() else {
         panic!("the halo program ends with its exchange");
     };
@@ -594,6 +618,88 @@ fn the_recorder_catches_a_missing_join_and_a_body_that_writes_a_buffer() {
     let r = record(&program);
     assert!(
         r.hazards.iter().any(|h| h.contains("being exchanged")),
+        "{:?}",
+        r.hazards
+    );
+}
+
+#[test]
+fn the_recorder_checks_the_sddmm_and_per_edge_products() {
+    let bufs = ring(30, 3);
+    let views = views(&bufs);
+    let schedule = Schedule::new(&views[1], ScheduleKind::Halo).unwrap();
+    // The SDDMM: the diagonal block on the local lane while V's rows travel, the remote
+    // blocks on the communication lane reading what they receive, the local lane joined last.
+    let r = record(schedule.program(Kind::Sddmm));
+    assert!(r.hazards.is_empty(), "{:?}", r.hazards);
+    assert!(matches!(
+        r.events[2],
+        Event::Sddmm {
+            lane: Lane::Local,
+            block: Matrix::Diagonal,
+            u: Dense::Left,
+            v: Dense::Input
+        }
+    ));
+    let mut program = schedule.program(Kind::Sddmm).clone();
+    let Some(Instr::Exchange(ex)) = program.last_mut() else {
+        panic!("the halo SDDMM ends with its exchange");
+    };
+    ex.body.retain(|i| !matches!(i, Instr::Join { .. }));
+    let r = record(&program);
+    assert!(
+        r.hazards
+            .iter()
+            .any(|h| h.contains("local lane's work is joined")),
+        "{:?}",
+        r.hazards
+    );
+    // Two lanes writing one block's run of the edge operand, or an SDDMM into the chunk.
+    let sample = |lane, out| Instr::Sddmm {
+        lane,
+        block: Matrix::Diagonal,
+        u: Dense::Left,
+        v: Dense::Input,
+        out,
+    };
+    let r = record(&[
+        sample(Lane::Local, Values::Edges),
+        sample(Lane::Comm, Values::Edges),
+        Instr::Join {
+            waiter: Lane::Comm,
+            signaller: Lane::Local,
+        },
+    ]);
+    assert!(
+        r.hazards.iter().any(|h| h.contains("unordered")),
+        "{:?}",
+        r.hazards
+    );
+    let r = record(&[sample(Lane::Comm, Values::Chunk)]);
+    assert!(
+        r.hazards.iter().any(|h| h.contains("chunk's values")),
+        "{:?}",
+        r.hazards
+    );
+    // A product reading a block's edge values on one lane while the other lane writes them.
+    let r = record(&[
+        sample(Lane::Local, Values::Edges),
+        Instr::Spmm(Product {
+            lane: Lane::Comm,
+            a: Matrix::Diagonal,
+            orient: Orient::Transposed,
+            values: Values::Edges,
+            x: Dense::Input,
+            acc: Accumulate::Overwrite,
+            y: Dense::Output,
+        }),
+        Instr::Join {
+            waiter: Lane::Comm,
+            signaller: Lane::Local,
+        },
+    ]);
+    assert!(
+        r.hazards.iter().any(|h| h.contains("unordered")),
         "{:?}",
         r.hazards
     );

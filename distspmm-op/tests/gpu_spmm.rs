@@ -1,6 +1,7 @@
 //! `GpuDistSpmm` against the CPU `DistSpmm` on the same chunks: forward and backward, both
 //! schedules, several F (growing and then reusing the buffers) with padded leading dimensions,
-//! traffic equal to the plan, bit-identical reruns, the raw-pointer path on the NCCL stream.
+//! traffic equal to the plan, bit-identical reruns, the raw-pointer path on the NCCL stream;
+//! the per-edge calls (`spmm_values`, `spmm_values_transpose`, `sddmm`, `sddmm_backward`).
 //!
 //! - P = 1 in this process (`LocalComm` host, `NcclComm::new`);
 //! - P = 2 as two child processes of this test (no MPI needed): the parent creates the NCCL
@@ -213,8 +214,114 @@ fn check_rank<H: AllGather + AllReduce>(host: &H, nccl: &NcclComm, views: &[Chun
         let totals = op.bytes_total();
         assert_eq!(totals.forward_calls, 3 * SHAPES.len() as u64);
         assert_eq!(totals.backward_calls, SHAPES.len() as u64);
+        check_edges(&mut op, views, kind);
         println!("rank {p}: {kind:?} matches the CPU operator");
     }
+}
+
+/// The per-edge calls of one rank against the CPU operator's, F = 1, 2, 7, 33, 64 (F = 0
+/// for the SDDMM: zeros); bytes as the plan's; a rerun bit-identical.
+fn check_edges<H: AllGather + AllReduce>(
+    op: &mut GpuDistSpmm<&H, &NcclComm, ChunkView<'_>>,
+    views: &[ChunkView<'_>],
+    kind: ScheduleKind,
+) {
+    let p = op.rank();
+    let offsets = views[0].part_offsets();
+    let nnz = op.edge_count();
+    let dev = op.device().clone();
+    let n = op.local_rows();
+    let column = |v: &[f32]| DeviceDense::from_host(&dev, nnz, 1, v).expect("upload");
+    for f in [1usize, 2, 7, 33, 64] {
+        let what = format!("rank {p}, {kind:?}, F = {f}");
+        let reference = LocalComm::run(views.len(), |comm| {
+            let q = comm.rank();
+            let mut cpu = DistSpmm::new(&comm, views[q], kind).expect("CPU operator");
+            let first = offsets[q] as usize;
+            // The per-edge values by the edge's global ends.
+            let per_edge = |seed| -> Vec<f32> {
+                cpu.edges()
+                    .map(|(r, s)| value(seed, first + r, s as usize))
+                    .collect()
+            };
+            let (e, de) = (per_edge(5), per_edge(6));
+            let m = cpu.local_rows();
+            let (x, u) = (input(views, q, 1, f, f), input(views, q, 3, f, f));
+            fn view(a: &[f32], m: usize, f: usize) -> DenseView<'_, f32> {
+                DenseView::new(a, m, f, f).expect("view")
+            }
+            let z = || vec![0f32; m * f];
+            let (mut y, mut dx, mut du, mut dv) = (z(), z(), z(), z());
+            let mut s = vec![0f32; cpu.edge_count()];
+            cpu.spmm_values(
+                &e,
+                view(&x, m, f),
+                DenseViewMut::new(&mut y[..], m, f, f).expect("view"),
+            )
+            .expect("CPU spmm_values");
+            let b0 = cpu.bytes_last_call();
+            cpu.spmm_values_transpose(
+                &e,
+                view(&x, m, f),
+                DenseViewMut::new(&mut dx[..], m, f, f).expect("view"),
+            )
+            .expect("CPU spmm_values_transpose");
+            cpu.sddmm(view(&u, m, f), view(&x, m, f), &mut s)
+                .expect("CPU sddmm");
+            let b2 = cpu.bytes_last_call();
+            cpu.sddmm_backward(
+                &de,
+                view(&u, m, f),
+                view(&x, m, f),
+                DenseViewMut::new(&mut du[..], m, f, f).expect("view"),
+                DenseViewMut::new(&mut dv[..], m, f, f).expect("view"),
+            )
+            .expect("CPU sddmm_backward");
+            let b3 = cpu.bytes_last_call();
+            (y, dx, s, du, dv, [b0, b2, b3], (e, de))
+        });
+        let (y_ref, dx_ref, s_ref, du_ref, dv_ref, bytes, (e_host, de_host)) = &reference[p];
+        assert_eq!(e_host.len(), nnz);
+        let (e, de) = (column(e_host), column(de_host));
+        let upload = |seed| DeviceDense::from_host(&dev, n, f, &input(views, p, seed, f, f));
+        let (x, u) = (upload(1).expect("upload"), upload(3).expect("upload"));
+        let fresh = || DeviceDense::from_host(&dev, n, f, &vec![f32::NAN; n * f]).expect("upload");
+        let (mut y, mut dx, mut du, mut dv) = (fresh(), fresh(), fresh(), fresh());
+        let mut s = column(&vec![f32::NAN; nnz]);
+        op.spmm_values(&e, &x, &mut y).expect("GPU spmm_values");
+        assert_eq!(op.bytes_last_call(), bytes[0], "{what}: spmm_values bytes");
+        op.spmm_values_transpose(&e, &x, &mut dx)
+            .expect("GPU spmm_values_transpose");
+        op.sddmm(&u, &x, &mut s).expect("GPU sddmm");
+        assert_eq!(op.bytes_last_call(), bytes[1], "{what}: sddmm bytes");
+        op.sddmm_backward(&de, &u, &x, &mut du, &mut dv)
+            .expect("GPU sddmm_backward");
+        assert_eq!(
+            op.bytes_last_call(),
+            bytes[2],
+            "{what}: sddmm_backward bytes"
+        );
+        let host = |m: &DeviceDense| m.to_host().expect("download");
+        assert_close(&format!("{what}: A_e·X"), &host(&y), y_ref);
+        assert_close(&format!("{what}: A_eᵀ·X"), &host(&dx), dx_ref);
+        assert_close(&format!("{what}: E"), &host(&s), s_ref);
+        assert_close(&format!("{what}: dU"), &host(&du), du_ref);
+        assert_close(&format!("{what}: dV"), &host(&dv), dv_ref);
+        let mut again = column(&vec![f32::NAN; nnz]);
+        op.sddmm(&u, &x, &mut again).expect("GPU sddmm");
+        let bits = |v: Vec<f32>| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        assert_eq!(
+            bits(host(&again)),
+            bits(host(&s)),
+            "{what}: SDDMM rerun differs"
+        );
+    }
+    // F = 0: every value of E is 0.
+    let none = DeviceDense::zeros(&dev, n, 0).expect("upload");
+    let mut s = column(&vec![f32::NAN; nnz]);
+    op.sddmm(&none, &none, &mut s).expect("GPU sddmm, F = 0");
+    assert!(s.to_host().expect("download").iter().all(|&v| v == 0.0));
+    println!("rank {p}: {kind:?} per-edge calls match the CPU operator");
 }
 
 #[test]

@@ -1,6 +1,7 @@
 //! CPU sparse × dense products: `Y = α·A·X + β·Y` from the CSR of A ([`spmm`]) and
-//! `Y = α·Aᵀ·X + β·Y` from the CSC of A ([`spmm_transpose`]), plus plain-loop references
-//! ([`reference`](mod@reference)) for the tests.
+//! `Y = α·Aᵀ·X + β·Y` from the CSC of A ([`spmm_transpose`]), the sampled dense–dense product
+//! `E[k] = ⟨U_i, V_j⟩` over A's stored entries ([`sddmm`], see [its module](mod@sddmm)), plus
+//! plain-loop references ([`reference`](mod@reference)) for the tests.
 //!
 //! Column `j` of A in CSC form is row `j` of Aᵀ, so both products gather rows of X into one
 //! output row at a time: no atomics, no scatter. Rows are handed to rayon's threads in blocks of
@@ -43,11 +44,14 @@
 mod avx512;
 mod generic;
 pub mod reference;
+pub mod sddmm;
 #[cfg(test)]
 mod tests;
 
 use core::ops::Range;
 use core::sync::atomic::{AtomicU8, Ordering};
+
+pub use sddmm::sddmm;
 
 use crate::sparse::par::{for_each_block, grain_for, SplitRows};
 use crate::sparse::{Compressed, CscView, CsrView, DenseView, DenseViewMut, Orientation, Scalar};
@@ -83,6 +87,31 @@ pub enum KernelError {
         x_cols: usize,
         /// Columns of Y.
         y_cols: usize,
+    },
+    /// An SDDMM's dense operands do not fit its `nrows × ncols` pattern (`U: nrows × F`,
+    /// `V: ncols × F`).
+    #[error(
+        "an SDDMM over a {nrows} × {ncols} pattern needs U of {nrows} rows and V of {ncols} \
+         rows with equal columns, but U is {} × {} and V is {} × {}",
+        u.0, u.1, v.0, v.1
+    )]
+    SddmmOperands {
+        /// Rows of the pattern.
+        nrows: usize,
+        /// Columns of the pattern.
+        ncols: usize,
+        /// U's rows and columns.
+        u: (usize, usize),
+        /// V's rows and columns.
+        v: (usize, usize),
+    },
+    /// A per-edge operand does not hold one value per stored entry.
+    #[error("the pattern stores {nnz} entries but the edge values hold {values}")]
+    EdgeCount {
+        /// Stored entries of the pattern.
+        nnz: usize,
+        /// Values given.
+        values: usize,
     },
 }
 

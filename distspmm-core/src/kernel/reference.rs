@@ -68,3 +68,26 @@ fn store<T: Scalar>(y: &mut T, alpha: T, sum: T, beta: T) {
         alpha * sum + beta * *y
     };
 }
+
+/// `E[k] = ⟨U_i, V_j⟩` for every stored entry `(i, j)` of `pattern` at CSR position `k`,
+/// summed over the columns in order.
+pub fn sddmm<T: Scalar>(
+    pattern: &CsrView<'_, T>,
+    u: DenseView<'_, T>,
+    v: DenseView<'_, T>,
+    out: &mut [T],
+) -> Result<(), KernelError> {
+    super::sddmm::check_sddmm(pattern, &u, &v, out.len())?;
+    let mut k = 0;
+    for i in 0..pattern.nrows() {
+        for &j in pattern.row(i).0 {
+            let mut sum = T::ZERO;
+            for (&a, &b) in u.row(i).iter().zip(v.row(j as usize)) {
+                sum += a * b;
+            }
+            out[k] = sum;
+            k += 1;
+        }
+    }
+    Ok(())
+}

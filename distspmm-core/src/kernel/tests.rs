@@ -551,3 +551,111 @@ fn wide_products_over_a_large_x_are_packed_into_panels_correctly() {
         );
     }
 }
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(96))]
+
+    /// The SDDMM against ⟨U_i, V_j⟩ in f64, every instruction set giving the same bits, and
+    /// the plain-loop reference within rounding (it sums the columns in another order).
+    #[test]
+    fn sddmm_matches_the_dot_products(
+        (m, k, entries) in problem(),
+        f in features(),
+        pad_u in 0usize..5,
+        pad_v in 0usize..5,
+        seed in any::<u64>(),
+    ) {
+        let a = random_csr(m, k, &entries);
+        let (ldu, ldv) = (f + pad_u, f + pad_v);
+        let (ubuf, vbuf) = (dense(m, ldu, seed), dense(k, ldv, seed ^ 0x51));
+        let u = DenseView::new(&ubuf, m, f, ldu).unwrap();
+        let v = DenseView::new(&vbuf, k, f, ldv).unwrap();
+        let mut want = vec![f32::NAN; a.nnz()];
+        reference::sddmm(&a.view(), u, v, &mut want).unwrap();
+        let mut exact = Vec::with_capacity(a.nnz());
+        for i in 0..m {
+            for &j in a.row(i).0 {
+                let d: f64 = (0..f)
+                    .map(|c| f64::from(u.row(i)[c]) * f64::from(v.row(j as usize)[c]))
+                    .sum();
+                exact.push(d);
+            }
+        }
+        let mut first: Option<Vec<u32>> = None;
+        for isa in isas() {
+            let mut got = vec![f32::NAN; a.nnz()];
+            sddmm::run(isa, a.indptr(), a.indices(), u, v, &mut got);
+            for (k, (&g, &x)) in got.iter().zip(&exact).enumerate() {
+                prop_assert!((f64::from(g) - x).abs() <= 1e-5 * (f as f64 + 1.0), "E[{k}] = {g}, exact {x}");
+                prop_assert!((g - want[k]).abs() <= 1e-5 * (f as f32 + 1.0));
+            }
+            let bits: Vec<u32> = got.iter().map(|v| v.to_bits()).collect();
+            match &first {
+                None => first = Some(bits),
+                Some(b) => prop_assert_eq!(b, &bits, "{:?}", isa),
+            }
+        }
+        let mut got = vec![f32::NAN; a.nnz()];
+        sddmm(&a.view(), u, v, &mut got).unwrap();
+        prop_assert_eq!(first.unwrap(), got.iter().map(|v| v.to_bits()).collect::<Vec<_>>());
+    }
+}
+
+#[cfg(feature = "std")]
+#[test]
+fn sddmm_is_bit_identical_for_any_thread_count() {
+    // A skewed pattern large enough to be split into many blocks.
+    let (m, k, f) = (3000usize, 2500usize, 37usize);
+    let entries: Vec<(u32, u32, f32)> = (0..60_000u64)
+        .map(|t| {
+            let row = (t * 7919) % m as u64 % (1 + t % 97);
+            (row as u32, ((t * 104_729) % k as u64) as u32, 1.0)
+        })
+        .collect();
+    let a = random_csr(m, k, &entries);
+    let (ubuf, vbuf) = (dense(m, f, 3), dense(k, f, 4));
+    let u = DenseView::from_row_major(&ubuf, m, f).unwrap();
+    let v = DenseView::from_row_major(&vbuf, k, f).unwrap();
+    let run_on = |threads: usize| {
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .build()
+            .unwrap();
+        let mut e = vec![0f32; a.nnz()];
+        pool.install(|| sddmm(&a.view(), u, v, &mut e)).unwrap();
+        e.iter().map(|x| x.to_bits()).collect::<Vec<_>>()
+    };
+    let one = run_on(1);
+    assert_eq!(run_on(3), one);
+    assert_eq!(run_on(8), one);
+}
+
+#[test]
+fn sddmm_rejects_operands_that_do_not_fit() {
+    let a = random_csr(2, 3, &[(0, 1, 1.0), (1, 2, 1.0)]);
+    let (u, v) = (vec![0f32; 2 * 4], vec![0f32; 3 * 4]);
+    let uv = DenseView::from_row_major(&u[..], 2, 4).unwrap();
+    let vv = DenseView::from_row_major(&v[..], 3, 4).unwrap();
+    let mut e = [0f32; 2];
+    assert!(sddmm(&a.view(), uv, vv, &mut e).is_ok());
+    assert!(matches!(
+        sddmm(&a.view(), uv, vv, &mut e[..1]),
+        Err(KernelError::EdgeCount { nnz: 2, values: 1 })
+    ));
+    let short = DenseView::from_row_major(&v[..8], 2, 4).unwrap();
+    let err = sddmm(&a.view(), uv, short, &mut e).unwrap_err();
+    assert!(alloc::format!("{err}").contains("V is 2 × 4"), "{err}");
+    let narrow = DenseView::from_row_major(&u[..6], 2, 3).unwrap();
+    assert!(matches!(
+        sddmm(&a.view(), narrow, vv, &mut e),
+        Err(KernelError::SddmmOperands { .. })
+    ));
+    // F = 0: every dot product is 0.
+    let (u0, v0) = (
+        DenseView::new(&u[..], 2, 0, 0).unwrap(),
+        DenseView::new(&v[..], 3, 0, 0).unwrap(),
+    );
+    let mut e = [f32::NAN; 2];
+    sddmm(&a.view(), u0, v0, &mut e).unwrap();
+    assert_eq!(e, [0.0, 0.0]);
+}

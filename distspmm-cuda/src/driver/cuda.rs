@@ -10,6 +10,7 @@ use cudarc::driver::{
 use cudarc::nvrtc::Ptx;
 
 use super::{Arg, RawStream};
+use crate::edges::EDGE_KERNELS;
 use crate::error::{CudaError, Result};
 pub(crate) use crate::probe::device_count;
 use crate::probe::guarded;
@@ -18,7 +19,7 @@ use crate::strategy::{BLOCK_THREADS, KERNELS};
 
 /// The fatbins that build.rs compiled from `kernels/*.cu` (SASS sm_80, sm_90, PTX compute_90),
 /// each with the kernels the launcher takes from it.
-static MODULES: [(&[u8], &[&str]); 2] = [
+static MODULES: [(&[u8], &[&str]); 3] = [
     (
         include_bytes!(concat!(env!("OUT_DIR"), "/spmm.fatbin")),
         &KERNELS,
@@ -26,6 +27,10 @@ static MODULES: [(&[u8], &[&str]); 2] = [
     (
         include_bytes!(concat!(env!("OUT_DIR"), "/rows.fatbin")),
         &ROW_KERNELS,
+    ),
+    (
+        include_bytes!(concat!(env!("OUT_DIR"), "/sddmm.fatbin")),
+        &EDGE_KERNELS,
     ),
 ];
 
@@ -84,7 +89,8 @@ impl Context {
             unsafe { ctx.disable_event_tracking() };
             let stream = ctx.new_stream().map_err(driver("cuStreamCreate"))?;
             let mut modules = Vec::with_capacity(MODULES.len());
-            let mut functions = HashMap::with_capacity(KERNELS.len() + ROW_KERNELS.len());
+            let mut functions =
+                HashMap::with_capacity(KERNELS.len() + ROW_KERNELS.len() + EDGE_KERNELS.len());
             for (image, names) in MODULES {
                 let module = ctx
                     .load_module(Ptx::from_binary(image.to_vec()))

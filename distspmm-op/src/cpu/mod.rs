@@ -2,20 +2,25 @@
 //! communicator with broadcast and point-to-point messages (local threads, MPI). Both lanes
 //! are the calling thread: an exchange posts its receives and sends, runs its body (the local
 //! block first) and waits for each received block only when the body reads it, so the
-//! messages travel while the local block is multiplied.
+//! messages travel while the local block is multiplied. Products over the call's per-edge
+//! values view the chunk's pattern with the caller's values (CSR) or with their CSC-ordered
+//! copy (`CscOrder::permute`, made just before each transposed product); the SDDMM is
+//! `distspmm_core::kernel::sddmm` over a block's pattern into its run of the edge operand.
 
 pub(crate) mod rows;
 
 use dist_comm::{Broadcast, Completion, Exchange as Requests, PointToPoint, RequestId};
-use distspmm_core::kernel::{spmm, spmm_transpose};
-use distspmm_core::sparse::{DenseView, DenseViewMut};
+use distspmm_core::kernel::{sddmm, spmm, spmm_transpose};
+use distspmm_core::sparse::{CscView, CsrView, DenseView, DenseViewMut};
 
 use crate::backend::{
-    run, Accumulate, Backend, Buf, Dense, Exchange, Lane, Matrix, Message, Orient, Region, Rows,
+    run, Accumulate, Backend, Buf, Dense, Exchange, Lane, Matrix, Message, Orient, Product, Region,
+    Rows, Values,
 };
 use chunk_format::ChunkView;
 
 use crate::blocks::{self, QLocalBlock};
+use crate::edges::{CscOrder, EdgeLayout};
 use crate::DistSpmmError;
 
 /// What the operator derives once from its chunk for the blocks a schedule names, on the host.
@@ -26,6 +31,32 @@ pub(crate) struct CpuBlocks {
     pub(crate) remote: Vec<(usize, usize)>,
     /// Broadcast: the q-local blocks by source part (empty under halo).
     pub(crate) q_local: Vec<Option<QLocalBlock>>,
+    /// The layout of the per-edge operand.
+    pub(crate) edges: EdgeLayout,
+    /// The CSR→CSC permutation, made at the first call that needs it.
+    pub(crate) csc: Option<CscOrder>,
+}
+
+/// The per-edge operands of one call.
+#[derive(Debug, Default)]
+pub(crate) struct CpuEdges<'c> {
+    /// The values products over [`Values::Edges`] read (empty when the call has none).
+    pub(crate) values: &'c [f32],
+    /// The values SDDMMs write (empty when the call writes none).
+    pub(crate) out: &'c mut [f32],
+    /// Room for the values in CSC order, one run per block in layout order (empty unless the
+    /// call has transposed products over [`Values::Edges`]).
+    pub(crate) csc: &'c mut [f32],
+}
+
+impl CpuEdges<'_> {
+    fn reborrow(&mut self) -> CpuEdges<'_> {
+        CpuEdges {
+            values: self.values,
+            out: &mut *self.out,
+            csc: &mut *self.csc,
+        }
+    }
 }
 
 /// The blocks of one call: the chunk they are viewed in (unchecked, as it was parsed) and what
@@ -40,9 +71,116 @@ fn internal(what: &str) -> DistSpmmError {
     DistSpmmError::Internal(what.to_owned())
 }
 
-impl CpuMatrices<'_> {
-    /// `y = a·x + β·y` (or with `aᵀ`).
+/// The pattern of a block (over the columns the schedule names) with a block's values in
+/// place: the CSR for a plain product, the CSC for a transposed one.
+enum Oriented<'v> {
+    Csr(CsrView<'v, f32>),
+    Csc(CscView<'v, f32>),
+}
+
+fn missing() -> DistSpmmError {
+    internal("the program names a block the chunk does not have")
+}
+
+fn mismatched() -> DistSpmmError {
+    internal("a block's per-edge values do not fit the block")
+}
+
+impl<'c> CpuMatrices<'c> {
+    /// `y = a·x + β·y` (or with `aᵀ`), `a`'s values from `values`.
     fn product(
+        &self,
+        p: &Product,
+        edges: &mut CpuEdges<'_>,
+        x: DenseView<'_, f32>,
+        y: DenseViewMut<'_, f32>,
+    ) -> Result<(), DistSpmmError> {
+        match p.values {
+            Values::Chunk => self.chunk_product(p.a, p.orient, x, p.acc, y),
+            Values::Edges => {
+                let beta = p.acc.beta();
+                match self.with_edges(p.a, p.orient, edges)? {
+                    Oriented::Csr(a) => spmm(1.0, &a, x, beta, y)?,
+                    Oriented::Csc(a) => spmm_transpose(1.0, &a, x, beta, y)?,
+                }
+                Ok(())
+            }
+        }
+    }
+
+    /// Block `a` with its run of the per-edge values: the caller's values over the CSR, or,
+    /// transposed, their CSC-ordered copy made into the block's run of `edges.csc`.
+    fn with_edges<'v>(
+        &'v self,
+        a: Matrix,
+        orient: Orient,
+        edges: &'v mut CpuEdges<'_>,
+    ) -> Result<Oriented<'v>, DistSpmmError> {
+        let layout = &self.blocks.edges;
+        let k = layout.index_of(a).ok_or_else(missing)?;
+        let eb = layout.blocks()[k];
+        let b = self.chunk.block(layout.chunk_index(k));
+        let csr = edges.values.get(eb.range()).ok_or_else(mismatched)?;
+        let q_local = |q: usize| {
+            self.blocks
+                .q_local
+                .get(q)
+                .and_then(Option::as_ref)
+                .ok_or_else(missing)
+        };
+        Ok(match orient {
+            Orient::Plain => Oriented::Csr(match a {
+                Matrix::QLocal(q) => q_local(q)?.views_with(&self.chunk, csr, b.csc_vals).0,
+                _ => blocks::csr_with(&b, csr).ok_or_else(mismatched)?,
+            }),
+            Orient::Transposed => {
+                let order =
+                    self.blocks.csc.as_ref().ok_or_else(|| {
+                        internal("no CSR→CSC permutation for a transposed product")
+                    })?;
+                let csc = edges.csc.get_mut(eb.range()).ok_or_else(mismatched)?;
+                order.permute(&b, &eb, csr, csc);
+                let csc: &[f32] = csc;
+                Oriented::Csc(match a {
+                    Matrix::QLocal(q) => q_local(q)?.views_with(&self.chunk, b.csr_vals, csc).1,
+                    _ => blocks::csc_with(&b, csc).ok_or_else(mismatched)?,
+                })
+            }
+        })
+    }
+
+    /// `out = ⟨u_i, v_j⟩` over block `a`'s stored entries, into its run of the edge operand.
+    fn sddmm(
+        &self,
+        a: Matrix,
+        u: DenseView<'_, f32>,
+        v: DenseView<'_, f32>,
+        out: &mut [f32],
+    ) -> Result<(), DistSpmmError> {
+        let layout = &self.blocks.edges;
+        let k = layout.index_of(a).ok_or_else(missing)?;
+        let run = out
+            .get_mut(layout.blocks()[k].range())
+            .ok_or_else(|| internal("an SDDMM without room for its values"))?;
+        let b = self.chunk.block(layout.chunk_index(k));
+        let pattern = match a {
+            Matrix::QLocal(q) => {
+                let block = self
+                    .blocks
+                    .q_local
+                    .get(q)
+                    .and_then(Option::as_ref)
+                    .ok_or_else(missing)?;
+                block.views(&self.chunk).0
+            }
+            _ => blocks::csr_with(&b, b.csr_vals).ok_or_else(mismatched)?,
+        };
+        sddmm(&pattern, u, v, run)?;
+        Ok(())
+    }
+
+    /// `y = a·x + β·y` (or with `aᵀ`) with the chunk's values.
+    fn chunk_product(
         &self,
         a: Matrix,
         orient: Orient,
@@ -51,7 +189,6 @@ impl CpuMatrices<'_> {
         y: DenseViewMut<'_, f32>,
     ) -> Result<(), DistSpmmError> {
         let beta = acc.beta();
-        let missing = || internal("the program names a block the chunk does not have");
         let block = match a {
             Matrix::Diagonal => Some(blocks::diagonal(&self.chunk)),
             Matrix::Remote(k) => {
@@ -126,6 +263,9 @@ pub(crate) struct CpuCall<'c, C> {
     pub(crate) send_rows: &'c [u32],
     pub(crate) x: DenseView<'c, f32>,
     pub(crate) y: DenseViewMut<'c, f32>,
+    /// The SDDMM's `U_p` ([`Dense::Left`]).
+    pub(crate) left: Option<DenseView<'c, f32>>,
+    pub(crate) edges: CpuEdges<'c>,
     pub(crate) packed: &'c mut [f32],
     pub(crate) halo: &'c mut [f32],
     pub(crate) f: usize,
@@ -140,28 +280,49 @@ impl<C> CpuCall<'_, C> {
     }
 }
 
+/// A dense operand a call reads that is not a received region: the input or `U`.
+fn operand<'a>(
+    d: Dense,
+    x: DenseView<'a, f32>,
+    left: Option<DenseView<'a, f32>>,
+) -> Result<DenseView<'a, f32>, DistSpmmError> {
+    match d {
+        Dense::Input => Ok(x),
+        Dense::Left => left.ok_or_else(|| internal("the program reads U outside an SDDMM")),
+        Dense::Output | Dense::Region(_) => Err(internal("a product reads the output")),
+    }
+}
+
+impl<C> CpuCall<'_, C> {
+    /// A dense operand the call reads outside an exchange: the input, `U`, or a region of the
+    /// buffers (`packed`, `halo`).
+    fn read<'a>(
+        &self,
+        d: Dense,
+        packed: &'a [f32],
+        halo: &'a [f32],
+    ) -> Result<DenseView<'a, f32>, DistSpmmError>
+    where
+        Self: 'a,
+    {
+        match d {
+            Dense::Region(r) => {
+                let buf = if r.buf == Buf::Packed { packed } else { halo };
+                dense(region(buf, &r, self.f)?, r.rows, self.f)
+            }
+            other => operand(other, self.x, self.left),
+        }
+    }
+}
+
 impl<C: Broadcast + PointToPoint> Backend for CpuCall<'_, C> {
-    fn spmm(
-        &mut self,
-        _lane: Lane,
-        a: Matrix,
-        orient: Orient,
-        x: Dense,
-        acc: Accumulate,
-        y: Dense,
-    ) -> Result<(), DistSpmmError> {
+    fn spmm(&mut self, p: &Product) -> Result<(), DistSpmmError> {
         let (f, m, input) = (self.f, self.m, self.x);
-        match (x, y) {
-            (_, Dense::Input) => Err(internal("a product writes the input")),
-            (Dense::Input, Dense::Output) => m.product(a, orient, input, acc, self.y.reborrow()),
-            (Dense::Region(r), Dense::Output) => {
-                let buf = if r.buf == Buf::Packed {
-                    &*self.packed
-                } else {
-                    &*self.halo
-                };
-                let x = dense(region(buf, &r, f)?, r.rows, f)?;
-                m.product(a, orient, x, acc, self.y.reborrow())
+        match (p.x, p.y) {
+            (_, Dense::Input | Dense::Left) => Err(internal("a product writes an input")),
+            (Dense::Region(_) | Dense::Input, Dense::Output) => {
+                let x = self.read(p.x, self.packed, self.halo)?;
+                m.product(p, &mut self.edges, x, self.y.reborrow())
             }
             (_, Dense::Region(r)) => {
                 let (mine, other) = match r.buf {
@@ -169,17 +330,38 @@ impl<C: Broadcast + PointToPoint> Backend for CpuCall<'_, C> {
                     Buf::Halo => (&mut *self.halo, &*self.packed),
                 };
                 let out = dense_mut(region_mut(mine, &r, f)?, r.rows, f)?;
-                match x {
-                    Dense::Input => m.product(a, orient, input, acc, out),
+                match p.x {
+                    Dense::Input => m.product(p, &mut self.edges, input, out),
                     Dense::Region(xr) if xr.buf != r.buf => {
                         let x = dense(region(other, &xr, f)?, xr.rows, f)?;
-                        m.product(a, orient, x, acc, out)
+                        m.product(p, &mut self.edges, x, out)
                     }
                     _ => Err(internal("a product reads and writes one buffer")),
                 }
             }
-            (Dense::Output, _) => Err(internal("a product reads the output")),
+            (Dense::Output | Dense::Left, _) => Err(internal("a product reads the output or U")),
         }
+    }
+
+    fn sddmm(
+        &mut self,
+        _lane: Lane,
+        block: Matrix,
+        u: Dense,
+        v: Dense,
+        out: Values,
+    ) -> Result<(), DistSpmmError> {
+        if out != Values::Edges || u != Dense::Left {
+            return Err(internal(
+                "an SDDMM that does not sample U into the edge operand",
+            ));
+        }
+        let m = self.m;
+        let (u, v) = (
+            self.read(u, self.packed, self.halo)?,
+            self.read(v, self.packed, self.halo)?,
+        );
+        m.sddmm(block, u, v, self.edges.out)
     }
 
     fn zero(&mut self, into: Region) -> Result<(), DistSpmmError> {
@@ -226,6 +408,8 @@ impl<C: Broadcast + PointToPoint> Backend for CpuCall<'_, C> {
             send_rows,
             x,
             y,
+            left,
+            edges,
             packed,
             halo,
             ..
@@ -234,7 +418,7 @@ impl<C: Broadcast + PointToPoint> Backend for CpuCall<'_, C> {
             (Some(Buf::Packed), _) | (None, Some(Buf::Halo)) => (&mut **packed, &**halo),
             _ => (&mut **halo, &**packed),
         };
-        let (m, send_rows, x) = (*m, *send_rows, *x);
+        let (m, send_rows, x, left) = (*m, *send_rows, *x, *left);
         let result = comm.exchange(|requests| {
             let mut pending = Vec::with_capacity(ex.recvs.len());
             let mut rest = recv_into;
@@ -265,6 +449,8 @@ impl<C: Broadcast + PointToPoint> Backend for CpuCall<'_, C> {
                 send_rows,
                 x,
                 y: y.reborrow(),
+                left,
+                edges: edges.reborrow(),
                 f,
                 pending,
                 arrived: Vec::with_capacity(ex.recvs.len()),
@@ -323,6 +509,8 @@ struct InFlight<'s, 'x, E> {
     send_rows: &'x [u32],
     x: DenseView<'x, f32>,
     y: DenseViewMut<'x, f32>,
+    left: Option<DenseView<'x, f32>>,
+    edges: CpuEdges<'x>,
     f: usize,
     pending: Vec<(Region, RequestId)>,
     arrived: Vec<(Region, &'s mut [f32])>,
@@ -353,28 +541,52 @@ impl<'s, E: Requests<'s, f32>> InFlight<'s, '_, E> {
 }
 
 impl<'s, E: Requests<'s, f32>> Backend for InFlight<'s, '_, E> {
-    fn spmm(
-        &mut self,
-        _lane: Lane,
-        a: Matrix,
-        orient: Orient,
-        x: Dense,
-        acc: Accumulate,
-        y: Dense,
-    ) -> Result<(), DistSpmmError> {
-        if y != Dense::Output {
+    fn spmm(&mut self, p: &Product) -> Result<(), DistSpmmError> {
+        if p.y != Dense::Output {
             return Err(internal("an exchange's body writes a buffer"));
         }
-        let f = self.f;
+        let m = self.m;
+        // The received regions are moved out of `self` for the product's duration.
+        let x = match p.x {
+            Dense::Region(r) => Some(self.received(r)?),
+            _ => None,
+        };
         match x {
-            Dense::Input => self.m.product(a, orient, self.x, acc, self.y.reborrow()),
-            Dense::Region(r) => {
-                let k = self.received(r)?;
-                let halo = dense(&*self.arrived[k].1, r.rows, f)?;
-                self.m.product(a, orient, halo, acc, self.y.reborrow())
+            Some(k) => {
+                let (r, data) = &self.arrived[k];
+                let halo = dense(data, r.rows, self.f)?;
+                m.product(p, &mut self.edges, halo, self.y.reborrow())
             }
-            Dense::Output => Err(internal("a product reads the output")),
+            None => {
+                let x = operand(p.x, self.x, self.left)?;
+                m.product(p, &mut self.edges, x, self.y.reborrow())
+            }
         }
+    }
+
+    fn sddmm(
+        &mut self,
+        _lane: Lane,
+        block: Matrix,
+        u: Dense,
+        v: Dense,
+        out: Values,
+    ) -> Result<(), DistSpmmError> {
+        if out != Values::Edges || u != Dense::Left {
+            return Err(internal(
+                "an SDDMM that does not sample U into the edge operand",
+            ));
+        }
+        let m = self.m;
+        let u = self.left.ok_or_else(|| internal("an SDDMM without U"))?;
+        if let Dense::Region(r) = v {
+            let k = self.received(r)?;
+            let (r, data) = &self.arrived[k];
+            let v = dense(data, r.rows, self.f)?;
+            return m.sddmm(block, u, v, self.edges.out);
+        }
+        let v = operand(v, self.x, self.left)?;
+        m.sddmm(block, u, v, self.edges.out)
     }
 
     fn zero(&mut self, _into: Region) -> Result<(), DistSpmmError> {

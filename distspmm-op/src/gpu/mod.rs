@@ -28,7 +28,13 @@
 //!   its body queued after it on `M`; broadcast: [`NcclComm::broadcast_raw`];
 //! - the ordered scatter-add: one warp per row, contributions in increasing source rank, no
 //!   atomics; adding blocks: the block-sum kernel; a zero contribution: a product with a
-//!   matrix without non-zeros.
+//!   matrix without non-zeros;
+//! - per-edge values: the same SpMM over the uploaded structure with the values pointer on
+//!   the block's run of the caller's edge operand; a transposed product first copies that run
+//!   into CSC order (`dsp_csc_values`, through the CSR→CSC ranks uploaded at the first such
+//!   call, 4 bytes per non-zero, into a scratch of 4 bytes per non-zero, each block its own run
+//!   so the two lanes never share one); the SDDMM: `dsp_sddmm` over the block's uploaded CSR
+//!   pattern into the block's run of the edge operand.
 //!
 //! Every addition happens in a fixed order whatever the order of arrival, so results are
 //! bit-identical run to run. They agree with the CPU operator to rounding (the kernels sum a
@@ -48,20 +54,21 @@ use chunk_format::ChunkView;
 use dist_comm::{AllGather, AllReduce, CommError, Group, NcclComm, RawDeviceBuffer};
 use distspmm_core::schedule::{LayerTraffic, ScheduleKind, Traffic, Workspace};
 use distspmm_cuda::{
-    CudaError, DeviceCsc, DeviceCsr, DeviceDense, DeviceRowSplit, DeviceRows, DeviceScatter,
-    GpuDevice, RawCsr, RawDense, RawSplit, RawSpmm, RawStream, RawWorkspace, ScatterPlan,
-    SparseParts, Strategy,
+    CudaError, DeviceCsc, DeviceCscOrder, DeviceCsr, DeviceDense, DeviceRowSplit, DeviceRows,
+    DeviceScatter, GpuDevice, RawCscValues, RawCsr, RawDense, RawSplit, RawSpmm, RawStream,
+    RawWorkspace, ScatterPlan, SparseParts, Strategy,
 };
 
 use crate::backend::{
-    run, Accumulate, Backend, Buf, Dense, Exchange, Instr, Lane, Matrix, Message, Orient, Region,
-    Rows,
+    run, Backend, Buf, Dense, Exchange, Instr, Lane, Matrix, Message, Orient, Product, Region,
+    Rows, Values,
 };
+use crate::edges::{CscOrder, EdgeLayout};
 use crate::layout::HaloLayout;
-use crate::operands::{check_pair, Operand};
+use crate::operands::{check_all, Operand};
 use crate::{
-    agree, blocks, check_shapes, predicted_traffic, value_bytes, ChunkSource, DistSpmmError, Op,
-    Schedule, TrafficTotals,
+    agree, blocks, check_operands, predicted_traffic, value_bytes, ChunkSource, DistSpmmError,
+    Kind, Op, Schedule, TrafficTotals,
 };
 
 /// A device failure of this rank (not collective), as the communicators' device errors.
@@ -198,6 +205,11 @@ struct DeviceMatrices {
     empty: Option<DeviceCsr>,
     /// Halo: the concatenated send lists (gather) and the backward's scatter plan.
     halo: Option<(DeviceRows, DeviceScatter)>,
+    /// The layout of the per-edge operand.
+    edges: EdgeLayout,
+    /// The CSR→CSC ranks of every block in layout order, uploaded at the first transposed
+    /// product over per-edge values.
+    csc_order: Option<DeviceCscOrder>,
 }
 
 impl DeviceMatrices {
@@ -228,6 +240,17 @@ impl DeviceMatrices {
                     + 4 * sc.rows().len() as u64
                     + 8 * (sc.ptr().len() + sc.src().len()) as u64
             })
+            + self.csc_order.as_ref().map_or(0, DeviceCscOrder::bytes)
+    }
+
+    /// The layout run of a block a program names.
+    fn edge_run(&self, a: Matrix) -> Result<(usize, usize), DistSpmmError> {
+        let k = self
+            .edges
+            .index_of(a)
+            .ok_or_else(|| internal("the program names a block without per-edge values"))?;
+        let b = self.edges.blocks()[k];
+        Ok((b.first, b.len))
     }
 }
 
@@ -303,8 +326,26 @@ where
     halo: Flat,
     /// Row-splitting workspaces of the products, per lane ([`Lane::Comm`], [`Lane::Local`]).
     ws: [Flat; 2],
+    /// The per-edge values of the transposed products in CSC order (one run per block).
+    csc_values: Flat,
     last: Traffic,
     totals: TrafficTotals,
+}
+
+/// One program of a call on device memory: its kind and the operands it names.
+#[derive(Debug, Clone, Copy)]
+struct Run {
+    kind: Kind,
+    /// [`Dense::Input`].
+    x: RawDense,
+    /// [`Dense::Output`] (no rows for the SDDMM).
+    y: RawDense,
+    /// [`Dense::Left`].
+    left: Option<RawDense>,
+    /// The per-edge values products read (`CUdeviceptr`, 0 when none).
+    values: u64,
+    /// The per-edge values SDDMMs write (`CUdeviceptr`, 0 when none).
+    out: u64,
 }
 
 fn lane_index(lane: Lane) -> usize {
@@ -347,6 +388,7 @@ where
             packed: Flat::default(),
             halo: Flat::default(),
             ws: [Flat::default(), Flat::default()],
+            csc_values: Flat::default(),
             last: Traffic::default(),
             totals: TrafficTotals::default(),
         })
@@ -428,7 +470,8 @@ where
                             .transpose()
                     })
                     .collect::<Result<_, _>>()?;
-                let widest = crate::backend::buffer_rows(&schedule.backward)[Buf::Packed as usize];
+                let widest = crate::backend::buffer_rows(schedule.program(Kind::Backward))
+                    [Buf::Packed as usize];
                 let zeros = vec![0u64; widest + 1];
                 empty = Some(DeviceCsr::new(
                     dev,
@@ -448,6 +491,8 @@ where
             q_local,
             empty,
             halo,
+            edges: EdgeLayout::new(chunk),
+            csc_order: None,
         })
     }
 
@@ -536,6 +581,174 @@ where
         unsafe { self.call(Op::Backward, dy, dx, stream, Ok(())) }
     }
 
+    /// `Y_p = (A_e·X)_p` with the per-edge values `e` (an `edge_count() × 1` column in the
+    /// [`EdgeLayout`](crate::EdgeLayout) order) in place of `Â`, on the device's stream, as
+    /// [`DistSpmm::spmm_values`](crate::DistSpmm::spmm_values). Collective.
+    ///
+    /// # Errors
+    /// As [`forward`](Self::forward); an `e` that is not one contiguous column of
+    /// `edge_count()` values is a [`DistSpmmError::Shape`].
+    pub fn spmm_values(
+        &mut self,
+        e: &DeviceDense,
+        x: &DeviceDense,
+        y: &mut DeviceDense,
+    ) -> Result<(), DistSpmmError> {
+        self.values_call(Op::SpmmValues, e, x, y)
+    }
+
+    /// `dX_p = (A_eᵀ·dY)_p` with the per-edge values `e`, on the device's stream, as
+    /// [`DistSpmm::spmm_values_transpose`](crate::DistSpmm::spmm_values_transpose).
+    /// Collective.
+    ///
+    /// # Errors
+    /// As [`spmm_values`](Self::spmm_values).
+    pub fn spmm_values_transpose(
+        &mut self,
+        e: &DeviceDense,
+        dy: &DeviceDense,
+        dx: &mut DeviceDense,
+    ) -> Result<(), DistSpmmError> {
+        self.values_call(Op::SpmmValuesTranspose, e, dy, dx)
+    }
+
+    fn values_call(
+        &mut self,
+        op: Op,
+        e: &DeviceDense,
+        input: &DeviceDense,
+        output: &mut DeviceDense,
+    ) -> Result<(), DistSpmmError> {
+        let (i, o) = op.operand_names();
+        let same = self.same_device(&[e, input, output]);
+        let (e, input_raw, output_raw) = (e.raw(), input.raw(), output.raw());
+        let local = same.and_then(|()| {
+            check_device_call(
+                op,
+                self.rank(),
+                (self.local_rows(), self.edge_count()),
+                &[("E", &e), (i, &input_raw)],
+                &[(o, &output_raw)],
+            )
+        });
+        let run = Run {
+            kind: op.programs()[0],
+            x: input_raw,
+            y: output_raw,
+            left: None,
+            values: e.ptr,
+            out: 0,
+        };
+        // SAFETY: live allocations of this operator's device (checked above, `e` through its
+        // extent) with the extents their raw() describes; the output is borrowed mutably, so
+        // it is none of the inputs; the device stream is live as long as `self.dev`.
+        unsafe { self.queue(op, input_raw.cols, &[run], Some(self.dev.stream()), local) }
+    }
+
+    /// `E[k] = ⟨U_i, V_j⟩` over this rank's stored non-zeros into `e` (an `edge_count() × 1`
+    /// column), on the device's stream, as [`DistSpmm::sddmm`](crate::DistSpmm::sddmm).
+    /// Collective.
+    ///
+    /// # Errors
+    /// As [`spmm_values`](Self::spmm_values).
+    pub fn sddmm(
+        &mut self,
+        u: &DeviceDense,
+        v: &DeviceDense,
+        e: &mut DeviceDense,
+    ) -> Result<(), DistSpmmError> {
+        let (u_raw, v_raw, e_raw) = (u.raw(), v.raw(), e.raw());
+        let local = self.same_device(&[u, v, e]).and_then(|()| {
+            check_device_call(
+                Op::Sddmm,
+                self.rank(),
+                (self.local_rows(), self.edge_count()),
+                &[("U", &u_raw), ("V", &v_raw)],
+                &[("E", &e_raw)],
+            )
+        });
+        let run = Run {
+            kind: Kind::Sddmm,
+            x: v_raw,
+            y: RawDense {
+                rows: 0,
+                cols: u_raw.cols,
+                ld: u_raw.cols,
+                ptr: 0,
+            },
+            left: Some(u_raw),
+            values: 0,
+            out: e_raw.ptr,
+        };
+        // SAFETY: as in spmm_values; `e` is borrowed mutably.
+        unsafe {
+            self.queue(
+                Op::Sddmm,
+                u_raw.cols,
+                &[run],
+                Some(self.dev.stream()),
+                local,
+            )
+        }
+    }
+
+    /// The gradients of [`sddmm`](Self::sddmm) (`dU`, `dV` overwritten), on the device's
+    /// stream, as [`DistSpmm::sddmm_backward`](crate::DistSpmm::sddmm_backward). Collective.
+    ///
+    /// # Errors
+    /// As [`spmm_values`](Self::spmm_values).
+    pub fn sddmm_backward(
+        &mut self,
+        de: &DeviceDense,
+        u: &DeviceDense,
+        v: &DeviceDense,
+        du: &mut DeviceDense,
+        dv: &mut DeviceDense,
+    ) -> Result<(), DistSpmmError> {
+        let (de_raw, u_raw, v_raw) = (de.raw(), u.raw(), v.raw());
+        let (du_raw, dv_raw) = (du.raw(), dv.raw());
+        let op = Op::SddmmBackward;
+        let local = self.same_device(&[de, u, v, du, dv]).and_then(|()| {
+            check_device_call(
+                op,
+                self.rank(),
+                (self.local_rows(), self.edge_count()),
+                &[("dE", &de_raw), ("U", &u_raw), ("V", &v_raw)],
+                &[("dU", &du_raw), ("dV", &dv_raw)],
+            )
+        });
+        let runs = [
+            Run {
+                kind: Kind::ForwardEdges,
+                x: v_raw,
+                y: du_raw,
+                left: None,
+                values: de_raw.ptr,
+                out: 0,
+            },
+            Run {
+                kind: Kind::BackwardEdges,
+                x: u_raw,
+                y: dv_raw,
+                left: None,
+                values: de_raw.ptr,
+                out: 0,
+            },
+        ];
+        // SAFETY: as in spmm_values; `du` and `dv` are borrowed mutably.
+        unsafe { self.queue(op, u_raw.cols, &runs, Some(self.dev.stream()), local) }
+    }
+
+    /// Values of the per-edge operand of this rank: its stored non-zeros.
+    pub fn edge_count(&self) -> usize {
+        self.m.edges.len()
+    }
+
+    /// The layout of the per-edge operand (as the CPU operator's).
+    pub fn edge_layout(&self) -> &EdgeLayout {
+        &self.m.edges
+    }
+
     fn same_device(&self, operands: &[&DeviceDense]) -> Result<(), DistSpmmError> {
         let ordinal = self.dev.ordinal();
         if operands
@@ -552,7 +765,7 @@ where
         }
     }
 
-    /// Checks locally, agrees, then queues the schedule.
+    /// An SpMM call (`forward`, `backward`): checks locally, agrees, then queues the program.
     ///
     /// # Safety
     /// As [`forward_raw`](Self::forward_raw).
@@ -564,47 +777,139 @@ where
         stream: Option<RawStream>,
         local: Result<(), DistSpmmError>,
     ) -> Result<(), DistSpmmError> {
-        let f = input.cols;
-        let ready = local
-            .and_then(|()| {
-                check_device_operands(op, self.rank(), self.local_rows(), &input, &output)
-            })
-            .and_then(|()| self.reserve(op, f));
-        agree::agree_on_call(&*self.host, op, f, ready)?;
-        let traffic = if f == 0 || input.rows == 0 && self.parts() == 1 {
-            Traffic::default()
-        } else {
-            let main = RawStream(self.nccl.raw_stream());
-            let streams = Streams {
-                caller: stream.unwrap_or(main),
-                main,
-                side: self.dev.stream(),
-            };
-            let mut call = GpuCall {
-                dev: &self.dev,
-                nccl: &self.nccl,
-                m: &self.m,
-                packed: &self.packed,
-                halo: &self.halo,
-                ws: [&self.ws[0], &self.ws[1]],
-                x: input,
-                y: output,
-                streams,
-                f,
-            };
-            // SAFETY: the caller's contract covers the operands and its stream; the NCCL and
-            // device streams are live as long as `self`.
-            unsafe {
-                call.join_raw(streams.main, streams.caller)?;
-                call.join_raw(streams.side, streams.caller)?;
-            }
-            run(&mut call, self.schedule.program(op))?;
-            // SAFETY: as above.
-            unsafe { call.join_raw(streams.caller, streams.main)? };
-            self.schedule.traffic(op, f)
+        let local = local.and_then(|()| {
+            check_device_operands(op, self.rank(), self.local_rows(), &input, &output)
+        });
+        let run = Run {
+            kind: op.programs()[0],
+            x: input,
+            y: output,
+            left: None,
+            values: 0,
+            out: 0,
         };
-        self.last = traffic;
-        self.totals.record(op, traffic);
+        // SAFETY: forwarded contract.
+        unsafe { self.queue(op, input.cols, &[run], stream, local) }
+    }
+
+    /// Reserves, agrees, then queues `runs` (the programs of one call of `op` with `f` columns)
+    /// in order on the operator's streams, ordered after `stream`'s work and before its later
+    /// work.
+    ///
+    /// # Safety
+    /// Every operand of `runs` is device memory of this operator's device with the extents
+    /// it describes, outputs not overlapping anything else; `stream` a live stream of the
+    /// device's primary context; all alive and untouched by other streams until the work
+    /// queued on `stream` by this call has finished.
+    unsafe fn queue(
+        &mut self,
+        op: Op,
+        f: usize,
+        runs: &[Run],
+        stream: Option<RawStream>,
+        local: Result<(), DistSpmmError>,
+    ) -> Result<(), DistSpmmError> {
+        let ready = local.and_then(|()| self.reserve(op, f));
+        agree::agree_on_call(&*self.host, op, f, ready)?;
+        let mut total = Traffic::default();
+        let main = RawStream(self.nccl.raw_stream());
+        let streams = Streams {
+            caller: stream.unwrap_or(main),
+            main,
+            side: self.dev.stream(),
+        };
+        let mut joined = false;
+        for (k, r) in runs.iter().enumerate() {
+            let traffic = if f == 0 && r.kind == Kind::Sddmm {
+                // SAFETY: forwarded contract.
+                unsafe { self.zero_edges(r.out, stream.unwrap_or(main))? };
+                Traffic::default()
+            } else if f == 0 || r.x.rows == 0 && self.parts() == 1 {
+                Traffic::default()
+            } else {
+                let mut call = GpuCall {
+                    dev: &self.dev,
+                    nccl: &self.nccl,
+                    m: &self.m,
+                    packed: &self.packed,
+                    halo: &self.halo,
+                    ws: [&self.ws[0], &self.ws[1]],
+                    csc: &self.csc_values,
+                    run: *r,
+                    streams,
+                    f,
+                };
+                // SAFETY: the caller's contract covers the operands and its stream; the NCCL
+                // and device streams are live as long as `self`. A later program's local lane
+                // starts after the earlier program's end.
+                unsafe {
+                    if !joined {
+                        call.join_raw(streams.main, streams.caller)?;
+                        call.join_raw(streams.side, streams.caller)?;
+                        joined = true;
+                    } else if k > 0 {
+                        call.join_raw(streams.side, streams.main)?;
+                    }
+                }
+                run(&mut call, self.schedule.program(r.kind))?;
+                self.schedule.program_traffic(r.kind, f)
+            };
+            self.totals.record(r.kind, traffic);
+            total += traffic;
+        }
+        if joined {
+            // SAFETY: as above.
+            unsafe {
+                self.dev
+                    .join_streams(Some(streams.caller), Some(streams.main))
+            }
+            .map_err(cuda)?;
+        }
+        self.last = total;
+        Ok(())
+    }
+
+    /// `out = 0` for every block: the SDDMM of no columns (nothing travels), on `stream`.
+    ///
+    /// # Safety
+    /// `out` addresses `edge_count()` f32 of this operator's device, alive until the work
+    /// queued on `stream` (a live stream of the device's context) has finished.
+    unsafe fn zero_edges(&self, out: u64, stream: RawStream) -> Result<(), DistSpmmError> {
+        for (k, b) in self.m.edges.blocks().iter().enumerate() {
+            let block = if k == 0 {
+                Matrix::Diagonal
+            } else {
+                match self.schedule.kind {
+                    ScheduleKind::Halo => Matrix::Remote(k - 1),
+                    ScheduleKind::Broadcast => Matrix::QLocal(b.source),
+                }
+            };
+            let pattern = self.m.block(block)?.csr.raw();
+            let none = |rows| RawDense {
+                rows,
+                cols: 0,
+                ld: 0,
+                ptr: 0,
+            };
+            let into = RawDense {
+                rows: b.len,
+                cols: 1,
+                ld: 1,
+                ptr: out + 4 * b.first as u64,
+            };
+            // SAFETY: the pattern is this operator's upload; U and V have no columns, so the
+            // kernel reads neither; `into` is the block's run of the caller's `out`.
+            unsafe {
+                self.dev.sddmm_raw(
+                    &pattern,
+                    none(pattern.nrows),
+                    none(pattern.ncols),
+                    into,
+                    Some(stream),
+                )
+            }
+            .map_err(cuda)?;
+        }
         Ok(())
     }
 
@@ -614,14 +919,35 @@ where
         let rank = self.rank();
         let rows = self.schedule.buffer_rows(op);
         let mut ws = [0usize; 2];
-        split_workspace(&self.m, self.schedule.program(op), f, &mut ws)?;
+        for &kind in op.programs() {
+            split_workspace(&self.m, self.schedule.program(kind), f, &mut ws)?;
+        }
+        let transposes = op.transposes_edges() && f > 0;
+        if transposes && self.m.csc_order.is_none() {
+            let order = CscOrder::new(&self.chunk.chunk(), &self.m.edges)?;
+            let ranks: Vec<u32> = self
+                .m
+                .edges
+                .blocks()
+                .iter()
+                .flat_map(|b| order.ranks(b).iter().copied())
+                .collect();
+            self.m.csc_order = Some(DeviceCscOrder::new(&self.dev, &ranks).map_err(cuda)?);
+        }
         let wanted = [
             rows[Buf::Packed as usize] * f,
             rows[Buf::Halo as usize] * f,
             ws[0],
             ws[1],
+            if transposes { self.m.edges.len() } else { 0 },
         ];
-        let bufs = [&self.packed, &self.halo, &self.ws[0], &self.ws[1]];
+        let bufs = [
+            &self.packed,
+            &self.halo,
+            &self.ws[0],
+            &self.ws[1],
+            &self.csc_values,
+        ];
         if !bufs.iter().zip(wanted).any(|(b, len)| b.needs(len)) {
             return Ok(());
         }
@@ -636,10 +962,14 @@ where
         self.dev.synchronize().map_err(cuda)?;
         let dev = &self.dev;
         let [ws_comm, ws_local] = &mut self.ws;
-        for (buf, len) in [&mut self.packed, &mut self.halo, ws_comm, ws_local]
-            .into_iter()
-            .zip(wanted)
-        {
+        let bufs = [
+            &mut self.packed,
+            &mut self.halo,
+            ws_comm,
+            ws_local,
+            &mut self.csc_values,
+        ];
+        for (buf, len) in bufs.into_iter().zip(wanted) {
             buf.grow(dev, len).map_err(alloc)?;
         }
         // Allocated (and zeroed) on the device stream; the NCCL stream uses them too.
@@ -708,10 +1038,16 @@ where
     /// workspaces (sized for the largest F so far), `structure` the uploaded blocks (CSR and
     /// CSC), send lists and scatter plan.
     pub fn workspace(&self) -> Workspace {
-        let buffers = [&self.packed, &self.halo, &self.ws[0], &self.ws[1]]
-            .iter()
-            .map(|b| b.len())
-            .sum::<usize>();
+        let buffers = [
+            &self.packed,
+            &self.halo,
+            &self.ws[0],
+            &self.ws[1],
+            &self.csc_values,
+        ]
+        .iter()
+        .map(|b| b.len())
+        .sum::<usize>();
         Workspace {
             buffers: value_bytes(buffers),
             structure: self.m.bytes(&self.schedule.layout, self.scatter.as_ref()),
@@ -728,9 +1064,9 @@ fn split_workspace(
 ) -> Result<(), DistSpmmError> {
     for instr in program {
         match instr {
-            Instr::Spmm {
+            Instr::Spmm(Product {
                 lane, a, orient, ..
-            } => {
+            }) => {
                 let (_, split) = m.block(*a)?.oriented(*orient);
                 let len = split.map_or(0, |s| s.workspace_len(f));
                 let slot = &mut ws[lane_index(*lane)];
@@ -777,8 +1113,10 @@ struct GpuCall<'g> {
     packed: &'g Flat,
     halo: &'g Flat,
     ws: [&'g Flat; 2],
-    x: RawDense,
-    y: RawDense,
+    /// Room for per-edge values in CSC order.
+    csc: &'g Flat,
+    /// The program and its operands.
+    run: Run,
     streams: Streams,
     f: usize,
 }
@@ -809,8 +1147,12 @@ impl GpuCall<'_> {
 
     fn dense(&self, d: Dense) -> Result<RawDense, DistSpmmError> {
         match d {
-            Dense::Input => Ok(self.x),
-            Dense::Output => Ok(self.y),
+            Dense::Input => Ok(self.run.x),
+            Dense::Output => Ok(self.run.y),
+            Dense::Left => self
+                .run
+                .left
+                .ok_or_else(|| internal("the program reads U outside an SDDMM")),
             Dense::Region(r) => self.region(&r),
         }
     }
@@ -891,18 +1233,80 @@ impl GpuCall<'_> {
 }
 
 impl Backend for GpuCall<'_> {
-    fn spmm(
+    fn spmm(&mut self, p: &Product) -> Result<(), DistSpmmError> {
+        let block = self.m.block(p.a)?;
+        let (mut a, split) = block.oriented(p.orient);
+        if p.values == Values::Edges {
+            let (first, nnz) = self.m.edge_run(p.a)?;
+            if self.run.values == 0 && nnz > 0 {
+                return Err(internal("a product over per-edge values without them"));
+            }
+            let csr = self.run.values + 4 * first as u64;
+            a.values = match p.orient {
+                Orient::Plain => csr,
+                Orient::Transposed => {
+                    let order = self
+                        .m
+                        .csc_order
+                        .as_ref()
+                        .ok_or_else(|| internal("no CSR→CSC ranks for a transposed product"))?;
+                    if (first + nnz) > self.csc.len() {
+                        return Err(internal("no room for per-edge values in CSC order"));
+                    }
+                    let csc = self.csc.ptr() + 4 * first as u64;
+                    let copy = RawCscValues {
+                        order,
+                        first,
+                        nnz,
+                        rowptr: block.csr.raw().indptr,
+                        rows: block.csc.raw().indices,
+                        csr,
+                        csc,
+                    };
+                    // SAFETY: the row pointers and row ids are this operator's upload of one
+                    // block (CSR and CSC of the same entries, the ranks derived from them);
+                    // `csr` is the block's run of the caller's edge operand (its contract),
+                    // `csc` the block's run of this operator's scratch (checked to fit); the
+                    // lane's stream is live.
+                    unsafe { self.dev.csc_values_raw(&copy, Some(self.stream(p.lane))) }
+                        .map_err(cuda)?;
+                    csc
+                }
+            };
+        }
+        let (x, y) = (self.dense(p.x)?, self.dense(p.y)?);
+        self.product(p.lane, (a, split), x, p.acc.beta(), y)
+    }
+
+    fn sddmm(
         &mut self,
         lane: Lane,
-        a: Matrix,
-        orient: Orient,
-        x: Dense,
-        acc: Accumulate,
-        y: Dense,
+        block: Matrix,
+        u: Dense,
+        v: Dense,
+        out: Values,
     ) -> Result<(), DistSpmmError> {
-        let block = self.m.block(a)?.oriented(orient);
-        let (x, y) = (self.dense(x)?, self.dense(y)?);
-        self.product(lane, block, x, acc.beta(), y)
+        if out != Values::Edges || self.run.out == 0 {
+            return Err(internal("an SDDMM without an edge operand to write"));
+        }
+        let pattern = self.m.block(block)?.csr.raw();
+        let (first, nnz) = self.m.edge_run(block)?;
+        let out = RawDense {
+            rows: nnz,
+            cols: 1,
+            ld: 1,
+            ptr: self.run.out + 4 * first as u64,
+        };
+        let (u, v) = (self.dense(u)?, self.dense(v)?);
+        // SAFETY: the pattern is this operator's upload; `u` and `v` are the caller's operands
+        // or regions checked to lie in this operator's buffers; `out` is the block's run of the
+        // caller's edge operand, which no other instruction of the program writes; the lane's
+        // stream is live.
+        unsafe {
+            self.dev
+                .sddmm_raw(&pattern, u, v, out, Some(self.stream(lane)))
+        }
+        .map_err(cuda)
     }
 
     fn zero(&mut self, into: Region) -> Result<(), DistSpmmError> {
@@ -919,7 +1323,7 @@ impl Backend for GpuCall<'_> {
             ..empty.raw()
         };
         let y = self.region(&into)?;
-        self.product(Lane::Comm, (a, None), self.x, 0.0, y)
+        self.product(Lane::Comm, (a, None), self.run.x, 0.0, y)
     }
 
     fn pack(&mut self, which: Rows, into: Region) -> Result<(), DistSpmmError> {
@@ -940,7 +1344,7 @@ impl Backend for GpuCall<'_> {
         // is live.
         unsafe {
             self.dev
-                .gather_rows_raw(self.x, rows, out, Some(self.streams.main))
+                .gather_rows_raw(self.run.x, rows, out, Some(self.streams.main))
         }
         .map_err(cuda)
     }
@@ -995,7 +1399,7 @@ impl Backend for GpuCall<'_> {
         // caller's operand; the plan is this operator's upload; the NCCL stream is live.
         unsafe {
             self.dev
-                .scatter_add_raw(scatter, incoming, self.y, Some(self.streams.main))
+                .scatter_add_raw(scatter, incoming, self.run.y, Some(self.streams.main))
         }
         .map_err(cuda)
     }
@@ -1006,13 +1410,13 @@ impl Backend for GpuCall<'_> {
         // operand; the NCCL stream is live.
         unsafe {
             self.dev
-                .add_blocks_raw(stacked, self.y, Some(self.streams.main))
+                .add_blocks_raw(stacked, self.run.y, Some(self.streams.main))
         }
         .map_err(cuda)
     }
 }
 
-/// The device operands of one call: `n × F` each (as on the CPU) and the rules of
+/// The device operands of an SpMM call: `n × F` each (as on the CPU) and the rules of
 /// [`operands`](crate::operands) (leading dimension, extent, NULL, alignment, no overlap).
 fn check_device_operands(
     op: Op,
@@ -1021,23 +1425,57 @@ fn check_device_operands(
     input: &RawDense,
     output: &RawDense,
 ) -> Result<(), DistSpmmError> {
-    check_shapes(
+    let (name_in, name_out) = op.operand_names();
+    check_device_call(
         op,
         rank,
-        n,
-        (input.rows, input.cols),
-        (output.rows, output.cols),
-    )?;
-    let (name_in, name_out) = op.operand_names();
-    let operand = |name, d: &RawDense| Operand {
+        (n, usize::MAX),
+        &[(name_in, input)],
+        &[(name_out, output)],
+    )
+}
+
+/// The device operands of any call: dense ones `n × F` (F the first's columns), per-edge ones
+/// (names starting with `E` or `dE`) `nnz × 1` with `ld = 1`, then the rules of
+/// [`operands`](crate::operands) over all of them, outputs against everything else.
+fn check_device_call(
+    op: Op,
+    rank: usize,
+    (n, nnz): (usize, usize),
+    inputs: &[(&'static str, &RawDense)],
+    outputs: &[(&'static str, &RawDense)],
+) -> Result<(), DistSpmmError> {
+    let is_edges = |name: &str| name == "E" || name == "dE";
+    let all = || inputs.iter().chain(outputs);
+    let dense: Vec<(&str, (usize, usize))> = all()
+        .filter(|(name, _)| !is_edges(name))
+        .map(|&(name, d)| (name, (d.rows, d.cols)))
+        .collect();
+    let edges: Vec<(&str, usize, usize)> = all()
+        .filter(|(name, _)| is_edges(name))
+        .map(|&(name, d)| (name, d.rows, nnz))
+        .collect();
+    check_operands(op, rank, n, &dense, &edges)?;
+    if let Some((name, d)) = all().find(|(name, d)| is_edges(name) && (d.cols != 1 || d.ld != 1)) {
+        return Err(DistSpmmError::Shape(format!(
+            "{} on rank {rank}: {name} is {} × {} with leading dimension {}; per-edge values \
+             are one contiguous column (edge_count() × 1, ld 1)",
+            op.name(),
+            d.rows,
+            d.cols,
+            d.ld
+        )));
+    }
+    let operand = |&(name, d): &(&'static str, &RawDense)| Operand {
         name,
         addr: d.ptr,
         rows: d.rows,
         cols: d.cols,
         ld: d.ld,
     };
-    check_pair(&operand(name_in, input), &operand(name_out, output))
-        .map(|_| ())
+    let ins: Vec<Operand> = inputs.iter().map(operand).collect();
+    let outs: Vec<Operand> = outputs.iter().map(operand).collect();
+    check_all(&ins, &outs)
         .map_err(|e| DistSpmmError::Shape(format!("{} on rank {rank}: {e}", op.name())))
 }
 

@@ -1,0 +1,426 @@
+//! The per-edge calls (`spmm_values`, `spmm_values_transpose`, `sddmm`, `sddmm_backward`) over
+//! the `local` communicator against dense f64 references of the reassembled pattern, for
+//! random graphs and partitions, P = 1..4, both schedules; their bytes against the plans;
+//! bit-identical reruns; GAT's additive attention as an SDDMM; finite differences of the
+//! SDDMM → SpMM composition.
+#![allow(
+    clippy::cast_possible_truncation,
+    reason = "small test graphs: every narrowing is exact"
+)]
+
+use std::collections::HashMap;
+
+use chunk_format::ChunkView;
+use dist_comm::{Group, LocalComm};
+use distspmm_core::schedule::{LayerTraffic, ScheduleKind, Traffic};
+use distspmm_core::sparse::{CsrOwned, DenseView, DenseViewMut};
+use proptest::prelude::*;
+
+use crate::tests::{chunks, messages, reassembled, ring, value, views};
+use crate::{DistSpmm, DistSpmmError};
+
+/// The value of the edge from global node `j` into global row `i`, exact in f32.
+fn edge_value(seed: u64, i: usize, j: u64) -> f32 {
+    value(seed, i, j as usize + 7919)
+}
+
+/// What one rank computed with the per-edge calls, in global row ids.
+#[derive(Debug)]
+struct EdgeResult {
+    /// (global row, global source) of every position of its edge operand.
+    edges: Vec<(usize, u64)>,
+    /// `A_e·X`, `A_eᵀ·dY` (values seed 5), the SDDMM of U and V, its backward (values seed 6).
+    y: Vec<f32>,
+    dx: Vec<f32>,
+    e: Vec<f32>,
+    du: Vec<f32>,
+    dv: Vec<f32>,
+    /// Bytes of the four calls and the plan's prediction.
+    bytes: [Traffic; 4],
+    predicted: LayerTraffic,
+}
+
+fn view(m: &[f32], rows: usize, f: usize) -> DenseView<'_, f32> {
+    DenseView::from_row_major(m, rows, f).unwrap()
+}
+
+fn out(m: &mut [f32], rows: usize, f: usize) -> DenseViewMut<'_, f32> {
+    DenseViewMut::from_row_major(m, rows, f).unwrap()
+}
+
+fn run_edges(
+    views: &[ChunkView<'_>],
+    kind: ScheduleKind,
+    f: usize,
+) -> Vec<Result<EdgeResult, DistSpmmError>> {
+    let offsets = views[0].part_offsets();
+    LocalComm::run(views.len(), |comm| {
+        let p = comm.rank();
+        let mut op = DistSpmm::new(&comm, views[p], kind)?;
+        let (n, first) = (op.local_rows(), offsets[p] as usize);
+        let edges: Vec<(usize, u64)> = op.edges().map(|(r, s)| (first + r, s)).collect();
+        assert_eq!(edges.len(), op.edge_count());
+        for (k, &(i, s)) in edges.iter().enumerate() {
+            assert_eq!(op.edge_position(i - first, s), Some(k), "edge {k}");
+        }
+        let matrix = |seed| -> Vec<f32> {
+            (0..n * f)
+                .map(|k| value(seed, first + k / f, k % f))
+                .collect()
+        };
+        let per_edge =
+            |seed| -> Vec<f32> { edges.iter().map(|&(i, j)| edge_value(seed, i, j)).collect() };
+        let (x, dy, u, v) = (matrix(1), matrix(2), matrix(3), matrix(4));
+        let (e, de) = (per_edge(5), per_edge(6));
+        let nan = || vec![f32::NAN; n * f];
+        let (mut y, mut dx, mut du, mut dv) = (nan(), nan(), nan(), nan());
+        let mut s = vec![f32::NAN; op.edge_count()];
+        op.spmm_values(&e, view(&x, n, f), out(&mut y, n, f))?;
+        let b0 = op.bytes_last_call();
+        op.spmm_values_transpose(&e, view(&dy, n, f), out(&mut dx, n, f))?;
+        let b1 = op.bytes_last_call();
+        op.sddmm(view(&u, n, f), view(&v, n, f), &mut s)?;
+        let b2 = op.bytes_last_call();
+        let (du_view, dv_view) = (out(&mut du, n, f), out(&mut dv, n, f));
+        op.sddmm_backward(&de, view(&u, n, f), view(&v, n, f), du_view, dv_view)?;
+        let b3 = op.bytes_last_call();
+        Ok(EdgeResult {
+            edges,
+            y,
+            dx,
+            e: s,
+            du,
+            dv,
+            bytes: [b0, b1, b2, b3],
+            predicted: op.predicted_traffic(f),
+        })
+    })
+}
+
+/// The dense references: (Y, dX, E by edge, dU, dV) in f64.
+#[allow(clippy::type_complexity)]
+fn reference(
+    a: &CsrOwned<f32>,
+    f: usize,
+) -> (
+    Vec<f64>,
+    Vec<f64>,
+    HashMap<(usize, u64), f64>,
+    Vec<f64>,
+    Vec<f64>,
+) {
+    let n = a.nrows();
+    let z = || vec![0f64; n * f];
+    let (mut y, mut dx, mut du, mut dv) = (z(), z(), z(), z());
+    let mut e = HashMap::new();
+    let m = |seed, g: usize, c| f64::from(value(seed, g, c));
+    for i in 0..n {
+        for &j in a.row(i).0 {
+            let (j, jg) = (j as usize, u64::from(j));
+            let (w, w6) = (
+                f64::from(edge_value(5, i, jg)),
+                f64::from(edge_value(6, i, jg)),
+            );
+            let mut dot = 0f64;
+            for c in 0..f {
+                y[i * f + c] += w * m(1, j, c);
+                dx[j * f + c] += w * m(2, i, c);
+                dot += m(3, i, c) * m(4, j, c);
+                du[i * f + c] += w6 * m(4, j, c);
+                dv[j * f + c] += w6 * m(3, i, c);
+            }
+            e.insert((i, jg), dot);
+        }
+    }
+    (y, dx, e, du, dv)
+}
+
+fn close(got: &[f32], want: &[f64], what: &str) -> Result<(), TestCaseError> {
+    prop_assert_eq!(got.len(), want.len(), "{}", what);
+    let scale = want.iter().fold(1f64, |m, v| m.max(v.abs()));
+    for (k, (&g, &w)) in got.iter().zip(want).enumerate() {
+        prop_assert!(
+            (f64::from(g) - w).abs() <= 1e-5 * scale,
+            "{what}[{k}] = {g}, reference {w}"
+        );
+    }
+    Ok(())
+}
+
+fn small_graphs() -> impl Strategy<Value = (usize, Vec<(u32, u32)>, Vec<u32>, u32)> {
+    (1usize..40, 1u32..=4).prop_flat_map(|(n, parts)| {
+        let parts = parts.min(n as u32);
+        (
+            Just(n),
+            proptest::collection::vec((0..n as u32, 0..n as u32), 0..4 * n),
+            // Any map, so parts may be empty or have no halo at all.
+            proptest::collection::vec(0..parts, n),
+            Just(parts),
+        )
+    })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(40))]
+
+    /// Every per-edge call on every rank against the dense formulas, both schedules; the edge
+    /// operand covers the pattern exactly once, positions round-trip; bytes are the plan's.
+    #[test]
+    fn per_edge_calls_match_the_dense_reference(
+        (n, edges, part_of, parts) in small_graphs(),
+        f in 1usize..7,
+    ) {
+        let bufs = chunks(n, &edges, &part_of, parts);
+        let views = views(&bufs);
+        let a = reassembled(&views);
+        let (y_ref, dx_ref, e_ref, du_ref, dv_ref) = reference(&a, f);
+        for kind in ScheduleKind::ALL {
+            let (mut y, mut dx, mut du, mut dv) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+            let mut seen = 0;
+            for r in run_edges(&views, kind, f) {
+                let r = r.unwrap();
+                let pr = r.predicted;
+                prop_assert_eq!(r.bytes, [pr.forward, pr.backward, pr.forward, pr.forward + pr.backward]);
+                for (k, edge) in r.edges.iter().enumerate() {
+                    let want = e_ref.get(edge);
+                    prop_assert!(want.is_some(), "{kind}: {edge:?} is not an edge of Â");
+                    let want = *want.unwrap();
+                    prop_assert!((f64::from(r.e[k]) - want).abs() <= 1e-5 * (1.0 + want.abs()));
+                }
+                seen += r.edges.len();
+                y.extend(r.y);
+                dx.extend(r.dx);
+                du.extend(r.du);
+                dv.extend(r.dv);
+            }
+            prop_assert_eq!(seen, a.nnz(), "{} covers every stored entry once", kind);
+            close(&y, &y_ref, &format!("{kind} A_e·X"))?;
+            close(&dx, &dx_ref, &format!("{kind} A_eᵀ·dY"))?;
+            close(&du, &du_ref, &format!("{kind} dU"))?;
+            close(&dv, &dv_ref, &format!("{kind} dV"))?;
+        }
+    }
+}
+
+#[test]
+fn per_edge_reruns_are_bit_identical() {
+    let bufs = ring(3000, 4);
+    let views = views(&bufs);
+    for kind in ScheduleKind::ALL {
+        let bits = || -> Vec<u32> {
+            run_edges(&views, kind, 19)
+                .into_iter()
+                .flat_map(|r| {
+                    let r = r.unwrap();
+                    [r.y, r.dx, r.e, r.du, r.dv]
+                        .into_iter()
+                        .flatten()
+                        .map(f32::to_bits)
+                })
+                .collect()
+        };
+        let first = bits();
+        for _ in 0..2 {
+            assert_eq!(bits(), first, "{kind}");
+        }
+    }
+}
+
+/// GAT's additive attention `e_ij = s_i + t_j` is the SDDMM with F = 2, `U_i = [s_i, 1]`,
+/// `V_j = [1, t_j]`: exactly, on every edge, whatever the rank of `j`.
+#[test]
+fn gat_attention_logits_are_an_sddmm_of_width_two() {
+    let bufs = ring(90, 3);
+    let views = views(&bufs);
+    let offsets = views[0].part_offsets();
+    let (s, t) = (|i: usize| value(7, i, 0), |j: usize| value(8, j, 0));
+    for kind in ScheduleKind::ALL {
+        let results = LocalComm::run(3, |comm| {
+            let p = comm.rank();
+            let mut op = DistSpmm::new(&comm, views[p], kind)?;
+            let (n, first) = (op.local_rows(), offsets[p] as usize);
+            let u: Vec<f32> = (0..n).flat_map(|i| [s(first + i), 1.0]).collect();
+            let v: Vec<f32> = (0..n).flat_map(|j| [1.0, t(first + j)]).collect();
+            let mut e = vec![f32::NAN; op.edge_count()];
+            op.sddmm(
+                DenseView::from_row_major(&u[..], n, 2).unwrap(),
+                DenseView::from_row_major(&v[..], n, 2).unwrap(),
+                &mut e,
+            )?;
+            let remote = op
+                .edges()
+                .filter(|&(_, src)| !(offsets[p]..offsets[p + 1]).contains(&src))
+                .count();
+            let edges: Vec<(usize, u64)> = op.edges().map(|(r, src)| (first + r, src)).collect();
+            Ok::<_, DistSpmmError>((edges, e, remote))
+        });
+        let mut remote = 0;
+        for r in results {
+            let (edges, e, far) = r.unwrap();
+            remote += far;
+            for (&(i, j), &got) in edges.iter().zip(&e) {
+                let want = s(i) + t(j as usize);
+                assert_eq!(got.to_bits(), want.to_bits(), "{kind}: e[{i}][{j}]");
+            }
+        }
+        assert!(remote > 0, "the ring's chords cross parts");
+    }
+}
+
+/// The gradient of `L = Σ W ∘ (A_E·X)` with `E = sddmm(U, V)`, composed from the
+/// distributed calls (`dE = sddmm(dY, X)`, `dX = A_Eᵀ·dY`, `(dU, dV) = sddmm_backward(dE)`),
+/// against central differences of L. L is linear in each coordinate, so the differences are
+/// exact up to rounding.
+#[test]
+fn the_sddmm_spmm_composition_has_the_finite_difference_gradient() {
+    let n = 9;
+    let mut edges: Vec<(u32, u32)> = (0..n as u32).map(|i| (i, (i + 1) % n as u32)).collect();
+    edges.extend([(0, 4), (5, 2), (7, 3), (3, 3)]);
+    let part_of: Vec<u32> = (0..n as u32).map(|i| i % 2).collect();
+    let bufs = chunks(n, &edges, &part_of, 2);
+    let views = views(&bufs);
+    let offsets = views[0].part_offsets();
+    let f = 3;
+    let global = |seed| -> Vec<f32> { (0..n * f).map(|k| value(seed, k / f, k % f)).collect() };
+    let w = global(20);
+    // Loss and gradients (dU, dV, dX) of the whole graph, rows in renumbered order.
+    let evaluate = |kind: ScheduleKind, u: &[f32], v: &[f32], x: &[f32]| {
+        let results = LocalComm::run(2, |comm| {
+            let p = comm.rank();
+            let mut op = DistSpmm::new(&comm, views[p], kind)?;
+            let (lo, hi) = (offsets[p] as usize * f, offsets[p + 1] as usize * f);
+            let rows = op.local_rows();
+            let mine = |m: &[f32]| m[lo..hi].to_vec();
+            let (u, v, x, w) = (mine(u), mine(v), mine(x), mine(&w));
+            let zeros = || vec![0f32; rows * f];
+            let mut e = vec![0f32; op.edge_count()];
+            op.sddmm(view(&u, rows, f), view(&v, rows, f), &mut e)?;
+            let mut y = zeros();
+            op.spmm_values(&e, view(&x, rows, f), out(&mut y, rows, f))?;
+            let loss: f64 = y
+                .iter()
+                .zip(&w)
+                .map(|(&a, &b)| f64::from(a) * f64::from(b))
+                .sum();
+            // dY = W.
+            let mut de = vec![0f32; op.edge_count()];
+            op.sddmm(view(&w, rows, f), view(&x, rows, f), &mut de)?;
+            let (mut dx, mut du, mut dv) = (zeros(), zeros(), zeros());
+            op.spmm_values_transpose(&e, view(&w, rows, f), out(&mut dx, rows, f))?;
+            let (du_view, dv_view) = (out(&mut du, rows, f), out(&mut dv, rows, f));
+            op.sddmm_backward(&de, view(&u, rows, f), view(&v, rows, f), du_view, dv_view)?;
+            Ok::<_, DistSpmmError>((loss, du, dv, dx))
+        });
+        let (mut loss, mut grads) = (0f64, [Vec::new(), Vec::new(), Vec::new()]);
+        for r in results {
+            let (l, du, dv, dx) = r.unwrap();
+            loss += l;
+            grads[0].extend(du);
+            grads[1].extend(dv);
+            grads[2].extend(dx);
+        }
+        (loss, grads)
+    };
+    for kind in ScheduleKind::ALL {
+        let inputs = [global(21), global(22), global(23)];
+        let (_, grads) = evaluate(kind, &inputs[0], &inputs[1], &inputs[2]);
+        let h = 0.25f32;
+        for (which, grad) in grads.iter().enumerate() {
+            for k in 0..n * f {
+                let at = |delta: f32| {
+                    let mut moved = inputs.clone();
+                    moved[which][k] += delta;
+                    evaluate(kind, &moved[0], &moved[1], &moved[2]).0
+                };
+                let fd = (at(h) - at(-h)) / (2.0 * f64::from(h));
+                let g = f64::from(grad[k]);
+                assert!(
+                    (fd - g).abs() <= 1e-3 * (1.0 + g.abs()),
+                    "{kind}: d/d{}[{k}] = {g}, finite difference {fd}",
+                    ["U", "V", "X"][which]
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn an_edge_operand_of_the_wrong_length_fails_every_rank() {
+    let bufs = ring(60, 2);
+    let views = views(&bufs);
+    let m = messages(LocalComm::run(2, |comm| {
+        let p = comm.rank();
+        let mut op = DistSpmm::new(&comm, views[p], ScheduleKind::Halo)?;
+        let (n, f) = (op.local_rows(), 2);
+        let extra = usize::from(p == 1);
+        let mut e = vec![0f32; op.edge_count() + extra];
+        let u = vec![1f32; n * f];
+        op.sddmm(
+            DenseView::from_row_major(&u[..], n, f).unwrap(),
+            DenseView::from_row_major(&u[..], n, f).unwrap(),
+            &mut e,
+        )
+    }));
+    assert!(
+        m[1].contains("sddmm on rank 1: E holds") && m[1].contains("non-zeros"),
+        "{m:?}"
+    );
+    assert!(m[0].contains("another rank's operands"), "{m:?}");
+    // A per-edge call on one rank and a plain one on the other: every rank fails.
+    let m = messages(LocalComm::run(2, |comm| {
+        let p = comm.rank();
+        let mut op = DistSpmm::new(&comm, views[p], ScheduleKind::Broadcast)?;
+        let (n, f) = (op.local_rows(), 2);
+        let (x, mut y) = (vec![1f32; n * f], vec![0f32; n * f]);
+        let x = DenseView::from_row_major(&x[..], n, f).unwrap();
+        let y = DenseViewMut::from_row_major(&mut y[..], n, f).unwrap();
+        if p == 0 {
+            let e = vec![1f32; op.edge_count()];
+            op.spmm_values(&e, x, y)
+        } else {
+            op.forward(x, y)
+        }
+    }));
+    assert!(
+        m[0] == m[1] && m[0].contains("different operations"),
+        "{m:?}"
+    );
+}
+
+/// The layout: diagonal block first, then the remote blocks in increasing source part, each
+/// the chunk's CSR order; the transposed product's permutation is 4 bytes per non-zero.
+#[test]
+fn the_edge_layout_puts_the_diagonal_block_first() {
+    let bufs = ring(30, 3);
+    let views = views(&bufs);
+    for chunk in &views {
+        let layout = super::EdgeLayout::new(chunk);
+        let blocks = layout.blocks();
+        assert_eq!(blocks[0].source, chunk.part_id());
+        assert_eq!(blocks[0].first, 0);
+        assert_eq!(blocks[0].len, chunk.diagonal_block().nnz());
+        assert!(blocks[1..].windows(2).all(|w| w[0].source < w[1].source));
+        let mut next = 0;
+        for b in blocks {
+            assert_eq!(b.first, next);
+            next += b.len;
+        }
+        assert_eq!(layout.len(), next);
+        let order = super::CscOrder::new(chunk, &layout).unwrap();
+        assert_eq!(order.bytes(), 4 * layout.len() as u64);
+        // The permutation reads every CSR value once per block: a permutation.
+        for (k, eb) in blocks.iter().enumerate() {
+            let b = chunk.block(layout.chunk_index(k));
+            let csr: Vec<f32> = (0..eb.len).map(|i| i as f32).collect();
+            let mut csc = vec![f32::NAN; eb.len];
+            order.permute(&b, eb, &csr, &mut csc);
+            let mut sorted = csc.clone();
+            sorted.sort_by(f32::total_cmp);
+            assert_eq!(sorted, csr);
+            // And in the chunk's own values: the CSC's values.
+            let mut own = vec![f32::NAN; eb.len];
+            order.permute(&b, eb, b.csr_vals, &mut own);
+            assert_eq!(own, b.csc_vals);
+        }
+    }
+}
