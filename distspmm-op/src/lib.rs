@@ -53,7 +53,10 @@
 //! schedules and exchanges. The values are one f32 per stored non-zero of the rank's rows in the
 //! [`EdgeLayout`] order (diagonal block first, then increasing source part, each block in CSR
 //! order); the transposed product reads them through a CSR→CSC permutation made at its first
-//! call (4 bytes per non-zero, plus 4 per non-zero for the permuted copy).
+//! call (4 bytes per non-zero, plus 4 per non-zero for the permuted copy). Between the SDDMM
+//! and the SpMM, GAT normalises each row's values with [`DistSpmm::edge_softmax`] or
+//! [`DistSpmm::leaky_relu_edge_softmax`], local to the rank (a row's in-edges live on its
+//! owner).
 //!
 //! Additions happen in a fixed order whatever the arrival order, so both schedules are
 //! bit-identical run to run (and the `local` backend is bit-identical to MPI: no reduction is
@@ -81,6 +84,7 @@ mod blocks;
 pub mod broadcast;
 mod chunk_source;
 mod cpu;
+mod edge_softmax;
 mod edges;
 #[cfg(feature = "cuda")]
 pub mod gpu;
@@ -503,7 +507,13 @@ where
     ) -> Result<(), DistSpmmError> {
         let (rank, n, f) = (self.rank(), self.local_rows(), input.cols());
         let (i, o) = op.operand_names();
-        let shapes = check_operands(op, rank, n, &[(i, shape(&input)), (o, shape(&output))], &[]);
+        let shapes = check_operands(
+            op.name(),
+            rank,
+            n,
+            &[(i, shape(&input)), (o, shape(&output))],
+            &[],
+        );
         self.prepare(op, f, shapes)?;
         let traffic = self.execute(op, op.programs()[0], input, output, None, &[], &mut [])?;
         self.last = traffic;
@@ -552,7 +562,7 @@ where
         let (rank, n, f) = (self.rank(), self.local_rows(), input.cols());
         let (i, o) = op.operand_names();
         let shapes = check_operands(
-            op,
+            op.name(),
             rank,
             n,
             &[(i, shape(&input)), (o, shape(&output))],
@@ -583,7 +593,7 @@ where
         let (rank, n, f) = (self.rank(), self.local_rows(), u.cols());
         let op = Op::Sddmm;
         let shapes = check_operands(
-            op,
+            op.name(),
             rank,
             n,
             &[("U", shape(&u)), ("V", shape(&v))],
@@ -620,7 +630,7 @@ where
         let (rank, n, f) = (self.rank(), self.local_rows(), u.cols());
         let op = Op::SddmmBackward;
         let shapes = check_operands(
-            op,
+            op.name(),
             rank,
             n,
             &[
@@ -846,34 +856,31 @@ where
     (d.rows(), d.cols())
 }
 
-/// The shape rule of every call: each dense operand (name, (rows, columns)) is `n_p × F`, F
+/// The shape rule of every call (`call` names it in messages): each dense operand (name, (rows, columns)) is `n_p × F`, F
 /// the first one's columns; each per-edge operand (name, values, this rank's non-zeros) holds
 /// one value per stored non-zero of this rank's rows.
 fn check_operands(
-    op: Op,
+    call: &str,
     rank: usize,
     n: usize,
     dense: &[(&str, (usize, usize))],
     edges: &[(&str, usize, usize)],
 ) -> Result<(), DistSpmmError> {
-    let Some(&(first, (_, f))) = dense.first() else {
-        return Ok(());
-    };
-    for &(name, (rows, cols)) in dense {
-        if rows != n || cols != f {
-            return Err(DistSpmmError::Shape(format!(
-                "{} on rank {rank}: {name} is {rows} × {cols} but part {rank} owns {n} rows and \
-                 {first} has {f} columns",
-                op.name(),
-            )));
+    if let Some(&(first, (_, f))) = dense.first() {
+        for &(name, (rows, cols)) in dense {
+            if rows != n || cols != f {
+                return Err(DistSpmmError::Shape(format!(
+                    "{call} on rank {rank}: {name} is {rows} × {cols} but part {rank} owns {n} \
+                     rows and {first} has {f} columns",
+                )));
+            }
         }
     }
     for &(name, values, nnz) in edges {
         if values != nnz {
             return Err(DistSpmmError::Shape(format!(
-                "{} on rank {rank}: {name} holds {values} values but part {rank} stores {nnz} \
+                "{call} on rank {rank}: {name} holds {values} values but part {rank} stores {nnz} \
                  non-zeros (one value per edge, in the operator's edge layout)",
-                op.name(),
             )));
         }
     }

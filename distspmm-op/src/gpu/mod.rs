@@ -1455,7 +1455,7 @@ fn check_device_call(
         .filter(|(name, _)| is_edges(name))
         .map(|&(name, d)| (name, d.rows, nnz))
         .collect();
-    check_operands(op, rank, n, &dense, &edges)?;
+    check_operands(op.name(), rank, n, &dense, &edges)?;
     if let Some((name, d)) = all().find(|(name, d)| is_edges(name) && (d.cols != 1 || d.ld != 1)) {
         return Err(DistSpmmError::Shape(format!(
             "{} on rank {rank}: {name} is {} × {} with leading dimension {}; per-edge values \
