@@ -2,38 +2,11 @@
 //! one thread, and every other method left to distspmm-core.
 
 use super::partition;
+use distspmm_core::partition::testing::{two_cliques, weighted_imbalance};
 use distspmm_core::partition::{
-    Adjacency, Balance, KaminparOptions, Method, MetisOptions, Partition, KAMINPAR_IMBALANCE,
+    Adjacency, Balance, KaminparOptions, Method, MetisOptions, KAMINPAR_IMBALANCE,
 };
 use proptest::prelude::*;
-
-/// Two cliques of `k` nodes joined by one edge, plus an isolated node.
-fn two_cliques(k: u32) -> (usize, Vec<u32>, Vec<u32>) {
-    let (mut src, mut dst) = (Vec::new(), Vec::new());
-    for base in [0, k] {
-        for i in 0..k {
-            for j in 0..k {
-                if i != j {
-                    src.push(base + i);
-                    dst.push(base + j);
-                }
-            }
-        }
-    }
-    src.push(0);
-    dst.push(k);
-    ((2 * k + 1) as usize, src, dst)
-}
-
-/// Largest part's share of `weight` over the mean (1 = perfect balance).
-fn weighted_imbalance(p: &Partition, weight: impl Fn(usize) -> u64) -> f64 {
-    let mut per_part = vec![0u64; p.parts() as usize];
-    for (v, &part) in p.part_of().iter().enumerate() {
-        per_part[part as usize] += weight(v);
-    }
-    let total: u64 = per_part.iter().sum();
-    *per_part.iter().max().unwrap() as f64 * f64::from(p.parts()) / total as f64
-}
 
 fn kaminpar(threads: usize, seed: u64, balance: Balance) -> Method {
     Method::Kaminpar(KaminparOptions {

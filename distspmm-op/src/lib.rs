@@ -248,6 +248,11 @@ impl Op {
         }
     }
 
+    /// Whether the call takes a per-edge operand.
+    fn reads_edges(self) -> bool {
+        !matches!(self, Op::Forward | Op::Backward)
+    }
+
     /// Whether a program of the call reads per-edge values through the CSR→CSC permutation.
     fn transposes_edges(self) -> bool {
         self.programs().contains(&Kind::BackwardEdges)
@@ -483,7 +488,7 @@ where
         x: DenseView<'_, f32>,
         y: DenseViewMut<'_, f32>,
     ) -> Result<(), DistSpmmError> {
-        self.call(Op::Forward, x, y)
+        self.call(Op::Forward, &[], x, y)
     }
 
     /// `dX_p = (Âᵀ·dY)_p` from this rank's `dY_p` (`n_p × F`) into `dX_p` (`n_p × F`,
@@ -496,28 +501,7 @@ where
         dy: DenseView<'_, f32>,
         dx: DenseViewMut<'_, f32>,
     ) -> Result<(), DistSpmmError> {
-        self.call(Op::Backward, dy, dx)
-    }
-
-    fn call(
-        &mut self,
-        op: Op,
-        input: DenseView<'_, f32>,
-        output: DenseViewMut<'_, f32>,
-    ) -> Result<(), DistSpmmError> {
-        let (rank, n, f) = (self.rank(), self.local_rows(), input.cols());
-        let (i, o) = op.operand_names();
-        let shapes = check_operands(
-            op.name(),
-            rank,
-            n,
-            &[(i, shape(&input)), (o, shape(&output))],
-            &[],
-        );
-        self.prepare(op, f, shapes)?;
-        let traffic = self.execute(op, op.programs()[0], input, output, None, &[], &mut [])?;
-        self.last = traffic;
-        Ok(())
+        self.call(Op::Backward, &[], dy, dx)
     }
 
     /// `Y_p = (A_e·X)_p`: the forward product with the call's per-edge values `e` (one per
@@ -533,7 +517,7 @@ where
         x: DenseView<'_, f32>,
         y: DenseViewMut<'_, f32>,
     ) -> Result<(), DistSpmmError> {
-        self.values_call(Op::SpmmValues, e, x, y)
+        self.call(Op::SpmmValues, e, x, y)
     }
 
     /// `dX_p = (A_eᵀ·dY)_p`: the backward product with the call's per-edge values `e` (the
@@ -549,10 +533,13 @@ where
         dy: DenseView<'_, f32>,
         dx: DenseViewMut<'_, f32>,
     ) -> Result<(), DistSpmmError> {
-        self.values_call(Op::SpmmValuesTranspose, e, dy, dx)
+        self.call(Op::SpmmValuesTranspose, e, dy, dx)
     }
 
-    fn values_call(
+    /// One SpMM call: `op`'s one program over `input` and `output`, with the per-edge values
+    /// `e` for the calls that take them (`Op::reads_edges`; the chunk's values otherwise, and
+    /// `e` is empty).
+    fn call(
         &mut self,
         op: Op,
         e: &[f32],
@@ -561,12 +548,13 @@ where
     ) -> Result<(), DistSpmmError> {
         let (rank, n, f) = (self.rank(), self.local_rows(), input.cols());
         let (i, o) = op.operand_names();
+        let edges = [("E", e.len(), self.edge_count())];
         let shapes = check_operands(
             op.name(),
             rank,
             n,
             &[(i, shape(&input)), (o, shape(&output))],
-            &[("E", e.len(), self.edge_count())],
+            if op.reads_edges() { &edges } else { &[] },
         );
         self.prepare(op, f, shapes)?;
         self.last = self.execute(op, op.programs()[0], input, output, None, e, &mut [])?;

@@ -159,8 +159,8 @@ fn reference(a: &CsrOwned<f32>, features: usize) -> (Vec<f64>, Vec<f64>) {
     (y, dx)
 }
 
-fn assert_close(got: &[f32], want: &[f64], what: &str) -> Result<(), TestCaseError> {
-    prop_assert_eq!(got.len(), want.len());
+pub(crate) fn assert_close(got: &[f32], want: &[f64], what: &str) -> Result<(), TestCaseError> {
+    prop_assert_eq!(got.len(), want.len(), "{}", what);
     let scale = want.iter().fold(1f64, |m, v| m.max(v.abs()));
     for (k, (&g, &w)) in got.iter().zip(want).enumerate() {
         prop_assert!(
@@ -172,11 +172,21 @@ fn assert_close(got: &[f32], want: &[f64], what: &str) -> Result<(), TestCaseErr
 }
 
 fn graph_strategy() -> impl Strategy<Value = (usize, Vec<(u32, u32)>, Vec<u32>, u32)> {
-    (1usize..48, 1u32..6).prop_flat_map(|(n, parts)| {
+    graphs(48, 5, 5)
+}
+
+/// Random graphs of fewer than `max_nodes` nodes and fewer than `edges_per_node` edges per
+/// node, with any map into at most `max_parts` parts: `(n, edges, part_of, parts)`.
+pub(crate) fn graphs(
+    max_nodes: usize,
+    max_parts: u32,
+    edges_per_node: usize,
+) -> impl Strategy<Value = (usize, Vec<(u32, u32)>, Vec<u32>, u32)> {
+    (1usize..max_nodes, 1u32..=max_parts).prop_flat_map(move |(n, parts)| {
         let parts = parts.min(n as u32);
         (
             Just(n),
-            proptest::collection::vec((0..n as u32, 0..n as u32), 0..5 * n),
+            proptest::collection::vec((0..n as u32, 0..n as u32), 0..edges_per_node * n),
             // Any map, so parts may be empty or have no halo at all.
             proptest::collection::vec(0..parts, n),
             Just(parts),

@@ -23,21 +23,29 @@ where
         write_to(out)?;
         return Ok(true);
     }
-    let name = out
-        .file_name()
-        .map_or_else(|| "output".into(), |n| n.to_string_lossy().into_owned());
-    // The candidate keeps the output's extension: writers may insist on it (`.npz`).
-    let extension = out
-        .extension()
-        .map_or_else(String::new, |e| format!(".{}", e.to_string_lossy()));
-    let candidate = out.with_file_name(format!(
-        ".{name}.{}.candidate{extension}",
-        std::process::id()
-    ));
+    // The candidate is written into a fresh directory of its own beside the output (created
+    // exclusively under a random name, so nothing there is anyone else's), under the output's
+    // own file name: writers may insist on its extension (`.npz`).
+    let parent = match out.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    };
+    let file_name = out.file_name().unwrap_or(std::ffi::OsStr::new("output"));
+    let mut prefix = std::ffi::OsString::from(".");
+    prefix.push(file_name);
+    prefix.push(".");
+    let scratch = tempfile::Builder::new()
+        .prefix(&prefix)
+        .suffix(".candidate")
+        .tempdir_in(parent)
+        .with_context(|| format!("cannot create a directory beside {}", out.display()))?;
+    let candidate = scratch.path().join(file_name);
     let outcome = write_to(&candidate)
         .map_err(anyhow::Error::from)
         .and_then(|()| same_contents(&candidate, out));
+    // Only what this call wrote is removed: its candidate, then the directory it created.
     let _ = std::fs::remove_file(&candidate);
+    let _ = std::fs::remove_dir(scratch.keep());
     if outcome? {
         return Ok(false);
     }

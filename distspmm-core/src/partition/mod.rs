@@ -637,13 +637,14 @@ fn fill_empty_parts(adjacency: &Adjacency, parts: u32, part_of: &mut [u32]) {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use proptest::prelude::*;
+/// Graphs and measures the partitioning tests share (this crate's and distspmm-kaminpar's).
+#[cfg(any(test, feature = "testing"))]
+pub mod testing {
+    use super::Partition;
+    use std::vec::Vec;
 
     /// Two cliques of `k` nodes joined by one edge, plus an isolated node.
-    fn two_cliques(k: u32) -> (usize, Vec<u32>, Vec<u32>) {
+    pub fn two_cliques(k: u32) -> (usize, Vec<u32>, Vec<u32>) {
         let (mut src, mut dst) = (Vec::new(), Vec::new());
         for base in [0, k] {
             for i in 0..k {
@@ -659,6 +660,23 @@ mod tests {
         dst.push(k);
         ((2 * k + 1) as usize, src, dst)
     }
+
+    /// Largest part's share of `weight` over the mean (1 = perfect balance).
+    pub fn weighted_imbalance(p: &Partition, weight: impl Fn(usize) -> u64) -> f64 {
+        let mut per_part = std::vec![0u64; p.parts() as usize];
+        for (v, &part) in p.part_of().iter().enumerate() {
+            per_part[part as usize] += weight(v);
+        }
+        let total: u64 = per_part.iter().sum();
+        *per_part.iter().max().unwrap() as f64 * f64::from(p.parts()) / total as f64
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::testing::{two_cliques, weighted_imbalance};
+    use super::*;
+    use proptest::prelude::*;
 
     fn all_methods() -> [Method; 3] {
         [
@@ -738,16 +756,6 @@ mod tests {
         let mut part_of = std::vec![0, 0, 0, 0];
         fill_empty_parts(&adj, 2, &mut part_of);
         assert_eq!(part_of, [0, 0, 0, 1]);
-    }
-
-    /// Largest part's share of `weight` over the mean (1 = perfect balance).
-    fn weighted_imbalance(p: &Partition, weight: impl Fn(usize) -> u64) -> f64 {
-        let mut per_part = std::vec![0u64; p.parts() as usize];
-        for (v, &part) in p.part_of().iter().enumerate() {
-            per_part[part as usize] += weight(v);
-        }
-        let total: u64 = per_part.iter().sum();
-        *per_part.iter().max().unwrap() as f64 * f64::from(p.parts()) / total as f64
     }
 
     #[test]

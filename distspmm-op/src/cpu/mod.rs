@@ -67,6 +67,16 @@ pub(crate) struct CpuMatrices<'c> {
     pub(crate) blocks: &'c CpuBlocks,
 }
 
+/// The one form of SDDMM the programs use: `U` sampled into the call's edge operand.
+fn sddmm_operands(u: Dense, out: Values) -> Result<(), DistSpmmError> {
+    if out != Values::Edges || u != Dense::Left {
+        return Err(internal(
+            "an SDDMM that does not sample U into the edge operand",
+        ));
+    }
+    Ok(())
+}
+
 fn internal(what: &str) -> DistSpmmError {
     DistSpmmError::Internal(what.to_owned())
 }
@@ -351,11 +361,7 @@ impl<C: Broadcast + PointToPoint> Backend for CpuCall<'_, C> {
         v: Dense,
         out: Values,
     ) -> Result<(), DistSpmmError> {
-        if out != Values::Edges || u != Dense::Left {
-            return Err(internal(
-                "an SDDMM that does not sample U into the edge operand",
-            ));
-        }
+        sddmm_operands(u, out)?;
         let m = self.m;
         let (u, v) = (
             self.read(u, self.packed, self.halo)?,
@@ -572,11 +578,7 @@ impl<'s, E: Requests<'s, f32>> Backend for InFlight<'s, '_, E> {
         v: Dense,
         out: Values,
     ) -> Result<(), DistSpmmError> {
-        if out != Values::Edges || u != Dense::Left {
-            return Err(internal(
-                "an SDDMM that does not sample U into the edge operand",
-            ));
-        }
+        sddmm_operands(u, out)?;
         let m = self.m;
         let u = self.left.ok_or_else(|| internal("an SDDMM without U"))?;
         if let Dense::Region(r) = v {

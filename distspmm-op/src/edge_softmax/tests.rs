@@ -19,7 +19,7 @@ use distspmm_core::partition::Partition;
 use distspmm_core::schedule::ScheduleKind;
 use proptest::prelude::*;
 
-use crate::tests::{chunks, messages, reassembled, ring, value, views};
+use crate::tests::{chunks, graphs, messages, reassembled, ring, value, views};
 use crate::{DistSpmm, DistSpmmError};
 
 const SLOPE: f32 = 0.2;
@@ -106,18 +106,6 @@ fn in_edges(views: &[ChunkView<'_>]) -> Vec<Vec<u64>> {
         .collect()
 }
 
-fn small_graphs() -> impl Strategy<Value = (usize, Vec<(u32, u32)>, Vec<u32>, u32)> {
-    (1usize..40, 1u32..=4).prop_flat_map(|(n, parts)| {
-        let parts = parts.min(n as u32);
-        (
-            Just(n),
-            proptest::collection::vec((0..n as u32, 0..n as u32), 0..4 * n),
-            proptest::collection::vec(0..parts, n),
-            Just(parts),
-        )
-    })
-}
-
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(40))]
 
@@ -125,7 +113,7 @@ proptest! {
     /// backward against the dense formula, each row summing to 1.
     #[test]
     fn the_edge_softmax_matches_the_dense_reference(
-        (n, edges, part_of, parts) in small_graphs(),
+        (n, edges, part_of, parts) in graphs(40, 4, 4),
     ) {
         let bufs = chunks(n, &edges, &part_of, parts);
         let views = views(&bufs);
