@@ -8,7 +8,7 @@ use alloc::vec::Vec;
 use crate::aligned::AlignedBuf;
 use crate::error::ChunkError;
 use crate::layout::{
-    align_up, file_checksum, ChunkHeader, ElemType, SectionEntry, SectionKind, ValueDtype,
+    align_up, file_checksum, ChunkHeader, ElemType, SectionEntry, SectionKind, ValueDtype, Version,
     FORMAT_VERSION, HEADER_LEN, INDEX_WIDTH, SECTION_ENTRY_LEN, SECTION_FLAG_OPTIONAL,
 };
 use crate::view::{BlockView, ChunkView};
@@ -26,7 +26,8 @@ pub struct ChunkContents<'a> {
     /// Part offsets `u64[P+1]`.
     pub part_offsets: &'a [u64],
     /// The blocks in strictly increasing order of `src_part`, the diagonal block included.
-    /// `nrows` must be `n_p`; `ncols` the compacted column count.
+    /// `nrows` must be `n_p`; `ncols` the compacted column count. Their `edge_weights` are
+    /// the `EDGE_WEIGHTS` section: given for every block or for none.
     pub blocks: Vec<BlockView<'a>>,
     /// Offsets of the per-peer receive lists, `u64[P+1]`.
     pub halo_recv_offsets: &'a [u64],
@@ -63,6 +64,19 @@ impl core::fmt::Debug for ChunkContents<'_> {
             .field("num_classes", &self.num_classes)
             .field("masks", &self.masks.is_some())
             .finish_non_exhaustive()
+    }
+}
+
+impl ChunkContents<'_> {
+    /// The format version the writer records for these contents: the lowest that defines
+    /// every section they fill — 1.1 when the blocks carry edge weights (`EDGE_WEIGHTS`), else
+    /// 1.0, so a chunk without them is byte for byte a 1.0 file.
+    pub fn version(&self) -> Version {
+        if self.blocks.iter().any(|b| b.edge_weights.is_some()) {
+            FORMAT_VERSION
+        } else {
+            Version { major: 1, minor: 0 }
+        }
     }
 }
 
@@ -175,6 +189,21 @@ impl<'a> Plan<'a> {
         for (i, b) in blocks.iter().enumerate() {
             Self::check_block_shape(b, i, n_p)?;
         }
+        let weighted = blocks.iter().any(|b| b.edge_weights.is_some());
+        if let Some((i, b)) = blocks
+            .iter()
+            .enumerate()
+            .find(|(_, b)| b.edge_weights.is_some() != weighted)
+        {
+            return Err(ChunkError::section(
+                SectionKind::EDGE_WEIGHTS,
+                format!(
+                    "block {i} (source part {}) has no edge weights but another block has; \
+                     either every block carries them or none",
+                    b.src_part
+                ),
+            ));
+        }
         let nnz = blocks
             .iter()
             .fold(0u64, |acc, b| acc.saturating_add(b.csr_cols.len() as u64));
@@ -255,10 +284,18 @@ impl<'a> Plan<'a> {
                 vec![borrowed(masks)],
             ));
         }
+        if weighted {
+            sections.push(PlannedSection::new(
+                SectionKind::EDGE_WEIGHTS,
+                per_block(blocks, |b| {
+                    bytemuck::cast_slice(b.edge_weights.unwrap_or(&[]))
+                }),
+            ));
+        }
 
         let mut plan = Self {
             header: ChunkHeader {
-                version: FORMAT_VERSION,
+                version: contents.version(),
                 value_dtype: ValueDtype::F32,
                 index_width: INDEX_WIDTH,
                 num_parts,
@@ -343,6 +380,10 @@ impl<'a> Plan<'a> {
             (SectionKind::CSR_VALS, b.csr_vals.len()),
             (SectionKind::CSC_ROWS, b.csc_rows.len()),
             (SectionKind::CSC_VALS, b.csc_vals.len()),
+            (
+                SectionKind::EDGE_WEIGHTS,
+                b.edge_weights.map_or(nnz, <[f32]>::len),
+            ),
         ] {
             if len != nnz {
                 return Err(at(

@@ -6,8 +6,10 @@ use core::fmt;
 /// readable in a hex dump, and a newline (catches line-ending conversion).
 pub const MAGIC: [u8; 8] = *b"\x89DSPCHK\n";
 
-/// The format version this crate writes; it reads every minor version of this major.
-pub const FORMAT_VERSION: Version = Version { major: 1, minor: 0 };
+/// The newest format version this crate writes; it reads every minor version of this major.
+/// The writer records the lowest version that defines every section of the file it writes
+/// ([`crate::ChunkContents::version`]): a chunk without the sections 1.1 added is a 1.0 file.
+pub const FORMAT_VERSION: Version = Version { major: 1, minor: 1 };
 
 /// Length of the fixed header in bytes.
 pub const HEADER_LEN: usize = 128;
@@ -165,7 +167,7 @@ pub(crate) struct KindSpec {
 }
 
 /// Known kinds, indexed by code (index 0 is unused). The order is the writer's layout order.
-const KIND_SPECS: [Option<KindSpec>; 19] = {
+const KIND_SPECS: [Option<KindSpec>; 20] = {
     const fn k(name: &'static str, elem: ElemType, optional: bool) -> Option<KindSpec> {
         Some(KindSpec {
             name,
@@ -193,6 +195,7 @@ const KIND_SPECS: [Option<KindSpec>; 19] = {
         k("FEATURES", ElemType::F32, true),
         k("LABELS", ElemType::I32, true),
         k("MASKS", ElemType::U8, true),
+        k("EDGE_WEIGHTS", ElemType::F32, true),
     ]
 };
 
@@ -236,6 +239,9 @@ impl SectionKind {
     pub const LABELS: Self = Self(0x11);
     /// Train/val/test masks, `u8[n_p]` (optional).
     pub const MASKS: Self = Self(0x12);
+    /// The weight in the graph's `A` of every stored non-zero, in `CSR_VALS` order, `f32[nnz]`
+    /// (optional; format 1.1).
+    pub const EDGE_WEIGHTS: Self = Self(0x13);
 
     /// The spec's name of a known kind.
     pub fn name(self) -> Option<&'static str> {
@@ -557,7 +563,13 @@ mod tests {
             Some((ElemType::F32, true))
         );
         assert!(!SectionKind(0).is_known());
-        assert!(!SectionKind(0x13).is_known());
+        assert_eq!(
+            SectionKind::EDGE_WEIGHTS
+                .spec()
+                .map(|s| (s.name, s.elem, s.optional)),
+            Some(("EDGE_WEIGHTS", ElemType::F32, true))
+        );
+        assert!(!SectionKind(0x14).is_known());
         assert_eq!(alloc::format!("{}", SectionKind(0x99)), "unknown kind 0x99");
         for code in 1..=5 {
             assert_eq!(ElemType::from_code(code).map(ElemType::code), Some(code));

@@ -1,6 +1,6 @@
 //! The on-disk chunk: what one rank of a `P`-way partition loads — its rows of Â split into one
 //! block per source part (CSR and CSC over compacted columns), the halo send/receive lists, and
-//! optional features, labels and masks.
+//! optional features, labels, masks and the graph's own edge weights at Â's entries.
 //!
 //! The byte layout is specified in `docs/chunk-format.md`. [`ChunkView`] is a zero-copy,
 //! validating view over the bytes of a chunk (a memory map or an [`AlignedBuf`]): once
@@ -25,6 +25,7 @@
 //!     csc_colptr: &[0, 1, 3],
 //!     csc_rows: &[0, 0, 1],
 //!     csc_vals: &[1.0, 2.0, 3.0],
+//!     edge_weights: None, // or the weight in A of each entry (format 1.1)
 //! };
 //! let contents = ChunkContents {
 //!     part_id: 0,

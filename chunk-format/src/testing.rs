@@ -48,6 +48,7 @@ pub(crate) struct ChunkParams {
     pub(crate) feature_dim: u32,
     pub(crate) num_classes: u32,
     pub(crate) masks: bool,
+    pub(crate) edge_weights: bool,
 }
 
 pub(crate) fn params_strategy() -> impl Strategy<Value = ChunkParams> {
@@ -59,9 +60,19 @@ pub(crate) fn params_strategy() -> impl Strategy<Value = ChunkParams> {
         0u32..4,
         0u32..4,
         any::<bool>(),
+        any::<bool>(),
     )
         .prop_map(
-            |(seed, part_sizes, part, density_percent, feature_dim, num_classes, masks)| {
+            |(
+                seed,
+                part_sizes,
+                part,
+                density_percent,
+                feature_dim,
+                num_classes,
+                masks,
+                edge_weights,
+            )| {
                 ChunkParams {
                     seed,
                     part_id: part.index(part_sizes.len()),
@@ -70,6 +81,7 @@ pub(crate) fn params_strategy() -> impl Strategy<Value = ChunkParams> {
                     feature_dim,
                     num_classes,
                     masks,
+                    edge_weights,
                 }
             },
         )
@@ -86,6 +98,7 @@ pub(crate) struct OwnedBlock {
     pub(crate) csc_colptr: Vec<u64>,
     pub(crate) csc_rows: Vec<u32>,
     pub(crate) csc_vals: Vec<f32>,
+    pub(crate) edge_weights: Option<Vec<f32>>,
 }
 
 /// Owned arrays of one chunk, and the dense block row they were built from.
@@ -169,6 +182,7 @@ pub(crate) fn build(params: &ChunkParams) -> OwnedChunk {
             csc_colptr: vec![0],
             csc_rows: Vec::new(),
             csc_vals: Vec::new(),
+            edge_weights: None,
         };
         for r in 0..n_p {
             for (c, &g) in globals.iter().enumerate() {
@@ -210,9 +224,25 @@ pub(crate) fn build(params: &ChunkParams) -> OwnedChunk {
     }
     let f = params.feature_dim;
     let c = params.num_classes;
+    let fingerprint = core::array::from_fn(|_| rng.next_u64() as u8);
+    let features = (f > 0).then(|| (0..n_p * f as usize).map(|_| rng.value()).collect());
+    let labels = (c > 0).then(|| {
+        (0..n_p)
+            .map(|_| rng.below(u64::from(c) + 1) as i32 - 1)
+            .collect()
+    });
+    let masks = params
+        .masks
+        .then(|| (0..n_p).map(|_| rng.below(8) as u8).collect());
+    // Drawn last, so chunks without them are the ones the generator always made.
+    if params.edge_weights {
+        for b in &mut blocks {
+            b.edge_weights = Some(b.csr_vals.iter().map(|_| rng.value()).collect());
+        }
+    }
     OwnedChunk {
         part_id: p as u32,
-        fingerprint: core::array::from_fn(|_| rng.next_u64() as u8),
+        fingerprint,
         halo_recv_offsets: prefix(recv.iter().map(Vec::len)),
         halo_recv: recv.concat(),
         halo_send_offsets: prefix(send.iter().map(Vec::len)),
@@ -220,16 +250,10 @@ pub(crate) fn build(params: &ChunkParams) -> OwnedChunk {
         part_offsets: off,
         blocks,
         feature_dim: f,
-        features: (f > 0).then(|| (0..n_p * f as usize).map(|_| rng.value()).collect()),
+        features,
         num_classes: c,
-        labels: (c > 0).then(|| {
-            (0..n_p)
-                .map(|_| rng.below(u64::from(c) + 1) as i32 - 1)
-                .collect()
-        }),
-        masks: params
-            .masks
-            .then(|| (0..n_p).map(|_| rng.below(8) as u8).collect()),
+        labels,
+        masks,
         original_ids: permutation[p_start..p_end].to_vec(),
         dense,
     }
@@ -247,6 +271,7 @@ impl OwnedBlock {
             csc_colptr: &self.csc_colptr,
             csc_rows: &self.csc_rows,
             csc_vals: &self.csc_vals,
+            edge_weights: self.edge_weights.as_deref(),
         }
     }
 }
@@ -278,8 +303,8 @@ impl OwnedChunk {
     }
 }
 
-/// A chunk with every section non-empty (three parts, features, labels, masks), for the
-/// exhaustive corruption tests.
+/// A chunk with every section non-empty (three parts, features, labels, masks, edge weights),
+/// for the exhaustive corruption tests.
 pub(crate) fn small_full_chunk() -> OwnedChunk {
     build(&ChunkParams {
         seed: 7,
@@ -289,6 +314,7 @@ pub(crate) fn small_full_chunk() -> OwnedChunk {
         feature_dim: 2,
         num_classes: 3,
         masks: true,
+        edge_weights: true,
     })
 }
 

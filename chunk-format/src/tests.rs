@@ -78,7 +78,21 @@ fn assert_round_trip(chunk: &OwnedChunk) {
     let view = ChunkView::parse(buf.as_bytes()).unwrap();
     assert_eq!(view.contents(), contents);
     let h = view.header();
-    assert_eq!(h.version, FORMAT_VERSION);
+    let weighted = chunk.blocks.iter().any(|b| b.edge_weights.is_some());
+    let minor = if weighted { FORMAT_VERSION.minor } else { 0 };
+    assert_eq!(h.version, Version { major: 1, minor });
+    assert_eq!(h.version, contents.version());
+    assert_eq!(view.edge_weights().is_some(), weighted);
+    for (b, owned) in view.blocks().zip(&chunk.blocks) {
+        assert_eq!(b.edge_weights, owned.edge_weights.as_deref());
+    }
+    let flat: Vec<f32> = chunk
+        .blocks
+        .iter()
+        .filter_map(|b| b.edge_weights.clone())
+        .flatten()
+        .collect();
+    assert_eq!(view.edge_weights().unwrap_or(&[]), flat.as_slice());
     assert_eq!(h.num_parts as usize + 1, chunk.part_offsets.len());
     assert_eq!(h.num_local_nodes as usize, chunk.n_p());
     assert_eq!(h.num_halo_rows as usize, chunk.halo_recv.len());
@@ -144,6 +158,7 @@ fn empty_and_single_part_chunks_round_trip() {
                 feature_dim: 0,
                 num_classes: 0,
                 masks: false,
+                edge_weights: density_percent > 0,
             }));
         }
     }
@@ -505,6 +520,97 @@ fn broken_invariants_are_named() {
     );
 }
 
+/// A weight of some block of the small chunk (the last one with entries).
+fn some_weight(c: &mut OwnedChunk) -> &mut f32 {
+    c.blocks
+        .iter_mut()
+        .filter_map(|b| b.edge_weights.as_mut())
+        .filter_map(|w| w.last_mut())
+        .last()
+        .expect("the small chunk has weighted entries")
+}
+
+#[test]
+fn broken_edge_weights_are_named() {
+    for bad in [f32::NAN, f32::INFINITY, f32::NEG_INFINITY] {
+        assert_eq!(
+            blamed_section(|c| *some_weight(c) = bad),
+            SectionKind::EDGE_WEIGHTS
+        );
+    }
+    // One weight too few in a block, and a block without weights beside blocks with them.
+    assert_eq!(
+        blamed_section(|c| {
+            let b = c
+                .blocks
+                .iter_mut()
+                .find(|b| !b.csr_cols.is_empty())
+                .unwrap();
+            b.edge_weights.as_mut().unwrap().pop();
+        }),
+        SectionKind::EDGE_WEIGHTS
+    );
+    assert_eq!(
+        blamed_section(|c| c.blocks[1].edge_weights = None),
+        SectionKind::EDGE_WEIGHTS
+    );
+    // In a file: a section whose count is not the header's nnz.
+    let buf = encode_plan_edited(|plan| {
+        let s = plan
+            .sections
+            .iter_mut()
+            .find(|s| s.kind == SectionKind::EDGE_WEIGHTS)
+            .unwrap();
+        s.pieces.push(Piece::Owned(1f32.to_le_bytes().to_vec()));
+    });
+    let err = ChunkView::parse(buf.as_bytes()).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            ChunkError::Section {
+                section: SectionKind::EDGE_WEIGHTS,
+                ..
+            }
+        ),
+        "{err}"
+    );
+    assert!(err.to_string().contains("the header's nnz"), "{err}");
+}
+
+#[test]
+fn edge_weights_are_optional_and_skipped_by_a_reader_that_does_not_know_them() {
+    let weighted = encode_ok(&small_full_chunk());
+    let view = ChunkView::parse(weighted.as_bytes()).unwrap();
+    assert_eq!(view.header().version, Version { major: 1, minor: 1 });
+    let entry = view
+        .sections()
+        .find(|s| s.kind == SectionKind::EDGE_WEIGHTS)
+        .unwrap();
+    assert_eq!(entry.flags, SECTION_FLAG_OPTIONAL);
+    assert_eq!(entry.elem_count, view.header().nnz);
+    let mut without = view.contents();
+    for b in &mut without.blocks {
+        b.edge_weights = None;
+    }
+
+    // A 1.0 reader sees a section of a kind it does not know, marked OPTIONAL: skipped.
+    let mut renamed = weighted.clone();
+    let at = entry_at(renamed.as_bytes(), SectionKind::EDGE_WEIGHTS);
+    set_u32(renamed.as_bytes_mut(), at + E_KIND, 0x40);
+    reseal(renamed.as_bytes_mut());
+    let old = ChunkView::parse(renamed.as_bytes()).unwrap();
+    assert_eq!(old.edge_weights(), None);
+    assert_eq!(old.contents(), without);
+
+    // The same chunk without the section is a valid 1.0 file.
+    let plain = encode(&without).unwrap();
+    let plain = ChunkView::parse(plain.as_bytes()).unwrap();
+    assert_eq!(plain.header().version, Version { major: 1, minor: 0 });
+    assert_eq!(plain.edge_weights(), None);
+    assert!(plain.blocks().all(|b| b.edge_weights.is_none()));
+    assert_eq!(plain.sections().len() + 1, view.sections().len());
+}
+
 #[test]
 fn encoder_checks_block_shapes_and_header_fields() {
     let chunk = small_full_chunk();
@@ -569,7 +675,7 @@ fn newer_minor_is_accepted_and_newer_or_older_major_rejected() {
         assert_eq!(
             ChunkView::parse(buf.as_bytes()).unwrap_err(),
             ChunkError::UnsupportedVersion {
-                found: Version { major, minor: 0 },
+                found: Version { major, minor: 1 },
                 supported_major: 1
             }
         );
@@ -665,6 +771,7 @@ fn fuzz_seeds_are_valid_chunks() {
                     feature_dim: 1,
                     num_classes: 2,
                     masks: true,
+                    edge_weights: false,
                 }),
             ),
             (
@@ -677,6 +784,7 @@ fn fuzz_seeds_are_valid_chunks() {
                     feature_dim: 0,
                     num_classes: 0,
                     masks: false,
+                    edge_weights: false,
                 }),
             ),
         ];

@@ -203,6 +203,14 @@ impl ChunkView<'_> {
             };
             expect_len(kind, len, h.nnz, "the header's nnz")?;
         }
+        if let Some(weights) = self.edge_weights {
+            expect_len(
+                SectionKind::EDGE_WEIGHTS,
+                weights.len(),
+                h.nnz,
+                "the header's nnz",
+            )?;
+        }
         Ok(())
     }
 }
@@ -511,7 +519,18 @@ fn validate_block(b: &BlockView<'_>, index: usize, diagonal: bool) -> Result<(),
             |d| ChunkError::section(SectionKind::CSC_ROWS, at(format!("column {c}: {d}"))),
         )?;
     }
-
+    if let Some(weights) = b.edge_weights {
+        if let Some(k) = weights.iter().position(|w| !w.is_finite()) {
+            let row = rowptr.partition_point(|&start| to_usize(start) <= k) - 1;
+            return Err(ChunkError::section(
+                SectionKind::EDGE_WEIGHTS,
+                at(format!(
+                    "the entry (row {row}, column {}) weighs {}; edge weights are finite",
+                    b.csr_cols[k], weights[k]
+                )),
+            ));
+        }
+    }
     Ok(())
 }
 

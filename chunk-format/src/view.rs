@@ -51,7 +51,8 @@ impl Default for ParseOptions {
 /// source part `q`, as CSR and CSC. Validated invariants (when it comes from a [`ChunkView`]):
 /// `csr_rowptr` has `nrows+1` entries, starts at 0, is non-decreasing and ends at `nnz()`;
 /// column indices are strictly increasing within a row and `< ncols`; the same holds for the CSC
-/// with rows `< nrows`; CSR and CSC hold the same entries with bit-identical values.
+/// with rows `< nrows`; CSR and CSC hold the same entries with bit-identical values;
+/// `edge_weights`, when present, has `nnz()` finite entries.
 #[derive(Clone, Copy, PartialEq)]
 pub struct BlockView<'a> {
     /// The source part `q` whose columns this block holds.
@@ -72,6 +73,11 @@ pub struct BlockView<'a> {
     pub csc_rows: &'a [u32],
     /// CSC values.
     pub csc_vals: &'a [f32],
+    /// The weight in the graph's `A` (not Â) of each stored entry, in CSR order (entry for
+    /// entry with `csr_vals`): the input edges' weights summed (1 for an unweighted edge), 0
+    /// at a diagonal entry the normalisation added. `None` in chunks written without them
+    /// (format 1.0); in one chunk either every block has them or none.
+    pub edge_weights: Option<&'a [f32]>,
 }
 
 impl BlockView<'_> {
@@ -89,6 +95,7 @@ impl fmt::Debug for BlockView<'_> {
             .field("nrows", &self.nrows)
             .field("ncols", &self.ncols)
             .field("nnz", &self.nnz())
+            .field("edge_weights", &self.edge_weights.is_some())
             .finish_non_exhaustive()
     }
 }
@@ -129,6 +136,7 @@ pub struct ChunkView<'a> {
     pub(crate) features: Option<&'a [f32]>,
     pub(crate) labels: Option<&'a [i32]>,
     pub(crate) masks: Option<&'a [u8]>,
+    pub(crate) edge_weights: Option<&'a [f32]>,
 }
 
 /// Converts an in-bounds `(offset, len)` pair to a byte range of a buffer of `total` bytes.
@@ -266,6 +274,7 @@ impl<'a> ChunkView<'a> {
             features: optional(&found, SectionKind::FEATURES)?,
             labels: optional(&found, SectionKind::LABELS)?,
             masks: optional(&found, SectionKind::MASKS)?,
+            edge_weights: optional(&found, SectionKind::EDGE_WEIGHTS)?,
         };
         view.validate(options.verify_csc_matches_csr)?;
         Ok(view)
@@ -599,6 +608,7 @@ impl<'a> ChunkView<'a> {
             csc_colptr: &self.csc_colptr[c0 + i..c1 + i + 1],
             csc_rows: &self.csc_rows[z0..z1],
             csc_vals: &self.csc_vals[z0..z1],
+            edge_weights: self.edge_weights.map(|w| &w[z0..z1]),
         }
     }
 
@@ -668,6 +678,13 @@ impl<'a> ChunkView<'a> {
     /// Node masks (bit 0 train, 1 val, 2 test), if present.
     pub fn masks(&self) -> Option<&'a [u8]> {
         self.masks
+    }
+
+    /// The weight in the graph's `A` of every stored non-zero, all blocks together in
+    /// `CSR_VALS` order (block `i`'s run is its [`BlockView::edge_weights`]), if the chunk
+    /// records them (format 1.1 and later).
+    pub fn edge_weights(&self) -> Option<&'a [f32]> {
+        self.edge_weights
     }
 
     /// Original (pre-renumbering) node id of each local row.

@@ -1,18 +1,75 @@
-//! Golden test vector: a small chunk built by hand must encode to the committed fixture bytes,
-//! and the fixture must decode to the hand-written contents. An accidental format change fails
-//! here. After an intended change (and a version bump), regenerate with
+//! Golden test vectors: small chunks built by hand must encode to the committed fixture bytes,
+//! and each fixture must decode to its hand-written contents. An accidental format change fails
+//! here. Two fixtures: `small-v1.chunk` (format 1.0: no edge weights) and
+//! `small-v1.1-edge-weights.chunk` (the same chunk with its `EDGE_WEIGHTS`, format 1.1). After
+//! an intended change (and a version bump), regenerate with
 //! `UPDATE_GOLDEN=1 cargo test -p chunk-format --test golden`.
 
 use std::path::PathBuf;
 use std::sync::Once;
 
 use chunk_format::{
-    encode_to_vec, AlignedBuf, BlockView, ChunkContents, ChunkView, SectionKind, FORMAT_VERSION,
-    HEADER_LEN, SECTION_ENTRY_LEN,
+    encode_to_vec, AlignedBuf, BlockView, ChunkContents, ChunkView, SectionKind, Version,
+    FORMAT_VERSION, HEADER_LEN, SECTION_ENTRY_LEN, SECTION_FLAG_OPTIONAL,
 };
 
-fn fixture_path() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/golden/small-v1.chunk")
+/// One committed fixture: its file and whether its blocks carry edge weights.
+#[derive(Clone, Copy, Debug)]
+enum Fixture {
+    /// Format 1.0, 18 sections.
+    V1_0,
+    /// Format 1.1: the 18 sections plus `EDGE_WEIGHTS`.
+    EdgeWeights,
+}
+
+impl Fixture {
+    fn path(self) -> PathBuf {
+        let name = match self {
+            Fixture::V1_0 => "small-v1.chunk",
+            Fixture::EdgeWeights => "small-v1.1-edge-weights.chunk",
+        };
+        PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/golden")
+            .join(name)
+    }
+
+    fn weighted(self) -> bool {
+        matches!(self, Fixture::EdgeWeights)
+    }
+
+    fn version(self) -> Version {
+        match self {
+            Fixture::V1_0 => Version { major: 1, minor: 0 },
+            Fixture::EdgeWeights => Version { major: 1, minor: 1 },
+        }
+    }
+
+    fn sections(self) -> u32 {
+        if self.weighted() {
+            19
+        } else {
+            18
+        }
+    }
+
+    /// The fixture's bytes; with `UPDATE_GOLDEN=1` it is first rewritten (once per process and
+    /// fixture, before any test reads it).
+    fn bytes(self) -> AlignedBuf {
+        static UPDATE: [Once; 2] = [Once::new(), Once::new()];
+        let path = self.path();
+        if std::env::var_os("UPDATE_GOLDEN").is_some_and(|v| v == "1") {
+            UPDATE[self as usize].call_once(|| {
+                std::fs::write(&path, encode_to_vec(&contents(self)).unwrap()).unwrap();
+            });
+        }
+        let bytes = std::fs::read(&path).unwrap_or_else(|e| {
+            panic!(
+                "cannot read {} ({e}); generate it with UPDATE_GOLDEN=1",
+                path.display()
+            )
+        });
+        AlignedBuf::from_bytes(&bytes)
+    }
 }
 
 // P = 3 parts of sizes 2, 3, 2; this is part 1 (global nodes 2, 3, 4). Its rows of Â:
@@ -20,6 +77,10 @@ fn fixture_path() -> PathBuf {
 //   row 1 (node 3): node 3 → 2.0, node 6 → -1.5
 //   row 2 (node 4): node 1 → 0.75, node 4 → 3.0, node 6 → 0.125
 // Received: from part 0 its nodes 0 and 1, from part 2 its node 1 (global 6).
+// The weights of the same entries in A (second fixture):
+//   row 0: node 0 → 1, node 2 → 0 (a loop the normalisation added), node 3 → 1
+//   row 1: node 3 → 2 (an input self loop), node 6 → 1
+//   row 2: node 1 → 2 (a duplicated edge), node 4 → 0 (added), node 6 → 0.5
 const PART_OFFSETS: [u64; 4] = [0, 2, 5, 7];
 const RECV_OFFSETS: [u64; 4] = [0, 2, 2, 3];
 const RECV: [u32; 3] = [0, 1, 1];
@@ -30,8 +91,11 @@ const LABELS: [i32; 3] = [2, -1, 0];
 const MASKS: [u8; 3] = [0b001, 0b010, 0b100];
 const ORIGINAL_IDS: [u64; 3] = [6, 0, 3];
 const FINGERPRINT: [u8; 16] = *b"golden-chunk-v1!";
+/// Edge weights per block, in CSR order.
+const WEIGHTS: [&[f32]; 3] = [&[1.0, 2.0], &[0.0, 1.0, 2.0, 0.0], &[1.0, 0.5]];
 
-fn blocks() -> Vec<BlockView<'static>> {
+fn blocks(fixture: Fixture) -> Vec<BlockView<'static>> {
+    let weights = |b: usize| fixture.weighted().then_some(WEIGHTS[b]);
     vec![
         BlockView {
             src_part: 0,
@@ -43,6 +107,7 @@ fn blocks() -> Vec<BlockView<'static>> {
             csc_colptr: &[0, 1, 2],
             csc_rows: &[0, 2],
             csc_vals: &[0.5, 0.75],
+            edge_weights: weights(0),
         },
         BlockView {
             src_part: 1,
@@ -54,6 +119,7 @@ fn blocks() -> Vec<BlockView<'static>> {
             csc_colptr: &[0, 1, 3, 4],
             csc_rows: &[0, 0, 1, 2],
             csc_vals: &[1.0, 0.25, 2.0, 3.0],
+            edge_weights: weights(1),
         },
         BlockView {
             src_part: 2,
@@ -65,16 +131,17 @@ fn blocks() -> Vec<BlockView<'static>> {
             csc_colptr: &[0, 2],
             csc_rows: &[1, 2],
             csc_vals: &[-1.5, 0.125],
+            edge_weights: weights(2),
         },
     ]
 }
 
-fn contents() -> ChunkContents<'static> {
+fn contents(fixture: Fixture) -> ChunkContents<'static> {
     ChunkContents {
         part_id: 1,
         fingerprint: FINGERPRINT,
         part_offsets: &PART_OFFSETS,
-        blocks: blocks(),
+        blocks: blocks(fixture),
         halo_recv_offsets: &RECV_OFFSETS,
         halo_recv: &RECV,
         halo_send_offsets: &SEND_OFFSETS,
@@ -88,42 +155,23 @@ fn contents() -> ChunkContents<'static> {
     }
 }
 
-/// The fixture's bytes; with `UPDATE_GOLDEN=1` it is first rewritten (once per process, before
-/// any test reads it).
-fn fixture() -> AlignedBuf {
-    static UPDATE: Once = Once::new();
-    let path = fixture_path();
-    if std::env::var_os("UPDATE_GOLDEN").is_some_and(|v| v == "1") {
-        UPDATE.call_once(|| std::fs::write(&path, encode_to_vec(&contents()).unwrap()).unwrap());
-    }
-    let bytes = std::fs::read(&path).unwrap_or_else(|e| {
-        panic!(
-            "cannot read {} ({e}); generate it with UPDATE_GOLDEN=1",
-            path.display()
-        )
-    });
-    AlignedBuf::from_bytes(&bytes)
-}
-
-#[test]
-fn encoder_output_matches_the_committed_fixture() {
-    let bytes = encode_to_vec(&contents()).unwrap();
-    let path = fixture_path();
-    let fixture = fixture().to_vec();
+fn encoder_output_matches(fixture: Fixture) {
+    let bytes = encode_to_vec(&contents(fixture)).unwrap();
+    let path = fixture.path();
+    let committed = fixture.bytes().to_vec();
     assert!(
-        fixture == bytes,
+        committed == bytes,
         "the encoder no longer produces the committed bytes of {}: the chunk format changed. \
          If intended, bump the format version and regenerate with UPDATE_GOLDEN=1",
         path.display()
     );
 }
 
-#[test]
-fn fixture_decodes_to_the_hand_written_contents() {
-    let fixture = fixture();
-    let view = ChunkView::parse(fixture.as_bytes()).unwrap();
+fn decodes_to_the_hand_written_contents(fixture: Fixture) {
+    let bytes = fixture.bytes();
+    let view = ChunkView::parse(bytes.as_bytes()).unwrap();
     let h = view.header();
-    assert_eq!(h.version, FORMAT_VERSION);
+    assert_eq!(h.version, fixture.version());
     assert_eq!(
         (
             h.num_parts,
@@ -138,13 +186,14 @@ fn fixture_decodes_to_the_hand_written_contents() {
         (3, 8, 2, 3)
     );
     assert_eq!(h.fingerprint, FINGERPRINT);
-    assert_eq!(h.file_len, fixture.len() as u64);
+    assert_eq!(h.file_len, bytes.len() as u64);
 
+    let blocks = blocks(fixture);
     assert_eq!(view.part_offsets(), PART_OFFSETS);
     assert_eq!(view.block_sources(), [0, 1, 2]);
-    assert_eq!(view.blocks().collect::<Vec<_>>(), blocks());
-    assert_eq!(view.diagonal_block(), blocks()[1]);
-    assert_eq!(view.block_for_source(2), Some(blocks()[2]));
+    assert_eq!(view.blocks().collect::<Vec<_>>(), blocks);
+    assert_eq!(view.diagonal_block(), blocks[1]);
+    assert_eq!(view.block_for_source(2), Some(blocks[2]));
     assert_eq!(
         (view.halo_recv(0), view.halo_recv(1), view.halo_recv(2)),
         (&[0u32, 1][..], &[][..], &[1u32][..])
@@ -157,21 +206,27 @@ fn fixture_decodes_to_the_hand_written_contents() {
     assert_eq!(view.labels(), Some(&LABELS[..]));
     assert_eq!(view.masks(), Some(&MASKS[..]));
     assert_eq!(view.original_ids(), ORIGINAL_IDS);
-    assert_eq!(view.contents(), contents());
+    let all_weights = WEIGHTS.concat();
+    assert_eq!(
+        view.edge_weights(),
+        fixture.weighted().then_some(&all_weights[..])
+    );
+    assert_eq!(view.contents(), contents(fixture));
 }
 
-#[test]
-fn fixture_layout_follows_the_spec() {
-    let fixture = fixture();
-    let view = ChunkView::parse(fixture.as_bytes()).unwrap();
+fn layout_follows_the_spec(fixture: Fixture) {
+    let bytes = fixture.bytes();
+    let view = ChunkView::parse(bytes.as_bytes()).unwrap();
     let h = view.header();
     // The reference writer: table right after the header, then the sections in kind order,
     // each 64-aligned, the file padded to a multiple of 64.
+    let count = fixture.sections();
     assert_eq!(h.section_table_offset, HEADER_LEN as u64);
-    assert_eq!(h.section_count, 18);
+    assert_eq!(h.section_count, count);
     let kinds: Vec<u32> = view.sections().map(|s| s.kind.0).collect();
-    assert_eq!(kinds, (1..=18).collect::<Vec<u32>>());
-    let mut expected_offset = (HEADER_LEN + 18 * SECTION_ENTRY_LEN).div_ceil(64) as u64 * 64;
+    assert_eq!(kinds, (1..=count).collect::<Vec<u32>>());
+    let mut expected_offset =
+        (HEADER_LEN + count as usize * SECTION_ENTRY_LEN).div_ceil(64) as u64 * 64;
     for s in view.sections() {
         assert_eq!(s.offset, expected_offset, "{}", s.kind);
         expected_offset = (s.offset + s.byte_len).div_ceil(64) * 64;
@@ -181,4 +236,40 @@ fn fixture_layout_follows_the_spec() {
     assert_eq!(counts[4], (SectionKind::CSR_ROWPTR, 12));
     assert_eq!(counts[7], (SectionKind::CSC_COLPTR, 9));
     assert_eq!(counts[15], (SectionKind::FEATURES, 6));
+    if fixture.weighted() {
+        assert_eq!(counts[18], (SectionKind::EDGE_WEIGHTS, 8));
+        let flags: Vec<u32> = view.sections().map(|s| s.flags).collect();
+        assert_eq!(flags[18], SECTION_FLAG_OPTIONAL);
+    }
+}
+
+#[test]
+fn encoder_output_matches_the_committed_fixture() {
+    encoder_output_matches(Fixture::V1_0);
+}
+
+#[test]
+fn fixture_decodes_to_the_hand_written_contents() {
+    decodes_to_the_hand_written_contents(Fixture::V1_0);
+}
+
+#[test]
+fn fixture_layout_follows_the_spec() {
+    layout_follows_the_spec(Fixture::V1_0);
+}
+
+#[test]
+fn encoder_output_matches_the_committed_edge_weights_fixture() {
+    encoder_output_matches(Fixture::EdgeWeights);
+}
+
+#[test]
+fn edge_weights_fixture_decodes_to_the_hand_written_contents() {
+    decodes_to_the_hand_written_contents(Fixture::EdgeWeights);
+}
+
+#[test]
+fn edge_weights_fixture_layout_follows_the_spec() {
+    layout_follows_the_spec(Fixture::EdgeWeights);
+    assert_eq!(Fixture::EdgeWeights.version(), FORMAT_VERSION);
 }

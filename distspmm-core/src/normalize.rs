@@ -18,6 +18,10 @@
 //! PyG, whose scatter adds duplicates, except for duplicated self loops, which are summed here
 //! while PyG keeps one of them.
 //!
+//! [`adjacency_with_weights`] also returns, entry for entry with Â, the weight of that entry in
+//! `A` itself (the merged input weights, 0 at a self loop the normalisation added): what chunks
+//! record for models that aggregate with other normalisations than Â's.
+//!
 //! Cost: linear in edges + nodes (a counting sort by row, a sort of each row's few columns),
 //! rows sorted and scaled in parallel under `std`; memory about twice the output.
 
@@ -166,9 +170,9 @@ struct Entries<'a> {
     src: &'a [u32],
     dst: &'a [u32],
     weights: Option<&'a [f32]>,
-    /// Diagonal weight of every node when self loops are added (input self loops are then
-    /// folded into it and skipped here).
-    diagonal: Option<&'a [f32]>,
+    /// The self loops when they are added (input self loops are then folded into the diagonal
+    /// and skipped here).
+    diagonal: Option<&'a SelfLoops>,
 }
 
 impl TripletSource<f32> for Entries<'_> {
@@ -195,8 +199,8 @@ impl TripletSource<f32> for Entries<'_> {
             f(v, u, self.weights.map_or(1.0, |w| w[e]));
         }
         if let Some(d) = self.diagonal {
-            for (v, &w) in d.iter().enumerate() {
-                f(index::id(v), index::id(v), w);
+            for v in 0..d.len() {
+                f(index::id(v), index::id(v), d.with_identity(v));
             }
         }
     }
@@ -211,16 +215,44 @@ pub fn adjacency(
     weights: Option<&[f32]>,
     norm: Normalization,
 ) -> Result<CsrOwned<f32>, NormalizeError> {
+    normalized(num_nodes, src, dst, weights, norm, false).map(|(a_hat, _)| a_hat)
+}
+
+/// [`adjacency`], and the weight in `A` of each of Â's stored entries, in Â's CSR order: the
+/// input edges' weights merged as for Â (1 for an unweighted edge), and 0 at a diagonal entry
+/// the normalisation added (a node without a self loop in the input). Under
+/// [`Normalization::None`] the weights are Â's values. Costs 4 more bytes per entry.
+pub fn adjacency_with_weights(
+    num_nodes: usize,
+    src: &[u32],
+    dst: &[u32],
+    weights: Option<&[f32]>,
+    norm: Normalization,
+) -> Result<(CsrOwned<f32>, Vec<f32>), NormalizeError> {
+    normalized(num_nodes, src, dst, weights, norm, true)
+        .map(|(a_hat, raw)| (a_hat, raw.unwrap_or_default()))
+}
+
+/// [`adjacency`], keeping `A`'s weights at Â's entries when `keep_weights` is set.
+fn normalized(
+    num_nodes: usize,
+    src: &[u32],
+    dst: &[u32],
+    weights: Option<&[f32]>,
+    norm: Normalization,
+    keep_weights: bool,
+) -> Result<(CsrOwned<f32>, Option<Vec<f32>>), NormalizeError> {
     check_edges(num_nodes, src, dst, weights)?;
     let (n, e) = (num_nodes as u64, src.len() as u64);
     let what = || std::format!("the normalised adjacency of {n} nodes and {e} edges");
     // At the peak: the entries as pairs and the output arrays (8 + 12 bytes per entry, nodes
-    // included as self loops), the row pointers and cursors, and per node the diagonal, the
-    // degrees and their inverses.
+    // included as self loops, and 4 more for the kept weights), the row pointers and cursors,
+    // and per node the diagonal, the degrees and their inverses.
+    let per_entry = if keep_weights { 24 } else { 20 };
     crate::memory::check(
         what(),
         e.saturating_add(n)
-            .saturating_mul(20)
+            .saturating_mul(per_entry)
             .saturating_add(n.saturating_mul(48)),
         MEMORY_HINT,
     )?;
@@ -229,17 +261,29 @@ pub fn adjacency(
         src,
         dst,
         weights,
-        diagonal: diagonal.as_deref(),
+        diagonal: diagonal.as_ref(),
     };
     let (indptr, indices, mut data) =
         assemble(num_nodes, &entries).map_err(|failed| assembly_failed(what(), failed.bytes))?;
-    drop(diagonal);
     if let Some((row, src)) = first_overflow(&indptr, &indices, &data) {
         return Err(NormalizeError::WeightOverflow {
             src,
             dst: index::id(row),
         });
     }
+    let raw = if keep_weights {
+        Some(raw_weights(
+            &indptr,
+            &indices,
+            &data,
+            diagonal.as_ref(),
+            index::id,
+            &what,
+        )?)
+    } else {
+        None
+    };
+    drop(diagonal);
     if norm != Normalization::None {
         let mut inv = row_degrees(&indptr, &data, &what)?;
         invert_degrees(&mut inv, norm)?;
@@ -254,8 +298,9 @@ pub fn adjacency(
     }
     // The assembled arrays are sorted and in range by construction; `new` re-checks them in
     // linear time rather than trusting that with `unsafe`.
-    Ok(CsrOwned::new(num_nodes, num_nodes, indptr, indices, data)
-        .expect("assembled adjacency arrays satisfy the CSR invariants"))
+    let a_hat = CsrOwned::new(num_nodes, num_nodes, indptr, indices, data)
+        .expect("assembled adjacency arrays satisfy the CSR invariants");
+    Ok((a_hat, raw))
 }
 
 // The steps of [`adjacency`], also run part by part by the bounded-memory chunk builder
@@ -272,9 +317,41 @@ pub(crate) fn assembly_failed(what: String, bytes: u64) -> NormalizeError {
     .into()
 }
 
-/// The diagonal of `A + I` under `norm` (`None` for [`Normalization::None`], which adds no
-/// loops): as `add_remaining_self_loops`, 1 unless the input has self loops, whose weights are
-/// summed in edge order. Allocated fallibly (for `what`).
+/// The diagonal of a normalisation that adds self loops, per node: the summed weight of its
+/// input self loops, and whether it has any (else the loop is added).
+#[derive(Debug)]
+pub(crate) struct SelfLoops {
+    /// The input self loops' weights summed in edge order (0 without any).
+    raw: Vec<f32>,
+    /// Whether the input has a self loop on the node.
+    looped: Vec<bool>,
+}
+
+impl SelfLoops {
+    /// Number of nodes.
+    pub(crate) fn len(&self) -> usize {
+        self.raw.len()
+    }
+
+    /// The diagonal weight of node `v` in `A + I`, as `add_remaining_self_loops`: its input
+    /// self loops' weight, or 1 for a loop the normalisation adds.
+    pub(crate) fn with_identity(&self, v: usize) -> f32 {
+        if self.looped[v] {
+            self.raw[v]
+        } else {
+            1.0
+        }
+    }
+
+    /// The diagonal weight of node `v` in `A`: 0 for a loop the normalisation adds.
+    pub(crate) fn raw(&self, v: usize) -> f32 {
+        self.raw[v]
+    }
+}
+
+/// The self loops of `A + I` under `norm` (`None` for [`Normalization::None`], which adds no
+/// loops): a node's input self loops, their weights summed in edge order, or an added loop of
+/// weight 1 (see [`SelfLoops`]). Allocated fallibly (for `what`).
 pub(crate) fn self_loops(
     num_nodes: usize,
     src: &[u32],
@@ -282,21 +359,49 @@ pub(crate) fn self_loops(
     weights: Option<&[f32]>,
     norm: Normalization,
     what: &dyn Fn() -> String,
-) -> Result<Option<Vec<f32>>, NormalizeError> {
+) -> Result<Option<SelfLoops>, NormalizeError> {
     if norm == Normalization::None {
         return Ok(None);
     }
-    let mut diag = crate::memory::try_filled(num_nodes, 1.0f32, what(), MEMORY_HINT)?;
-    let mut seen = crate::memory::try_filled(num_nodes, false, what(), MEMORY_HINT)?;
+    let mut raw = crate::memory::try_filled(num_nodes, 0.0f32, what(), MEMORY_HINT)?;
+    let mut looped = crate::memory::try_filled(num_nodes, false, what(), MEMORY_HINT)?;
     for (e, (&u, &v)) in src.iter().zip(dst).enumerate() {
         if u == v {
             let w = weights.map_or(1.0, |w| w[e]);
-            let d = &mut diag[v as usize];
-            *d = if seen[v as usize] { *d + w } else { w };
-            seen[v as usize] = true;
+            let d = &mut raw[v as usize];
+            *d = if looped[v as usize] { *d + w } else { w };
+            looped[v as usize] = true;
         }
     }
-    Ok(Some(diag))
+    Ok(Some(SelfLoops { raw, looped }))
+}
+
+/// The weights of `A` at the entries of assembled, unscaled rows of `A` or `A + I`
+/// (`indptr`, `indices` in original column ids, `data`), entry for entry: `data` itself, with
+/// each row's diagonal entry set to its weight in `A` when `loops` were added (0 for an added
+/// loop; the input loops' sum otherwise, which is already the entry's value). `row_node(i)` is
+/// row i's node. Allocated fallibly (for `what`).
+pub(crate) fn raw_weights(
+    indptr: &[u64],
+    indices: &[u32],
+    data: &[f32],
+    loops: Option<&SelfLoops>,
+    row_node: impl Fn(usize) -> u32,
+    what: &dyn Fn() -> String,
+) -> Result<Vec<f32>, NormalizeError> {
+    let mut raw = crate::memory::try_with_capacity(data.len(), what(), MEMORY_HINT)?;
+    raw.extend_from_slice(data);
+    if let Some(loops) = loops {
+        for (i, w) in indptr.windows(2).enumerate() {
+            let (s, e) = (index::offset(w[0]), index::offset(w[1]));
+            let v = row_node(i);
+            // Every row of `A + I` holds its diagonal entry exactly once.
+            if let Ok(t) = indices[s..e].binary_search(&v) {
+                raw[s + t] = loops.raw(v as usize);
+            }
+        }
+    }
+    Ok(raw)
 }
 
 /// The first entry (row, column), in row order, whose value is not finite: before scaling (every
@@ -631,6 +736,26 @@ mod tests {
                         (f64::from(g) - r).abs() <= 1e-6 * r.abs().max(1.0),
                         "{norm}: entry ({}, {}) = {g}, expected {r}", k / n.max(1), k % n.max(1)
                     );
+                }
+                // A's weights at Â's entries: A's value (0 at an added loop), every entry of A
+                // among them; Â's values themselves without normalisation.
+                let (a_hat, raw) = adjacency_with_weights(n, &src, &dst, weights, norm).unwrap();
+                prop_assert_eq!(&a_hat, &a);
+                prop_assert_eq!(raw.len(), a.nnz());
+                let plain = dense_reference(n, &src, &dst, weights, Normalization::None);
+                let mut stored = 0;
+                for v in 0..n {
+                    let (cols, _) = a.row(v);
+                    let start = index::offset(a.indptr()[v]);
+                    for (t, &u) in cols.iter().enumerate() {
+                        let want = plain[v * n + u as usize];
+                        prop_assert_eq!(f64::from(raw[start + t]), want, "({}, {})", v, u);
+                        stored += usize::from(want != 0.0);
+                    }
+                }
+                prop_assert_eq!(stored, plain.iter().filter(|&&x| x != 0.0).count());
+                if norm == Normalization::None {
+                    prop_assert_eq!(&raw[..], a.data());
                 }
                 if norm != Normalization::None {
                     // Every node has its diagonal entry, stored exactly once.

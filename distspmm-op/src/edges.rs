@@ -1,6 +1,7 @@
 //! The per-edge operand of a rank: one f32 per stored non-zero of its rows, the layout of the
 //! values a caller gives to `spmm_values` / `spmm_values_transpose` / `sddmm_backward` and gets
-//! from `sddmm` ([`EdgeLayout`]), and the CSR→CSC permutation the transposed products read
+//! from `sddmm` ([`EdgeLayout`]), the graph's own edge weights in that layout
+//! ([`EdgeLayout::fill_weights`]), and the CSR→CSC permutation the transposed products read
 //! those values through ([`CscOrder`]).
 
 use std::ops::Range;
@@ -10,7 +11,7 @@ use rayon::prelude::*;
 
 use crate::backend::Matrix;
 use crate::blocks;
-use crate::DistSpmmError;
+use crate::{check_operands, DistSpmmError};
 
 /// One block's run of the per-edge operand.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -163,6 +164,34 @@ impl EdgeLayout {
     /// The chunk's index of a layout block.
     pub(crate) fn chunk_index(&self, k: usize) -> usize {
         self.chunk_index[k]
+    }
+
+    /// Copies the weight in the graph's `A` of every edge (the chunk's `EDGE_WEIGHTS`, stored
+    /// block by block in the chunk's order) into `out`, in layout order: each block's run is
+    /// its CSR order, so a block's weights land whole at its run. `chunk` is the chunk the
+    /// layout was made from.
+    ///
+    /// # Errors
+    /// [`DistSpmmError::NoEdgeWeights`] when the chunk does not record them (format 1.0);
+    /// [`DistSpmmError::Shape`] when `out` does not hold [`len`](Self::len) values.
+    pub(crate) fn fill_weights(
+        &self,
+        chunk: &ChunkView<'_>,
+        out: &mut [f32],
+    ) -> Result<(), DistSpmmError> {
+        let part = chunk.part_id();
+        if chunk.edge_weights().is_none() {
+            return Err(DistSpmmError::NoEdgeWeights { part });
+        }
+        let edges = [("the output", out.len(), self.len)];
+        check_operands("edge_weights", part, chunk.num_local_nodes(), &[], &edges)?;
+        for (eb, &i) in self.blocks.iter().zip(&self.chunk_index) {
+            // Present in every block once in the chunk (validated), `len` of them each.
+            if let Some(weights) = chunk.block(i).edge_weights {
+                out[eb.range()].copy_from_slice(weights);
+            }
+        }
+        Ok(())
     }
 }
 

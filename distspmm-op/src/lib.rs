@@ -160,6 +160,17 @@ pub enum DistSpmmError {
     /// A program and a backend disagree about the memory it names (a bug in this crate).
     #[error("internal error of the distributed SpMM: {0}")]
     Internal(String),
+    /// The chunk records no edge weights of the graph (chunk format 1.0), so
+    /// [`DistSpmm::edge_weights`] has nothing to give. All chunks of one partition are written
+    /// alike, so every rank gets it.
+    #[error(
+        "these chunks carry no edge weights (written before they were recorded): re-run \
+         `distspmm partition` (chunk of part {part})"
+    )]
+    NoEdgeWeights {
+        /// The part of the chunk.
+        part: usize,
+    },
 }
 
 impl DistSpmmError {
@@ -747,6 +758,18 @@ where
     /// `(row, global source)` of every position of the per-edge operand, in order.
     pub fn edges(&self) -> impl Iterator<Item = (usize, u64)> + '_ {
         self.blocks.edges.edges(self.chunk.chunk())
+    }
+
+    /// Fills `out` ([`edge_count`](Self::edge_count) values) with the weight in the graph's
+    /// `A` (not Â) of every edge, in the order of [`edges`](Self::edges): the input edges'
+    /// weights summed (1 for an unweighted edge), 0 at a self loop the normalisation added.
+    /// Local: no communication.
+    ///
+    /// # Errors
+    /// [`DistSpmmError::NoEdgeWeights`] for chunks written without them;
+    /// [`DistSpmmError::Shape`] when `out` is not `edge_count()` long.
+    pub fn edge_weights(&self, out: &mut [f32]) -> Result<(), DistSpmmError> {
+        self.blocks.edges.fill_weights(&self.chunk.chunk(), out)
     }
 
     /// The schedule this operator runs.

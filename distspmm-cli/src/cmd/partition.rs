@@ -515,7 +515,7 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
         write_chunks(args, &bars, &mut phases, &builder, written, &method)?
     } else {
         let phase = Phase::start(&bars, "normalising Â");
-        let a_hat = normalize::adjacency(
+        let (a_hat, edge_weights) = normalize::adjacency_with_weights(
             graph.num_nodes,
             &graph.src,
             &graph.dst,
@@ -529,7 +529,8 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
         phases.record("normalise", phase.done());
 
         let phase = Phase::start(&bars, "renumbering and finding the halos");
-        let builder = ChunkBuilder::new(&graph, a_hat.view(), &partition)?;
+        let builder = ChunkBuilder::new(&graph, a_hat.view(), &partition)?
+            .with_edge_weights(&edge_weights)?;
         phases.record("halo", phase.done());
         write_chunks(args, &bars, &mut phases, &builder, written, &method)?
     };

@@ -11,13 +11,16 @@
 //!    same order), written back as the part's rows file; the rows give the part's degrees
 //!    (for the normalisation, O(N) for all parts) and its halo receive lists (sends are their
 //!    transpose, so they need every part first).
-//! 3. [`BoundedBuilder`]'s chunks (one part at a time): the rows file is read, scaled with the
-//!    same factors and rounding as `normalize`, and laid out by the same code as
+//! 3. [`BoundedBuilder`]'s chunks (one part at a time): the rows file is read, its values kept
+//!    as the weights of `A` (`normalize::raw_weights`), scaled with the same factors and
+//!    rounding as `normalize`, and laid out by the same code as
 //!    [`ChunkBuilder`](super::ChunkBuilder)'s chunks; the node data come from the graph.
 //!
-//! The chunks are byte-identical to the in-memory builder's. Memory beyond O(N) arrays: the
-//! largest part's bucket and rows in the first pass, its rows and chunk in the second; disk:
-//! the buckets (8 bytes per edge, 12 with weights), then the rows files (8 bytes per non-zero).
+//! The chunks are byte-identical to the in-memory builder's given
+//! [`normalize::adjacency_with_weights`]'s weights (both record `A`'s weights). Memory beyond
+//! O(N) arrays: the largest part's bucket and rows in the first pass, its rows, their weights
+//! and chunk in the second; disk: the buckets (8 bytes per edge, 12 with weights), then the rows
+//! files (8 bytes per non-zero).
 
 use std::io::{BufWriter, Read, Write};
 use std::path::{Path, PathBuf};
@@ -25,7 +28,7 @@ use std::vec::Vec;
 
 use crate::graph::Graph;
 use crate::index;
-use crate::normalize::{self, Normalization, NormalizeError};
+use crate::normalize::{self, Normalization, NormalizeError, SelfLoops};
 use crate::partition::{Partition, Renumbering};
 use crate::sparse::{assemble, TripletSource};
 
@@ -48,8 +51,8 @@ pub struct EdgeBuckets {
     edges: u64,
     weighted: bool,
     norm: Normalization,
-    /// The diagonal of `A + I` (absent for [`Normalization::None`]).
-    diagonal: Option<Vec<f32>>,
+    /// The self loops of `A + I` (absent for [`Normalization::None`]).
+    diagonal: Option<SelfLoops>,
 }
 
 impl EdgeBuckets {
@@ -145,7 +148,7 @@ impl EdgeBuckets {
             record,
             location,
             nodes,
-            diagonal: self.diagonal.as_deref(),
+            diagonal: self.diagonal.as_ref(),
         };
         let (indptr, indices, data) = assemble(nodes.len(), &triplets).map_err(|failed| {
             normalize::assembly_failed(
@@ -163,6 +166,7 @@ impl EdgeBuckets {
             indptr,
             indices,
             data,
+            weights: None,
         })
     }
 }
@@ -188,7 +192,7 @@ struct BucketTriplets<'a> {
     record: usize,
     location: &'a [u64],
     nodes: &'a [u32],
-    diagonal: Option<&'a [f32]>,
+    diagonal: Option<&'a SelfLoops>,
 }
 
 impl TripletSource<f32> for BucketTriplets<'_> {
@@ -214,18 +218,20 @@ impl TripletSource<f32> for BucketTriplets<'_> {
         }
         if let Some(d) = self.diagonal {
             for (i, &v) in self.nodes.iter().enumerate() {
-                f(index::id(i), v, d[v as usize]);
+                f(index::id(i), v, d.with_identity(v as usize));
             }
         }
     }
 }
 
-/// One part's rows of Â: CSR over its local rows, columns in original ids.
+/// One part's rows of Â: CSR over its local rows, columns in original ids; once scaled, with
+/// the weights of `A` at the same entries.
 #[derive(Debug)]
 struct LocalRows {
     indptr: Vec<u64>,
     indices: Vec<u32>,
     data: Vec<f32>,
+    weights: Option<Vec<f32>>,
 }
 
 impl PartRows for LocalRows {
@@ -237,6 +243,15 @@ impl PartRows for LocalRows {
         let range = index::offset(self.indptr[i])..index::offset(self.indptr[i + 1]);
         (&self.indices[range.clone()], &self.data[range])
     }
+
+    fn has_weights(&self) -> bool {
+        self.weights.is_some()
+    }
+
+    fn row_weights(&self, i: usize) -> Option<&[f32]> {
+        let range = index::offset(self.indptr[i])..index::offset(self.indptr[i + 1]);
+        self.weights.as_ref().map(|w| &w[range])
+    }
 }
 
 impl LocalRows {
@@ -244,7 +259,8 @@ impl LocalRows {
         self.indices.len() as u64
     }
 
-    /// Writes the arrays (native byte order: the file lives only as long as this process).
+    /// Writes the arrays, not the weights (native byte order: the file lives only as long as
+    /// this process).
     fn save(&self, path: &Path) -> Result<(), ChunkDirError> {
         let file = std::fs::File::create(path).map_err(io_error(path))?;
         let mut out = BufWriter::with_capacity(BUCKET_BUFFER, file);
@@ -287,6 +303,7 @@ impl LocalRows {
             indptr,
             indices,
             data,
+            weights: None,
         })
     }
 }
@@ -427,6 +444,15 @@ impl PartChunkBuilder for BoundedBuilder<'_> {
     fn build_part(&self, p: u32, scratch: &mut Vec<u32>) -> Result<PartChunk, ChunkDirError> {
         let nodes = self.layout.renumbering().part_nodes(p);
         let mut rows = LocalRows::load(&rows_path(self.buckets.dir.path(), p), nodes.len())?;
+        let what = || std::format!("the edge weights of part {p} ({} entries)", rows.nnz());
+        rows.weights = Some(normalize::raw_weights(
+            &rows.indptr,
+            &rows.indices,
+            &rows.data,
+            self.buckets.diagonal.as_ref(),
+            |i| nodes[i],
+            &what,
+        )?);
         if !self.inv.is_empty() {
             let row_inv: Vec<f64> = nodes.iter().map(|&v| self.inv[v as usize]).collect();
             normalize::scale_rows(

@@ -1,5 +1,6 @@
 //! Building one chunk's contents per part: Â's rows split by source part into blocks over
-//! compacted columns (CSR and CSC), the halo lists, and the node data following the renumbering.
+//! compacted columns (CSR and CSC) — with `A`'s weights at the same entries when given — the
+//! halo lists, and the node data following the renumbering.
 //!
 //! Two linear passes over Â. [`HaloLists::compute`] finds, for every part p and every other
 //! part q, the sorted q-local ids of the columns p's rows reference (a bitmap over the new ids,
@@ -59,6 +60,7 @@ impl HaloLists {
         for p in 0..renumbering.parts() {
             let rows = RowsOfWhole {
                 a_hat,
+                weights: None,
                 nodes: renumbering.part_nodes(p),
             };
             scan.add_part(renumbering.offsets(), location, p, &rows);
@@ -95,11 +97,16 @@ pub(super) trait PartRows: Sync {
     fn nrows(&self) -> usize;
     /// Local row `i`: columns (original ids, increasing) and values.
     fn row(&self, i: usize) -> (&[u32], &[f32]);
+    /// Whether the rows carry the weights of `A` at their entries (then every row does).
+    fn has_weights(&self) -> bool;
+    /// Local row `i`'s weights in `A`, entry for entry with [`PartRows::row`], if carried.
+    fn row_weights(&self, i: usize) -> Option<&[f32]>;
 }
 
-/// Part rows read from the whole Â (original ids).
+/// Part rows read from the whole Â (original ids), with `A`'s weights at Â's entries if given.
 struct RowsOfWhole<'r, 'a> {
     a_hat: &'r CsrView<'a, f32>,
+    weights: Option<&'a [f32]>,
     nodes: &'r [u32],
 }
 
@@ -110,6 +117,17 @@ impl PartRows for RowsOfWhole<'_, '_> {
 
     fn row(&self, i: usize) -> (&[u32], &[f32]) {
         self.a_hat.row(self.nodes[i] as usize)
+    }
+
+    fn has_weights(&self) -> bool {
+        self.weights.is_some()
+    }
+
+    fn row_weights(&self, i: usize) -> Option<&[f32]> {
+        self.weights.map(|w| {
+            let (v, indptr) = (self.nodes[i] as usize, self.a_hat.indptr());
+            &w[index::offset(indptr[v])..index::offset(indptr[v + 1])]
+        })
     }
 }
 
@@ -526,10 +544,12 @@ impl<'a> Layout<'a> {
         }
         drop(counts);
 
-        // Pass 2: scatter into the blocks. A run of rows owns one contiguous piece of every
-        // block, so runs proceed in parallel with a cursor per block.
+        // Pass 2: scatter into the blocks (and the weights of A, in the same order). A run of
+        // rows owns one contiguous piece of every block, so runs proceed in parallel with a
+        // cursor per block.
         let mut csr_cols = std::vec![0u32; nnz];
         let mut csr_vals = std::vec![0f32; nnz];
+        let mut edge_weights = rows.has_weights().then(|| std::vec![0f32; nnz]);
         let piece_lengths: Vec<usize> = (0..nblocks)
             .flat_map(|b| {
                 let rp = &csr_rowptr[b * stride..(b + 1) * stride];
@@ -540,26 +560,38 @@ impl<'a> Layout<'a> {
         let nruns = runs.len() - 1;
         let mut col_pieces: Vec<Vec<&mut [u32]>> = (0..nruns).map(|_| Vec::new()).collect();
         let mut val_pieces: Vec<Vec<&mut [f32]>> = (0..nruns).map(|_| Vec::new()).collect();
+        let mut weight_pieces: Vec<Vec<&mut [f32]>> = (0..nruns).map(|_| Vec::new()).collect();
         let cols_split = split_lengths(&mut csr_cols, piece_lengths.iter().copied());
         let vals_split = split_lengths(&mut csr_vals, piece_lengths.iter().copied());
         for (k, (cp, vp)) in cols_split.into_iter().zip(vals_split).enumerate() {
             col_pieces[k % nruns].push(cp);
             val_pieces[k % nruns].push(vp);
         }
+        if let Some(weights) = edge_weights.as_mut() {
+            let split = split_lengths(weights, piece_lengths.iter().copied());
+            for (k, wp) in split.into_iter().enumerate() {
+                weight_pieces[k % nruns].push(wp);
+            }
+        }
         col_pieces
             .into_par_iter()
             .zip(val_pieces)
+            .zip(weight_pieces)
             .zip(runs.par_windows(2))
-            .for_each(|((mut cols, mut vals), w)| {
+            .for_each(|(((mut cols, mut vals), mut weights), w)| {
                 let mut cursor = std::vec![0usize; nblocks];
                 let mut k = index::offset(entry_start[w[0]]);
                 for r in run_rows(w) {
-                    for &v in rows.row(r).1 {
+                    let row_weights = rows.row_weights(r);
+                    for (t, &v) in rows.row(r).1.iter().enumerate() {
                         let (b, c) = split_location(located[k]);
                         k += 1;
                         let b = b as usize;
                         cols[b][cursor[b]] = c;
                         vals[b][cursor[b]] = v;
+                        if let Some(rw) = row_weights {
+                            weights[b][cursor[b]] = rw[t];
+                        }
                         cursor[b] += 1;
                     }
                 }
@@ -657,6 +689,7 @@ impl<'a> Layout<'a> {
             csc_colptr,
             csc_rows,
             csc_vals,
+            edge_weights,
             recv_offsets,
             recv,
             send_offsets,
@@ -678,6 +711,8 @@ impl<'a> Layout<'a> {
 pub struct ChunkBuilder<'a> {
     layout: Layout<'a>,
     a_hat: CsrView<'a, f32>,
+    /// `A`'s weight at each of Â's entries, if the chunks record them.
+    edge_weights: Option<&'a [f32]>,
     halo: HaloLists,
 }
 
@@ -710,8 +745,28 @@ impl<'a> ChunkBuilder<'a> {
         Ok(Self {
             layout,
             a_hat,
+            edge_weights: None,
             halo,
         })
+    }
+
+    /// Records `edge_weights` — the weight in the graph's `A` of each of Â's stored entries,
+    /// in Â's CSR order, as [`normalize::adjacency_with_weights`](crate::normalize::adjacency_with_weights)
+    /// gives them — in every chunk (the `EDGE_WEIGHTS` section, chunk format 1.1). Without
+    /// it the chunks carry Â only (format 1.0).
+    ///
+    /// # Errors
+    /// [`ChunkBuildError::Mismatch`] when there is not one weight per entry of Â.
+    pub fn with_edge_weights(mut self, edge_weights: &'a [f32]) -> Result<Self, ChunkBuildError> {
+        if edge_weights.len() != self.a_hat.nnz() {
+            return Err(ChunkBuildError::Mismatch(std::format!(
+                "{} edge weights for the {} non-zeros of Â",
+                edge_weights.len(),
+                self.a_hat.nnz()
+            )));
+        }
+        self.edge_weights = Some(edge_weights);
+        Ok(self)
     }
 
     /// The graph whose node data the chunks carry.
@@ -759,6 +814,7 @@ impl<'a> ChunkBuilder<'a> {
     pub fn build_with_scratch(&self, p: u32, scratch: &mut Vec<u32>) -> PartChunk {
         let rows = RowsOfWhole {
             a_hat: &self.a_hat,
+            weights: self.edge_weights,
             nodes: self.layout.renumbering.part_nodes(p),
         };
         self.layout.build_part(&self.halo, p, &rows, scratch)
@@ -786,6 +842,7 @@ pub struct PartChunk {
     csc_colptr: Vec<u64>,
     csc_rows: Vec<u32>,
     csc_vals: Vec<f32>,
+    edge_weights: Option<Vec<f32>>,
     recv_offsets: Vec<u64>,
     recv: Vec<u32>,
     send_offsets: Vec<u64>,
@@ -846,6 +903,7 @@ impl PartChunk {
                     csc_colptr: &self.csc_colptr[c0 + b..c1 + b + 1],
                     csc_rows: &self.csc_rows[z0..z1],
                     csc_vals: &self.csc_vals[z0..z1],
+                    edge_weights: self.edge_weights.as_ref().map(|w| &w[z0..z1]),
                 }
             })
             .collect();

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::string::{String, ToString};
 use std::vec::Vec;
 
-use chunk_format::{write_chunk, ChunkView, MappedChunk, FORMAT_VERSION};
+use chunk_format::{write_chunk, ChunkView, MappedChunk, Version, FORMAT_VERSION};
 use rayon::prelude::*;
 
 use crate::index;
@@ -520,7 +520,10 @@ fn write_files(
         let chunk = builder.build_part(p, scratch)?;
         let built = started.elapsed();
         let file = chunk_file_name(p);
-        let summary = write_chunk(dir.join(&file), &chunk.contents())?;
+        let contents = chunk.contents();
+        let summary = write_chunk(dir.join(&file), &contents)?;
+        let version = contents.version();
+        drop(contents);
         let written = started.elapsed() - built;
         options.timings.add(built, written);
         tracing::debug!(
@@ -531,16 +534,17 @@ fn write_files(
             "chunk written"
         );
         options.progress.inc(1);
-        Ok(ManifestChunk {
+        let entry = ManifestChunk {
             part: p,
             file,
             bytes: summary.bytes_written,
             checksum: format_checksum(summary.file_checksum),
             nodes: chunk.num_local_nodes() as u64,
             nnz: chunk.nnz() as u64,
-        })
+        };
+        Ok((entry, version))
     };
-    let chunks: Vec<ManifestChunk> = if builder.parts_in_parallel() {
+    let written: Vec<(ManifestChunk, Version)> = if builder.parts_in_parallel() {
         (0..parts)
             .into_par_iter()
             .map_init(Vec::new, one)
@@ -551,6 +555,14 @@ fn write_files(
             .map(|p| one(&mut scratch, p))
             .collect::<Result<_, ChunkDirError>>()?
     };
+    // The chunks' own version (1.0 without edge weights): one builder writes all its chunks
+    // with or all without them, and `ChunkDir::open` checks every header against it.
+    let chunk_format_version = written
+        .iter()
+        .map(|(_, version)| *version)
+        .max()
+        .unwrap_or(FORMAT_VERSION);
+    let chunks: Vec<ManifestChunk> = written.into_iter().map(|(entry, _)| entry).collect();
 
     let edge_cut = match options.edge_cut {
         Some(cut) => cut,
@@ -559,7 +571,7 @@ fn write_files(
     let mut manifest = Manifest {
         format: MANIFEST_FORMAT.into(),
         format_version: MANIFEST_VERSION,
-        chunk_format_version: FORMAT_VERSION.to_string(),
+        chunk_format_version: chunk_format_version.to_string(),
         distspmm_version: env!("CARGO_PKG_VERSION").into(),
         parts,
         nodes: partition.num_nodes() as u64,

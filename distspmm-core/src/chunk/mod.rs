@@ -4,7 +4,8 @@
 //! (from [`crate::normalize`]) and a [`Partition`](crate::partition::Partition); it renumbers
 //! the nodes part by part, finds the halo lists ([`HaloLists`]) and builds each part's
 //! [`PartChunk`]: its rows of Â split by source part into blocks over compacted columns (CSR and
-//! CSC), halo receive and send lists, and its nodes' features, labels, masks and original ids.
+//! CSC), halo receive and send lists, and its nodes' features, labels, masks and original ids;
+//! with [`ChunkBuilder::with_edge_weights`], also the graph's own weight of each entry of Â.
 //! [`write_chunk_dir`] writes all chunks plus the partition map and `manifest.json`;
 //! [`ChunkDir`] opens such a directory, loads chunks (memory-mapped, validated against the
 //! manifest), checks them together and reassembles Â.

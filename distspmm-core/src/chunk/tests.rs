@@ -6,6 +6,7 @@
 
 use std::collections::BTreeSet;
 use std::path::Path;
+use std::string::ToString;
 use std::vec::Vec;
 
 use chunk_format::{encode, AlignedBuf, ChunkView};
@@ -561,18 +562,28 @@ fn weighted_graph(n: usize, edges: &[(u32, u32, u8)], weighted: bool, seed: u32)
     g
 }
 
-/// Every part's chunk by the in-memory builder (over `normalize::adjacency`) and by the
-/// bounded builder (over edge buckets in a work directory beside `out`), encoded.
+/// Every part's chunk by the in-memory builder (over `normalize::adjacency_with_weights`) and
+/// by the bounded builder (over edge buckets in a work directory beside `out`), encoded.
 fn both_builders(
     g: &Graph,
     part: &Partition,
     norm: crate::normalize::Normalization,
     out: &Path,
 ) -> (Vec<AlignedBuf>, Vec<AlignedBuf>) {
-    let a_hat =
-        crate::normalize::adjacency(g.num_nodes, &g.src, &g.dst, g.weights.as_deref(), norm)
-            .unwrap();
-    let in_memory = encode_all(&ChunkBuilder::new(g, a_hat.view(), part).unwrap());
+    let (a_hat, weights) = crate::normalize::adjacency_with_weights(
+        g.num_nodes,
+        &g.src,
+        &g.dst,
+        g.weights.as_deref(),
+        norm,
+    )
+    .unwrap();
+    let in_memory = encode_all(
+        &ChunkBuilder::new(g, a_hat.view(), part)
+            .unwrap()
+            .with_edge_weights(&weights)
+            .unwrap(),
+    );
     let lock = DirLock::acquire(out).unwrap();
     let buckets =
         EdgeBuckets::write(&lock, part, &g.src, &g.dst, g.weights.as_deref(), norm).unwrap();
@@ -625,12 +636,127 @@ proptest! {
         for (p, (a, b)) in in_memory.iter().zip(&bounded).enumerate() {
             prop_assert!(a.as_bytes() == b.as_bytes(), "part {} differs", p);
         }
+        let views: Vec<ChunkView<'_>> =
+            in_memory.iter().map(|b| ChunkView::parse(b.as_bytes()).unwrap()).collect();
+        check_edge_weights(&g, &part, norm, &views);
         // The work directory is gone with the builder.
         let left: Vec<_> = std::fs::read_dir(tmp.path()).unwrap()
             .map(|e| e.unwrap().file_name().into_string().unwrap())
             .filter(|name| name.contains("buckets"))
             .collect();
         prop_assert!(left.is_empty(), "left {:?}", left);
+    }
+}
+
+/// A of the graph densely in original ids, `[dst][src]`, in f64: the edges' weights summed (1
+/// when unweighted), self loops included.
+fn dense_a(g: &Graph) -> Vec<f64> {
+    let n = g.num_nodes;
+    let mut a = std::vec![0f64; n * n];
+    for e in 0..g.src.len() {
+        let w = g.weights.as_ref().map_or(1.0, |w| f64::from(w[e]));
+        a[g.dst[e] as usize * n + g.src[e] as usize] += w;
+    }
+    a
+}
+
+/// Every chunk carries the weight in A of each stored entry, in CSR_VALS order: A's value
+/// there (0 at a diagonal entry the normalisation added), every entry of A among them, and
+/// CSR_VALS itself without normalisation.
+fn check_edge_weights(
+    g: &Graph,
+    part: &Partition,
+    norm: crate::normalize::Normalization,
+    views: &[ChunkView<'_>],
+) {
+    let n = g.num_nodes;
+    let a = dense_a(g);
+    let renumbering = part.renumbering();
+    let mut stored_nonzeros = 0;
+    for (p, view) in views.iter().enumerate() {
+        assert_eq!(view.header().version.to_string(), "1.1");
+        let flat = view.edge_weights().expect("the chunk carries edge weights");
+        assert_eq!(flat.len() as u64, view.header().nnz);
+        for b in view.blocks() {
+            let weights = b.edge_weights.unwrap();
+            if norm == crate::normalize::Normalization::None {
+                assert_eq!(
+                    weights.iter().map(|w| w.to_bits()).collect::<Vec<_>>(),
+                    b.csr_vals.iter().map(|w| w.to_bits()).collect::<Vec<_>>()
+                );
+            }
+            let q = b.src_part as usize;
+            for i in 0..b.nrows {
+                let row = renumbering.part_nodes(p as u32)[i] as usize;
+                let span = b.csr_rowptr[i] as usize..b.csr_rowptr[i + 1] as usize;
+                for (&c, &w) in b.csr_cols[span.clone()].iter().zip(&weights[span]) {
+                    let local = if q == p {
+                        c
+                    } else {
+                        view.halo_recv(q)[c as usize]
+                    };
+                    let col = renumbering.part_nodes(q as u32)[local as usize] as usize;
+                    let want = a[row * n + col];
+                    let got = f64::from(w);
+                    assert!(
+                        (got - want).abs() <= 1e-5 * want.abs().max(1.0),
+                        "part {p}, entry ({row}, {col}): weight {got}, A has {want}"
+                    );
+                    if want != 0.0 {
+                        stored_nonzeros += 1;
+                    }
+                    assert!(want != 0.0 || row == col, "({row}, {col}) is not in A");
+                }
+            }
+        }
+    }
+    assert_eq!(stored_nonzeros, a.iter().filter(|&&x| x != 0.0).count());
+}
+
+#[test]
+fn chunks_without_edge_weights_are_format_1_0_and_the_count_is_checked() {
+    let g = Graph::from_edges(4, std::vec![0, 1, 2, 3], std::vec![1, 2, 3, 0]);
+    let part = Partition::new(2, std::vec![0, 0, 1, 1], "x").unwrap();
+    let norm = crate::normalize::Normalization::Gcn;
+    let (a_hat, weights) =
+        crate::normalize::adjacency_with_weights(4, &g.src, &g.dst, None, norm).unwrap();
+    // A ring: every weight 1 but the four added loops.
+    assert_eq!(weights.len(), a_hat.nnz());
+    assert_eq!(weights.iter().filter(|&&w| w == 0.0).count(), 4);
+    let plain = ChunkBuilder::new(&g, a_hat.view(), &part).unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let manifest =
+        write_chunk_dir(&tmp.path().join("plain"), &plain, &WriteOptions::default()).unwrap();
+    assert_eq!(manifest.chunk_format_version, "1.0");
+    let dir = ChunkDir::open(tmp.path().join("plain")).unwrap();
+    dir.validate_all().unwrap();
+    let bufs = encode_all(&plain);
+    for buf in &bufs {
+        let view = ChunkView::parse(buf.as_bytes()).unwrap();
+        assert_eq!(view.header().version.to_string(), "1.0");
+        assert!(view.edge_weights().is_none());
+    }
+    let weighted = ChunkBuilder::new(&g, a_hat.view(), &part)
+        .unwrap()
+        .with_edge_weights(&weights)
+        .unwrap();
+    let manifest = write_chunk_dir(
+        &tmp.path().join("weighted"),
+        &weighted,
+        &WriteOptions::default(),
+    )
+    .unwrap();
+    assert_eq!(manifest.chunk_format_version, "1.1");
+    ChunkDir::open(tmp.path().join("weighted"))
+        .unwrap()
+        .validate_all()
+        .unwrap();
+    match ChunkBuilder::new(&g, a_hat.view(), &part)
+        .unwrap()
+        .with_edge_weights(&weights[1..])
+    {
+        Err(ChunkBuildError::Mismatch(m)) => assert!(m.contains("edge weights"), "{m}"),
+        other => panic!("{other:?}"),
     }
 }
 
@@ -647,8 +773,9 @@ fn bounded_directory_matches_the_in_memory_one() {
     let adj = Adjacency::from_edges(32, &g.src, &g.dst).unwrap();
     let part = partition(&adj, 4, &Method::Metis(MetisOptions::default())).unwrap();
     let norm = crate::normalize::Normalization::Gcn;
-    let a_hat =
-        crate::normalize::adjacency(32, &g.src, &g.dst, g.weights.as_deref(), norm).unwrap();
+    let (a_hat, weights) =
+        crate::normalize::adjacency_with_weights(32, &g.src, &g.dst, g.weights.as_deref(), norm)
+            .unwrap();
     let options = WriteOptions {
         edge_cut: Some(part.edge_cut(&adj).unwrap()),
         ..WriteOptions::default()
@@ -656,7 +783,10 @@ fn bounded_directory_matches_the_in_memory_one() {
     let mem_dir = tmp.path().join("mem");
     let mem = write_chunk_dir(
         &mem_dir,
-        &ChunkBuilder::new(&g, a_hat.view(), &part).unwrap(),
+        &ChunkBuilder::new(&g, a_hat.view(), &part)
+            .unwrap()
+            .with_edge_weights(&weights)
+            .unwrap(),
         &options,
     )
     .unwrap();
@@ -679,6 +809,8 @@ fn bounded_directory_matches_the_in_memory_one() {
     assert_eq!(bounded.edges, mem.edges);
     assert_eq!(bounded.chunks, mem.chunks);
     assert_eq!(bounded.halo_rows, mem.halo_rows);
+    assert_eq!(bounded.chunk_format_version, "1.1");
+    assert_eq!(mem.chunk_format_version, "1.1");
     ChunkDir::open(&out).unwrap().validate_all().unwrap();
     drop(builder);
     let names: Vec<String> = std::fs::read_dir(tmp.path())

@@ -16,6 +16,12 @@ use distspmm_core::schedule::{LayerTraffic, ScheduleKind, Traffic};
 use distspmm_core::sparse::{CsrOwned, DenseView, DenseViewMut};
 use proptest::prelude::*;
 
+use chunk_format::{encode, AlignedBuf};
+use distspmm_core::chunk::ChunkBuilder;
+use distspmm_core::graph::Graph;
+use distspmm_core::normalize::{self, Normalization};
+use distspmm_core::partition::Partition;
+
 use crate::tests::{assert_close, chunks, graphs, messages, reassembled, ring, value, views};
 use crate::{DistSpmm, DistSpmmError};
 
@@ -398,4 +404,144 @@ fn the_edge_layout_puts_the_diagonal_block_first() {
             assert_eq!(own, b.csc_vals);
         }
     }
+}
+
+/// The chunks of a weighted graph split by `part_of`, normalised by `norm`, recording the
+/// graph's edge weights (or not).
+fn weighted_chunks(
+    n: usize,
+    edges: &[(u32, u32, f32)],
+    part_of: &[u32],
+    parts: u32,
+    norm: Normalization,
+    record: bool,
+) -> Vec<AlignedBuf> {
+    let src: Vec<u32> = edges.iter().map(|e| e.0).collect();
+    let dst: Vec<u32> = edges.iter().map(|e| e.1).collect();
+    let w: Vec<f32> = edges.iter().map(|e| e.2).collect();
+    let (a_hat, weights) =
+        normalize::adjacency_with_weights(n, &src, &dst, Some(&w), norm).unwrap();
+    let mut graph = Graph::from_edges(n, src, dst);
+    graph.weights = Some(w);
+    let partition = Partition::new(parts, part_of.to_vec(), "test").unwrap();
+    let mut builder = ChunkBuilder::new(&graph, a_hat.view(), &partition).unwrap();
+    if record {
+        builder = builder.with_edge_weights(&weights).unwrap();
+    }
+    (0..parts)
+        .map(|p| encode(&builder.build(p).contents()).unwrap())
+        .collect()
+}
+
+/// Every rank's edge weights and `edges()` (global rows), over the `local` communicator.
+fn weights_by_rank(views: &[ChunkView<'_>]) -> Vec<Result<EdgeWeights, DistSpmmError>> {
+    let offsets = views[0].part_offsets();
+    LocalComm::run(views.len(), |comm| {
+        let p = comm.rank();
+        let op = DistSpmm::new(&comm, views[p], ScheduleKind::Halo)?;
+        let first = offsets[p] as usize;
+        let mut weights = vec![f32::NAN; op.edge_count()];
+        op.edge_weights(&mut weights)?;
+        let edges = op.edges().map(|(r, s)| (first + r, s)).collect();
+        Ok(EdgeWeights { edges, weights })
+    })
+}
+
+/// One rank's edges (global row, global source) and their weights, in layout order.
+#[derive(Debug)]
+struct EdgeWeights {
+    edges: Vec<(usize, u64)>,
+    weights: Vec<f32>,
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(32))]
+
+    /// The weights `edge_weights` gives are A's (in renumbered ids: the input edges' weights
+    /// summed, 0 at an added self loop) at the positions `edges()` names, every edge of A
+    /// among them, whatever the normalisation, the partition and P.
+    #[test]
+    fn edge_weights_are_the_graphs_own_in_layout_order(
+        (n, edges, part_of, parts) in graphs(24, 4, 4),
+        quarters in proptest::collection::vec(1u8..12, 96),
+        norm in 0usize..3,
+    ) {
+        let norm = [Normalization::Gcn, Normalization::Row, Normalization::None][norm];
+        // Multiples of 1/4: sums of duplicates are exact in f32.
+        let weighted: Vec<(u32, u32, f32)> = edges
+            .iter()
+            .enumerate()
+            .map(|(k, &(u, v))| (u, v, f32::from(quarters[k % quarters.len()]) / 4.0))
+            .collect();
+        let bufs = weighted_chunks(n, &weighted, &part_of, parts, norm, true);
+        let views = views(&bufs);
+        let new = Partition::new(parts, part_of.clone(), "test").unwrap().renumbering();
+        let new = new.old_to_new();
+        let mut a = vec![0f64; n * n];
+        for &(u, v, w) in &weighted {
+            a[new[v as usize] as usize * n + new[u as usize] as usize] += f64::from(w);
+        }
+        let mut stored = 0;
+        for (p, result) in weights_by_rank(&views).into_iter().enumerate() {
+            let EdgeWeights { edges, weights } = result.unwrap();
+            prop_assert_eq!(edges.len(), weights.len());
+            for (k, (&(i, s), &w)) in edges.iter().zip(&weights).enumerate() {
+                let want = a[i * n + s as usize];
+                prop_assert_eq!(f64::from(w), want, "rank {}, position {}: ({}, {})", p, k, i, s);
+                prop_assert!(want != 0.0 || i as u64 == s, "({}, {}) is not an edge", i, s);
+                stored += usize::from(want != 0.0);
+            }
+        }
+        prop_assert_eq!(stored, a.iter().filter(|&&x| x != 0.0).count());
+    }
+}
+
+#[test]
+fn edge_weights_need_chunks_that_record_them_and_a_buffer_of_edge_count() {
+    // A ring of 12 nodes over 3 parts, a weighted self loop on node 5 and a duplicated edge.
+    let mut edges: Vec<(u32, u32, f32)> = (0..12u32)
+        .flat_map(|v| [(v, (v + 1) % 12, 1.0), ((v + 1) % 12, v, 0.5)])
+        .collect();
+    edges.extend([(5, 5, 3.0), (2, 7, 0.25), (2, 7, 0.5)]);
+    let part_of: Vec<u32> = (0..12).map(|v| v / 4).collect();
+
+    // Without the section: every rank says what to do.
+    let unrecorded = weighted_chunks(12, &edges, &part_of, 3, Normalization::Gcn, false);
+    let m = messages(weights_by_rank(&views(&unrecorded)));
+    for (p, message) in m.iter().enumerate() {
+        assert!(
+            message.contains("carry no edge weights") && message.contains("distspmm partition"),
+            "{message}"
+        );
+        assert!(message.contains(&format!("part {p}")), "{message}");
+    }
+
+    let bufs = weighted_chunks(12, &edges, &part_of, 3, Normalization::Gcn, true);
+    let views = views(&bufs);
+    for result in weights_by_rank(&views) {
+        let EdgeWeights { edges, weights } = result.unwrap();
+        let at = |i: usize, s: u64| weights[edges.iter().position(|&e| e == (i, s)).unwrap()];
+        // Contiguous map: renumbered ids are the original ones.
+        if edges.iter().any(|&(i, _)| i == 5) {
+            assert_eq!(at(5, 5), 3.0);
+            assert_eq!(at(5, 4), 1.0);
+            assert_eq!(at(5, 6), 0.5);
+            assert_eq!(at(4, 4), 0.0);
+        }
+        if edges.iter().any(|&(i, _)| i == 7) {
+            assert_eq!(at(7, 2), 0.75);
+        }
+    }
+
+    // A buffer of the wrong length is named; the call is local (one rank alone is fine).
+    let m = messages(LocalComm::run(3, |comm| {
+        let p = comm.rank();
+        let op = DistSpmm::new(&comm, views[p], ScheduleKind::Broadcast)?;
+        let mut short = vec![0f32; op.edge_count() - usize::from(p == 2)];
+        op.edge_weights(&mut short)
+    }));
+    assert!(
+        m[2].contains("edge_weights on rank 2: the output holds"),
+        "{m:?}"
+    );
 }
