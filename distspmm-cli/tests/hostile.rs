@@ -565,7 +565,7 @@ fn resume_refuses_other_data_and_other_options_naming_the_field() {
         assert!(
             stderr.contains(field)
                 && stderr.contains("was written for another run")
-                && !stderr.contains("GcnConfig")
+                && !stderr.contains("ModelConfig")
                 && !stderr.contains('{'),
             "{extra:?}: {stderr}"
         );

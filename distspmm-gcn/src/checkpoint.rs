@@ -7,7 +7,7 @@
 //! checksum of its payload; it is written to a temporary file, fsynced and renamed, so a crash
 //! (or a rank killed mid-write) leaves the previous checkpoint or the new one, never half.
 
-use super::model::{Adam, GcnConfig, Params};
+use super::model::{Adam, ModelConfig, ModelKind, Params};
 use anyhow::{bail, Context, Result};
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
@@ -15,8 +15,9 @@ use std::path::{Path, PathBuf};
 /// File name of the checkpoint inside the checkpoint directory.
 pub const FILE_NAME: &str = "checkpoint.json";
 const FORMAT: &str = "distspmm-gcn-checkpoint";
-/// 2: the run's identity records the data's content fingerprint and `--normalize-features`.
-const VERSION: u32 = 2;
+/// 3: the parameters are named tensors and the identity records the model (`--model` and its
+/// options); 2 recorded the data's content fingerprint and `--normalize-features`.
+const VERSION: u32 = 3;
 
 /// What a checkpoint's run trained on and with: everything that changes the objective. A resume
 /// continues only a run whose identity is the same ([`Identity::differences`]).
@@ -24,7 +25,7 @@ const VERSION: u32 = 2;
 pub struct Identity {
     /// Hyperparameters of the model (widths, layers, dropout, learning rate, weight decay,
     /// seed).
-    pub config: GcnConfig,
+    pub config: ModelConfig,
     /// `data` or `tensor`.
     pub mode: String,
     /// Whether `--normalize-features` was set.
@@ -60,6 +61,7 @@ impl Identity {
                 out.push(format!("{name} is {there} there, {here} here"));
             }
         };
+        field("--model", a.model.to_string(), b.model.to_string());
         field("--mode", self.mode.clone(), here.mode.clone());
         field(
             "the data's feature width",
@@ -81,6 +83,23 @@ impl Identity {
             b.weight_decay.to_string(),
         );
         field("--seed", a.seed.to_string(), b.seed.to_string());
+        field("--heads", a.heads.to_string(), b.heads.to_string());
+        field(
+            "--out-heads",
+            a.out_heads.to_string(),
+            b.out_heads.to_string(),
+        );
+        field(
+            "--attn-dropout",
+            a.attn_dropout.to_string(),
+            b.attn_dropout.to_string(),
+        );
+        field("--residual", a.residual.to_string(), b.residual.to_string());
+        field(
+            "--train-eps",
+            a.train_eps.to_string(),
+            b.train_eps.to_string(),
+        );
         field(
             "--normalize-features",
             self.normalize_features.to_string(),
@@ -257,10 +276,28 @@ fn remove_stale_temporaries(dir: &Path) {
 
 /// Text bytes a checkpoint of `config` can take at most: the parameters and Adam's two moments
 /// as JSON numbers (at most 24 characters and a comma each, as `serde_json` writes an f32 held
-/// as f64), plus 1 MiB for the envelope, the identity and its paths.
-pub fn size_bound(config: &GcnConfig) -> u64 {
-    let parameters = config.elements(|_, _| 0, |_| 0) / 4;
-    parameters.saturating_mul(3 * 25).saturating_add(1 << 20)
+/// as f64), plus 1 MiB for the envelope, the identity, the tensor names and the paths. The
+/// parameters counted are the most any model kind has at these widths, so that a checkpoint of
+/// another model is read and refused by name rather than by size.
+pub fn size_bound(config: &ModelConfig) -> u64 {
+    [
+        ModelKind::Gcn,
+        ModelKind::Sage,
+        ModelKind::Gin,
+        ModelKind::Gat,
+    ]
+    .into_iter()
+    .map(|model| {
+        ModelConfig {
+            model,
+            ..config.clone()
+        }
+        .parameters()
+    })
+    .max()
+    .unwrap_or(0)
+    .saturating_mul(3 * 25)
+    .saturating_add(1 << 20)
 }
 
 /// The bytes of the checkpoint file at `path`: a regular file (a FIFO, a device or a link to
@@ -331,9 +368,9 @@ pub fn load(dir: &Path, limit: u64) -> Result<(State, u64)> {
     }
     if envelope.version < VERSION {
         bail!(
-            "{} has checkpoint version {}, which does not record the training data's content \
-             or --normalize-features, so a resume cannot check that it continues the same run: \
-             start again without --resume",
+            "{} has checkpoint version {}, which does not record the model, the training \
+             data's content or --normalize-features, so a resume cannot check that it continues \
+             the same run: start again without --resume",
             path.display(),
             envelope.version
         );
@@ -354,24 +391,18 @@ pub fn load(dir: &Path, limit: u64) -> Result<(State, u64)> {
     }
     let state: State = serde_json::from_value(envelope.state)
         .with_context(|| format!("{} has an unexpected layout", path.display()))?;
-    let shapes_ok = {
-        // The layer count is checked against the arrays present before `dims` is built from it.
-        let config = &state.identity.config;
-        state.params.weights.len() == config.layers
-            && state.params.biases.len() == config.layers
-            && {
-                let dims = config.dims();
-                (0..config.layers).all(|l| {
-                    dims[l].checked_mul(dims[l + 1]) == Some(state.params.weights[l].len())
-                        && state.params.biases[l].len() == dims[l + 1]
-                })
-            }
-            && state.adam.m.len() == state.params.len()
-            && state.adam.v.len() == state.params.len()
-    };
+    // Each tensor holds its shape's values and the moments one value per parameter; whether
+    // the tensors are the model's is checked when the model takes them.
+    let shapes_ok = state
+        .params
+        .tensors
+        .iter()
+        .all(|t| t.shape[0].checked_mul(t.shape[1]) == Some(t.values.len()))
+        && state.adam.m.len() == state.params.len()
+        && state.adam.v.len() == state.params.len();
     if !shapes_ok {
         bail!(
-            "{} holds parameters whose shapes do not match its own configuration",
+            "{} holds parameters whose shapes do not match their values (a damaged checkpoint)",
             path.display()
         );
     }
@@ -386,7 +417,7 @@ mod tests {
     const LIMIT: u64 = 1 << 30;
 
     fn state() -> State {
-        let config = GcnConfig {
+        let config = ModelConfig {
             in_dim: 5,
             hidden: 3,
             classes: 2,
@@ -395,6 +426,7 @@ mod tests {
             lr: 0.01,
             weight_decay: 5e-4,
             seed: 1,
+            ..crate::nn::net::tests::test_config(5, 3, 2)
         };
         let params = Params::glorot(&config).unwrap();
         let mut adam = Adam::new(params.len()).unwrap();
@@ -539,9 +571,9 @@ mod tests {
         let mut s = state();
         // The longest numbers serde_json writes for an f32.
         s.params
-            .weights
+            .tensors
             .iter_mut()
-            .flatten()
+            .flat_map(|t| t.values.iter_mut())
             .for_each(|v| *v = -1.175_494_4e-38);
         s.adam.v.iter_mut().for_each(|v| *v = -0.123_456_79);
         save(dir.path(), &s).unwrap();
@@ -603,13 +635,15 @@ mod tests {
     }
 
     #[test]
-    fn a_layer_count_beyond_the_arrays_is_refused_before_it_sizes_anything() {
-        let dir = tempfile::tempdir().unwrap();
-        let mut s = state();
-        s.identity.config.layers = usize::MAX;
-        save(dir.path(), &s).unwrap();
-        let err = load(dir.path(), LIMIT).unwrap_err().to_string();
-        assert!(err.contains("shapes do not match"), "{err}");
+    fn a_tensor_whose_values_do_not_fill_its_shape_is_refused() {
+        for shape in [[usize::MAX, 2], [5, 4]] {
+            let dir = tempfile::tempdir().unwrap();
+            let mut s = state();
+            s.params.tensors[0].shape = shape;
+            save(dir.path(), &s).unwrap();
+            let err = load(dir.path(), LIMIT).unwrap_err().to_string();
+            assert!(err.contains("shapes do not match"), "{err}");
+        }
     }
 
     #[test]

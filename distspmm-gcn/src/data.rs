@@ -1,7 +1,8 @@
 //! Data-parallel training: rank p memory-maps chunk p, the aggregation runs through the
 //! distributed SpMM, the dense-weight gradients are summed across ranks.
 
-use super::model::{Aggregate, GcnConfig, LocalData, TRAIN};
+use super::model::{zeros, Aggregate, LocalData};
+use super::nn::{EdgeWeights, Graph};
 use super::{
     agree, check_features, maybe_normalize_rows, train_loop, Config, Event, Job, Schedule, Summary,
 };
@@ -51,6 +52,17 @@ impl Aggregate for LocalAggregate {
 /// [`Counting`] layer that measures what the schedule hands the transport.
 pub struct DistAggregate<'a, C: dist_comm::Communicator> {
     op: DistSpmm<Box<Counting<'a, C>>, &'a RankChunk>,
+    edges: EdgeData,
+}
+
+/// What the per-edge layers read of the chunk, computed on first use and kept.
+#[derive(Debug, Default)]
+struct EdgeData {
+    /// The graph's own weights of the per-edge operand's positions.
+    raw: Option<Vec<f32>>,
+    sum: Option<Vec<f32>>,
+    mean: Option<Vec<f32>>,
+    ends: Option<Vec<(u64, u64)>>,
 }
 
 impl<C: dist_comm::Communicator> std::fmt::Debug for DistAggregate<'_, C> {
@@ -81,7 +93,10 @@ pub fn dist_aggregate<'a, C: dist_comm::Communicator>(
             dir.display()
         )
     })?;
-    Ok(DistAggregate { op })
+    Ok(DistAggregate {
+        op,
+        edges: EdgeData::default(),
+    })
 }
 
 impl<C: dist_comm::Communicator> Aggregate for DistAggregate<'_, C> {
@@ -103,6 +118,182 @@ impl<C: dist_comm::Communicator> Aggregate for DistAggregate<'_, C> {
     /// operator's own agreement reductions are not part of them).
     fn bytes_received(&self) -> u64 {
         self.op.comm().counts().schedule().received
+    }
+}
+
+impl<C: dist_comm::Communicator> DistAggregate<'_, C> {
+    /// The graph's own edge weights in the per-edge layout (read from the chunk once).
+    fn raw_weights(&mut self) -> Result<&[f32]> {
+        if self.edges.raw.is_none() {
+            let what = "the graph's edge weights";
+            let mut raw = zeros(self.op.edge_count(), what)?;
+            self.op.edge_weights(&mut raw)?;
+            self.edges.raw = Some(raw);
+        }
+        Ok(self.edges.raw.as_deref().unwrap_or_default())
+    }
+}
+
+/// Each position's destination row, in layout order.
+fn edge_rows<'o, C: dist_comm::Communicator>(
+    op: &'o DistSpmm<Box<Counting<'_, C>>, &RankChunk>,
+) -> impl Iterator<Item = usize> + 'o {
+    op.edges().map(|(row, _)| row)
+}
+
+/// Bits of an original id per f32 piece: exact in an f32's 24-bit significand.
+const ID_PIECE_BITS: u32 = 22;
+
+impl<C: dist_comm::Communicator> Graph for DistAggregate<'_, C> {
+    fn rows(&self) -> usize {
+        self.op.local_rows()
+    }
+
+    fn edge_count(&self) -> usize {
+        self.op.edge_count()
+    }
+
+    fn edge_weights(&mut self, kind: EdgeWeights) -> Result<&[f32]> {
+        let ready = match kind {
+            EdgeWeights::Sum => self.edges.sum.is_some(),
+            EdgeWeights::Mean => self.edges.mean.is_some(),
+        };
+        if !ready {
+            let raw = self.raw_weights()?.to_vec();
+            let values = match kind {
+                EdgeWeights::Sum => raw,
+                EdgeWeights::Mean => {
+                    // Row sums in f64, in layout order (the same order on every run).
+                    let mut sums = vec![0.0f64; self.op.local_rows()];
+                    for (row, &w) in edge_rows(&self.op).zip(&raw) {
+                        sums[row] += f64::from(w);
+                    }
+                    edge_rows(&self.op)
+                        .zip(&raw)
+                        .map(|(row, &w)| {
+                            #[allow(
+                                clippy::cast_possible_truncation,
+                                reason = "deliberate: the mean weight rounded to f32"
+                            )]
+                            let v = if sums[row] > 0.0 {
+                                (f64::from(w) / sums[row]) as f32
+                            } else {
+                                0.0
+                            };
+                            v
+                        })
+                        .collect()
+                }
+            };
+            match kind {
+                EdgeWeights::Sum => self.edges.sum = Some(values),
+                EdgeWeights::Mean => self.edges.mean = Some(values),
+            }
+        }
+        Ok(match kind {
+            EdgeWeights::Sum => self.edges.sum.as_deref(),
+            EdgeWeights::Mean => self.edges.mean.as_deref(),
+        }
+        .unwrap_or_default())
+    }
+
+    fn edge_ends(&mut self) -> Result<&[(u64, u64)]> {
+        if self.edges.ends.is_none() {
+            let n = self.op.local_rows();
+            let ids = self.op.chunk().original_ids().to_vec();
+            // The sources' original ids come from their owners through the SDDMM's exchange:
+            // `e = 1 · piece_j` per edge, one exact f32 piece of the id at a time.
+            let ones = vec![1.0f32; n];
+            let mut sources = vec![0u64; self.op.edge_count()];
+            let mut e = vec![0.0f32; self.op.edge_count()];
+            let mask = (1u64 << ID_PIECE_BITS) - 1;
+            for piece in 0..3 {
+                let shift = piece * ID_PIECE_BITS;
+                #[allow(clippy::cast_precision_loss, reason = "a 22-bit piece is exact in f32")]
+                let v: Vec<f32> = ids
+                    .iter()
+                    .map(|&id| ((id >> shift) & mask) as f32)
+                    .collect();
+                self.op.sddmm(
+                    DenseView::from_row_major(&ones, n, 1)?,
+                    DenseView::from_row_major(&v, n, 1)?,
+                    &mut e,
+                )?;
+                for (s, &x) in sources.iter_mut().zip(&e) {
+                    #[allow(
+                        clippy::cast_possible_truncation,
+                        clippy::cast_sign_loss,
+                        reason = "an exact non-negative integer below 2^22"
+                    )]
+                    let bits = x as u64;
+                    *s |= bits << shift;
+                }
+            }
+            let ends = edge_rows(&self.op)
+                .zip(sources)
+                .map(|(row, src)| (ids[row], src))
+                .collect();
+            self.edges.ends = Some(ends);
+        }
+        Ok(self.edges.ends.as_deref().unwrap_or_default())
+    }
+
+    fn spmm_edges(
+        &mut self,
+        e: &[f32],
+        x: DenseView<'_, f32>,
+        y: DenseViewMut<'_, f32>,
+    ) -> Result<()> {
+        Ok(self.op.spmm_values(e, x, y)?)
+    }
+
+    fn spmm_edges_transpose(
+        &mut self,
+        e: &[f32],
+        dy: DenseView<'_, f32>,
+        dx: DenseViewMut<'_, f32>,
+    ) -> Result<()> {
+        Ok(self.op.spmm_values_transpose(e, dy, dx)?)
+    }
+
+    fn sddmm(&mut self, u: DenseView<'_, f32>, v: DenseView<'_, f32>, e: &mut [f32]) -> Result<()> {
+        Ok(self.op.sddmm(u, v, e)?)
+    }
+
+    fn sddmm_backward(
+        &mut self,
+        de: &[f32],
+        u: DenseView<'_, f32>,
+        v: DenseView<'_, f32>,
+        du: DenseViewMut<'_, f32>,
+        dv: DenseViewMut<'_, f32>,
+    ) -> Result<()> {
+        Ok(self.op.sddmm_backward(de, u, v, du, dv)?)
+    }
+
+    fn edge_softmax(&mut self, slope: Option<f32>, logits: &[f32], out: &mut [f32]) -> Result<()> {
+        match slope {
+            Some(s) => self.op.leaky_relu_edge_softmax(s, logits, out)?,
+            None => self.op.edge_softmax(logits, out)?,
+        }
+        Ok(())
+    }
+
+    fn edge_softmax_backward(
+        &mut self,
+        slope: Option<f32>,
+        logits: &[f32],
+        out: &[f32],
+        d_out: &[f32],
+        d_logits: &mut [f32],
+    ) -> Result<()> {
+        match slope {
+            Some(s) => self
+                .op
+                .leaky_relu_edge_softmax_backward(s, logits, out, d_out, d_logits)?,
+            None => self.op.edge_softmax_backward(out, d_out, d_logits)?,
+        }
+        Ok(())
     }
 }
 
@@ -227,33 +418,24 @@ where
         let ids = &nd.ids;
         maybe_normalize_rows(comm, &mut nd.features, nd.in_dim, |r| ids[r], on)?;
     }
-    let cfg = GcnConfig {
-        in_dim: nd.in_dim,
-        hidden: args.hidden,
-        classes: nd.classes,
-        layers: args.layers,
-        dropout: args.dropout,
-        lr: args.lr,
-        weight_decay: args.weight_decay,
-        seed: args.seed,
-    };
-    let mut train_total = [nd
-        .masks
-        .iter()
-        .zip(&nd.labels)
-        .filter(|(&m, &y)| m & TRAIN != 0 && y >= 0)
-        .count() as u64];
-    comm.all_reduce_sum(&mut train_total)?;
-    let model = agree(
-        comm,
-        super::model::Gcn::new(cfg.clone(), view.num_local_nodes(), train_total[0]),
-    )?;
+    let cfg = args.model_config(nd.in_dim, nd.classes);
     let data = LocalData {
         features: &nd.features,
         labels: &nd.labels,
         masks: &nd.masks,
         original_ids: &nd.ids,
     };
+    let mut train_total = [super::nn::net::local_train_count(&data)];
+    comm.all_reduce_sum(&mut train_total)?;
+    let model = agree(
+        comm,
+        super::nn::net::Net::new(
+            cfg.clone(),
+            view.num_local_nodes(),
+            agg.edge_count(),
+            train_total[0],
+        ),
+    )?;
     let partition = super::checkpoint::PartitionIdentity {
         parts: dir.parts(),
         fingerprint: dir.manifest().fingerprint.clone(),

@@ -14,6 +14,13 @@
 //! The row's odd multiplier keeps the counters of different rows from being shifted copies of
 //! one another (with `c + key` two rows whose keys differ by less than the width would share
 //! most of their decisions).
+//!
+//! Attention dropout ([`EdgeKey`]) drops per-edge values instead: whether head `h` of the edge
+//! `src → dst` of layer `l` is kept at epoch `e` is a pure function of (seed, epoch, layer,
+//! original ids of `dst` and `src`, head), so it too is the same on any number of ranks. The
+//! layer's edge key is its row key's seed hashed once more with a constant (independent of the
+//! input dropout's decisions); one SplitMix64 of the destination and one of the source give the
+//! edge's two 32-bit keys, and the head takes the column's place in the draw above.
 
 use rayon::prelude::*;
 use std::ops::Range;
@@ -68,13 +75,26 @@ impl DropoutKey {
         reason = "deliberate: the two halves of a 64-bit hash"
     )]
     pub fn row(&self, id: u64) -> RowKey {
-        let base = splitmix64(
-            self.seed ^ splitmix64(self.epoch.wrapping_mul(0x1000_0000_01B3) ^ (self.layer as u64)),
-        );
-        let k = splitmix64(base ^ id.wrapping_mul(0x9E37_79B9_7F4A_7C15));
+        let k = splitmix64(self.base() ^ id.wrapping_mul(0x9E37_79B9_7F4A_7C15));
         RowKey {
             mul: (k as u32) | 1,
             add: (k >> 32) as u32,
+            threshold: self.threshold(),
+            scale_bits: self.scale().to_bits(),
+        }
+    }
+
+    /// The hash of (seed, epoch, layer) every node's and edge's key starts from.
+    fn base(&self) -> u64 {
+        splitmix64(
+            self.seed ^ splitmix64(self.epoch.wrapping_mul(0x1000_0000_01B3) ^ (self.layer as u64)),
+        )
+    }
+
+    /// The attention-dropout key of this layer and epoch, with this key's probability.
+    pub fn edges(&self) -> EdgeKey {
+        EdgeKey {
+            base: splitmix64(self.base() ^ EDGE_DOMAIN),
             threshold: self.threshold(),
             scale_bits: self.scale().to_bits(),
         }
@@ -174,6 +194,93 @@ impl RowKey {
             }
             Isa::Portable => apply_body(self, cols, src, dst),
         }
+    }
+}
+
+/// Separates a layer's edge keys from its row keys (the fractional bits of √2).
+const EDGE_DOMAIN: u64 = 0x6A09_E667_F3BC_C908;
+
+/// Inverted dropout of per-edge, per-head values (attention dropout), keyed by (seed, epoch,
+/// layer) through [`DropoutKey::edges`] and decided per (destination id, source id, head): see
+/// the module documentation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EdgeKey {
+    base: u64,
+    /// Draws below this are dropped; 0 keeps all.
+    threshold: u32,
+    /// `1 / (1 − p)` as f32 bits.
+    scale_bits: u32,
+}
+
+impl EdgeKey {
+    /// The keys of the edge `src → dst` (original ids), its heads in the columns' place.
+    #[allow(
+        clippy::cast_possible_truncation,
+        reason = "deliberate: the two halves of a 64-bit hash"
+    )]
+    fn pair(&self, dst: u64, src: u64) -> (u32, u32) {
+        let d = splitmix64(self.base ^ dst.wrapping_mul(0x9E37_79B9_7F4A_7C15));
+        let k = splitmix64(d ^ src.wrapping_mul(0xD1B5_4A32_D192_ED03));
+        ((k as u32) | 1, (k >> 32) as u32)
+    }
+
+    /// Whether head `head` of the edge `src → dst` (original ids) is kept.
+    #[allow(clippy::cast_possible_truncation, reason = "a head index, a u32")]
+    pub fn keeps(&self, dst: u64, src: u64, head: usize) -> bool {
+        let (mul, add) = self.pair(dst, src);
+        draw(mul, add, head as u32) >= self.threshold
+    }
+
+    /// The factor of kept values.
+    pub fn scale(&self) -> f32 {
+        f32::from_bits(self.scale_bits)
+    }
+
+    /// Drops and rescales, in place, head-major per-edge values: `values` holds one run of
+    /// `ends.len()` values per head, position `k` of each run being the edge `ends[k] = (dst,
+    /// src)`; a kept value is multiplied by [`EdgeKey::scale`], a dropped one becomes 0. Edges
+    /// run in parallel on the current rayon pool, each edge's keys derived once for all heads.
+    ///
+    /// # Panics
+    /// If `values.len()` is not a multiple of `ends.len()` (the caller wires fixed shapes).
+    #[allow(clippy::cast_possible_truncation, reason = "a head index, a u32")]
+    pub fn apply_in_place(&self, ends: &[(u64, u64)], values: &mut [f32]) {
+        let edges = ends.len();
+        if edges == 0 || self.threshold == 0 {
+            return;
+        }
+        assert!(
+            values.len().is_multiple_of(edges),
+            "attention dropout: values are not whole runs of the edges"
+        );
+        let heads = values.len() / edges;
+        let task = super::par::task_rows(edges, heads);
+        // Task t takes edges [t·task, (t+1)·task) of every head's run.
+        let mut tasks: Vec<Vec<&mut [f32]>> = (0..edges.div_ceil(task))
+            .map(|_| Vec::with_capacity(heads))
+            .collect();
+        for run in values.chunks_exact_mut(edges) {
+            for (t, part) in tasks.iter_mut().zip(run.chunks_mut(task)) {
+                t.push(part);
+            }
+        }
+        let scale = self.scale();
+        tasks
+            .into_par_iter()
+            .zip(ends.par_chunks(task))
+            .for_each(|(mut runs, ends)| {
+                for (k, &(dst, src)) in ends.iter().enumerate() {
+                    let (mul, add) = self.pair(dst, src);
+                    for (h, run) in runs.iter_mut().enumerate() {
+                        let v = &mut run[k];
+                        *v = if draw(mul, add, h as u32) >= self.threshold {
+                            *v * scale
+                        } else {
+                            0.0
+                        };
+                    }
+                }
+            });
     }
 }
 
@@ -489,5 +596,70 @@ mod tests {
             assert_eq!(got, want);
         }
         assert_eq!(k.scale(), 4.0);
+    }
+
+    #[test]
+    fn edge_masks_follow_ids_and_heads_at_rate_p() {
+        let k = key(0.4).edges();
+        let ends: Vec<(u64, u64)> = (0..3000u64).map(|i| (i / 7 + 500, i * 13 + 1)).collect();
+        let heads = 3;
+        let e = ends.len();
+        let values: Vec<f32> = (0..heads * e).map(|i| i as f32 + 1.0).collect();
+        let mut got = values.clone();
+        k.apply_in_place(&ends, &mut got);
+        let mut dropped = 0usize;
+        for h in 0..heads {
+            for (i, &(d, s)) in ends.iter().enumerate() {
+                let want = if k.keeps(d, s, h) {
+                    values[h * e + i] * k.scale()
+                } else {
+                    dropped += 1;
+                    0.0
+                };
+                assert_eq!(got[h * e + i], want);
+            }
+        }
+        let n = (heads * e) as f64;
+        let sd = (0.4 * 0.6 / n).sqrt();
+        assert!(
+            (dropped as f64 / n - 0.4).abs() < 6.0 * sd,
+            "dropped {dropped}"
+        );
+        // The edges in another order (another rank's layout) keep the same decisions.
+        let rev: Vec<(u64, u64)> = ends.iter().rev().copied().collect();
+        let mut ones = vec![1.0f32; heads * e];
+        k.apply_in_place(&rev, &mut ones);
+        for h in 0..heads {
+            for i in 0..e {
+                assert_eq!(ones[h * e + e - 1 - i] != 0.0, got[h * e + i] != 0.0);
+            }
+        }
+        // Heads, directions and the input dropout of the same layer decide independently.
+        let agree = |f: &dyn Fn(u64, u64) -> (bool, bool)| {
+            ends.iter()
+                .filter(|&&(d, s)| {
+                    let (a, b) = f(d, s);
+                    a == b
+                })
+                .count()
+        };
+        let row = key(0.4);
+        for (what, same) in [
+            ("heads", agree(&|d, s| (k.keeps(d, s, 0), k.keeps(d, s, 1)))),
+            (
+                "directions",
+                agree(&|d, s| (k.keeps(d, s, 0), k.keeps(s, d, 0))),
+            ),
+            (
+                "input dropout",
+                agree(&|d, s| (k.keeps(d, s, 0), row.row(d).keeps(0))),
+            ),
+        ] {
+            // Independent draws agree with probability 0.52: 1560 of 3000, sd 27.
+            assert!((1400..1720).contains(&same), "{what}: {same} of 3000 agree");
+        }
+        let mut unchanged = values.clone();
+        key(0.0).edges().apply_in_place(&ends, &mut unchanged);
+        assert_eq!(unchanged, values);
     }
 }

@@ -173,8 +173,8 @@ pub fn spmm_buffers(calls: &[SpmmCall]) -> Result<(Vec<f32>, Vec<f32>)> {
 
 /// Replays each distinct aggregation call of `calls` through `agg` (collective for a
 /// distributed `agg`: every rank made the same calls, so every rank replays the same sequence).
-pub fn time_spmm(
-    agg: &mut dyn Aggregate,
+pub fn time_spmm<A: Aggregate + ?Sized>(
+    agg: &mut A,
     calls: &[SpmmCall],
     reps: usize,
     (x, y): (&[f32], &mut [f32]),
@@ -265,46 +265,20 @@ pub fn time_gemm(products: &[Product], reps: usize) -> Result<Vec<KernelTime>> {
 mod tests {
     use super::*;
     use crate::dense::Op;
-    use crate::model::testing::{Alone, DenseAgg};
-    use crate::model::{Gcn, GcnConfig, LocalData, TRAIN};
-
-    /// Logs the calls it passes on, as the trainer's wrapper does.
-    struct Logging<'a>(&'a mut DenseAgg, Vec<SpmmCall>);
-
-    impl Aggregate for Logging<'_> {
-        fn forward(&mut self, x: &[f32], f: usize, y: &mut [f32]) -> Result<()> {
-            self.1.push(SpmmCall {
-                backward: false,
-                width: f,
-                x_len: x.len(),
-                y_len: y.len(),
-            });
-            self.0.forward(x, f, y)
-        }
-        fn backward(&mut self, dy: &[f32], f: usize, dx: &mut [f32]) -> Result<()> {
-            self.1.push(SpmmCall {
-                backward: true,
-                width: f,
-                x_len: dy.len(),
-                y_len: dx.len(),
-            });
-            self.0.backward(dy, f, dx)
-        }
-        fn bytes_received(&self) -> u64 {
-            0
-        }
-    }
+    use crate::model::testing::Alone;
+    use crate::model::{LocalData, ModelConfig, TRAIN};
+    use crate::nn::net::Net;
+    use crate::nn::testing::DenseGraph;
+    use crate::nn::Graph;
 
     #[test]
     fn an_epochs_products_are_logged_and_replayed_with_their_counts() {
         let n = 300;
         let (in_dim, hidden, classes) = (4, 8, 3);
-        let mut agg = DenseAgg {
-            n,
-            a: (0..n * n)
-                .map(|i| if i % 7 == 0 { 0.1 } else { 0.0 })
-                .collect(),
-        };
+        let a: Vec<f32> = (0..n * n)
+            .map(|i| if i % 7 == 0 { 0.1 } else { 0.0 })
+            .collect();
+        let mut graph = DenseGraph::from_dense(n, &a);
         let x: Vec<f32> = (0..n * in_dim).map(|i| (i % 5) as f32).collect();
         let labels: Vec<i32> = (0..i32::try_from(n).unwrap()).map(|i| i % 3).collect();
         let masks = vec![TRAIN; n];
@@ -315,7 +289,7 @@ mod tests {
             masks: &masks,
             original_ids: &ids,
         };
-        let cfg = GcnConfig {
+        let cfg = ModelConfig {
             in_dim,
             hidden,
             classes,
@@ -324,17 +298,15 @@ mod tests {
             lr: 0.01,
             weight_decay: 0.0,
             seed: 1,
+            ..crate::nn::net::tests::test_config(in_dim, hidden, 2)
         };
-        let mut model = Gcn::new(cfg, n, n as u64).unwrap();
-        let mut logging = Logging(&mut agg, Vec::new());
+        let mut model = Net::new(cfg, n, graph.edge_count(), n as u64).unwrap();
         // The first evaluation fills the cache of Â·X; the recorded epoch is a later one.
-        model.evaluate(&mut logging, &mut Alone, &data).unwrap();
-        logging.1.clear();
+        model.evaluate(&mut graph, &mut Alone, &data).unwrap();
+        graph.calls.clear();
         par::start_recording();
-        model
-            .train_step(&mut logging, &mut Alone, &data, 1)
-            .unwrap();
-        model.evaluate(&mut logging, &mut Alone, &data).unwrap();
+        model.train_step(&mut graph, &mut Alone, &data, 1).unwrap();
+        model.evaluate(&mut graph, &mut Alone, &data).unwrap();
         let products = par::stop_recording();
         assert!(par::stop_recording().is_empty(), "recording stopped");
         let spmm = |backward, width| SpmmCall {
@@ -346,7 +318,7 @@ mod tests {
         // Layer 0 aggregates first (4 ≤ 8), layer 1 transforms first (8 > 3); the evaluation
         // reuses Â·X and so aggregates only at layer 1.
         assert_eq!(
-            logging.1,
+            graph.calls,
             [
                 spmm(false, 4),
                 spmm(false, 3),
@@ -367,8 +339,9 @@ mod tests {
                 rows(8, 3, Op::N),
             ]
         );
-        let (x, mut y) = spmm_buffers(&logging.1).unwrap();
-        let mut calls = time_spmm(logging.0, &logging.1, 3, (&x, &mut y)).unwrap();
+        let recorded = graph.calls.clone();
+        let (x, mut y) = spmm_buffers(&recorded).unwrap();
+        let mut calls = time_spmm(&mut graph, &recorded, 3, (&x, &mut y)).unwrap();
         calls.extend(time_gemm(&products, 3).unwrap());
         let counts: Vec<_> = calls.iter().map(|c| (c.kernel, c.count)).collect();
         assert_eq!(

@@ -13,13 +13,15 @@ pub mod dense;
 pub mod dropout;
 pub mod isolated;
 pub mod model;
+pub mod nn;
 pub mod par;
 pub mod sparse_input;
 pub mod tensor;
 
-use anyhow::{bail, Context, Result};
+use anyhow::{bail, ensure, Context, Result};
 use dist_comm::{AllGather, AllReduce, Communicator, Counting, Group, ReduceOp};
-use model::{Aggregate, GcnConfig, LocalData, Metrics, Reduce, TRAIN};
+use model::{Aggregate, LocalData, Metrics, ModelConfig, Reduce, TRAIN};
+use nn::Graph;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
@@ -61,13 +63,26 @@ pub struct Config {
     pub mode: Mode,
     /// Training epochs.
     pub epochs: u64,
-    /// Hidden width.
+    /// The layer the model stacks.
+    pub model: model::ModelKind,
+    /// Hidden width (per attention head for GAT).
     pub hidden: usize,
-    /// GCN layers.
+    /// Layers.
     pub layers: usize,
+    /// GAT: attention heads of the inner layers (concatenated).
+    pub heads: usize,
+    /// GAT: attention heads of the last layer (averaged).
+    pub out_heads: usize,
+    /// GAT: dropout probability on the attention coefficients.
+    pub attn_dropout: f32,
+    /// Adds each inner layer's input to its output where the widths agree.
+    pub residual: bool,
+    /// GIN: train ε (else fixed at 0).
+    pub train_eps: bool,
     /// Adam learning rate.
     pub lr: f32,
-    /// L2 weight decay on the first layer's weights (as the GCN paper).
+    /// L2 weight decay: on the first layer's weights for GCN (as the GCN paper), on every
+    /// parameter for the other models.
     pub weight_decay: f32,
     /// Dropout probability on every layer's input.
     pub dropout: f32,
@@ -99,8 +114,14 @@ impl Default for Config {
             input: None,
             mode: Mode::Data,
             epochs: 200,
+            model: model::ModelKind::Gcn,
             hidden: 16,
             layers: 2,
+            heads: 1,
+            out_heads: 1,
+            attn_dropout: 0.0,
+            residual: false,
+            train_eps: false,
             lr: 0.01,
             weight_decay: 5e-4,
             dropout: 0.5,
@@ -161,6 +182,26 @@ pub enum ConfigError {
 }
 
 impl Config {
+    /// The model's configuration for data of `in_dim` features and `classes` classes.
+    pub fn model_config(&self, in_dim: usize, classes: usize) -> ModelConfig {
+        ModelConfig {
+            model: self.model,
+            in_dim,
+            hidden: self.hidden,
+            classes,
+            layers: self.layers,
+            dropout: self.dropout,
+            lr: self.lr,
+            weight_decay: self.weight_decay,
+            seed: self.seed,
+            heads: self.heads,
+            out_heads: self.out_heads,
+            attn_dropout: self.attn_dropout,
+            residual: self.residual,
+            train_eps: self.train_eps,
+        }
+    }
+
     /// Checks the combination of options; returns what to train on.
     pub fn source(&self) -> Result<Source<'_>, ConfigError> {
         let source = match (self.mode, &self.chunks, &self.input) {
@@ -313,6 +354,8 @@ pub struct Summary {
     pub mode: &'static str,
     /// `halo` or `broadcast` (data mode).
     pub schedule: &'static str,
+    /// The model and its hyperparameters (`model`, widths, layers, heads, dropouts, optimiser).
+    pub config: ModelConfig,
     /// With [`Config::isolated_kernels`]: the last epoch's SpMM and GEMM calls timed in
     /// isolation on this rank, beside `epoch_seconds_median`.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -362,14 +405,15 @@ impl<C: AllReduce> Reduce for CommReduce<'_, C> {
     }
 }
 
-/// An [`Aggregate`] that clocks the calls it passes on (and logs them while `log` is set).
-struct TimedAggregate<'a> {
-    inner: &'a mut dyn Aggregate,
+/// A [`Graph`] that clocks the calls it passes on (and logs the aggregations while `log` is
+/// set).
+struct TimedGraph<'a, G: ?Sized> {
+    inner: &'a mut G,
     seconds: f64,
     log: Option<Vec<isolated::SpmmCall>>,
 }
 
-impl TimedAggregate<'_> {
+impl<G: ?Sized> TimedGraph<'_, G> {
     fn note(&mut self, backward: bool, width: usize, x: &[f32], y: &[f32]) {
         if let Some(log) = &mut self.log {
             log.push(isolated::SpmmCall {
@@ -382,7 +426,7 @@ impl TimedAggregate<'_> {
     }
 }
 
-impl Aggregate for TimedAggregate<'_> {
+impl<G: Aggregate + ?Sized> Aggregate for TimedGraph<'_, G> {
     fn forward(&mut self, x: &[f32], f: usize, y: &mut [f32]) -> Result<()> {
         self.note(false, f, x, y);
         let t = Instant::now();
@@ -399,6 +443,78 @@ impl Aggregate for TimedAggregate<'_> {
     }
     fn bytes_received(&self) -> u64 {
         self.inner.bytes_received()
+    }
+}
+
+impl<G: Graph + ?Sized> TimedGraph<'_, G> {
+    /// Runs `f` on the inner graph, adding its wall time to the aggregation clock.
+    fn timed<T>(&mut self, f: impl FnOnce(&mut G) -> Result<T>) -> Result<T> {
+        let t = Instant::now();
+        let r = f(&mut *self.inner);
+        self.seconds += t.elapsed().as_secs_f64();
+        r
+    }
+}
+
+impl<G: Graph + ?Sized> Graph for TimedGraph<'_, G> {
+    fn rows(&self) -> usize {
+        self.inner.rows()
+    }
+    fn edge_count(&self) -> usize {
+        self.inner.edge_count()
+    }
+    fn edge_weights(&mut self, kind: nn::EdgeWeights) -> Result<&[f32]> {
+        self.inner.edge_weights(kind)
+    }
+    fn edge_ends(&mut self) -> Result<&[(u64, u64)]> {
+        self.inner.edge_ends()
+    }
+    fn spmm_edges(
+        &mut self,
+        e: &[f32],
+        x: distspmm_core::sparse::DenseView<'_, f32>,
+        y: distspmm_core::sparse::DenseViewMut<'_, f32>,
+    ) -> Result<()> {
+        self.timed(|g| g.spmm_edges(e, x, y))
+    }
+    fn spmm_edges_transpose(
+        &mut self,
+        e: &[f32],
+        dy: distspmm_core::sparse::DenseView<'_, f32>,
+        dx: distspmm_core::sparse::DenseViewMut<'_, f32>,
+    ) -> Result<()> {
+        self.timed(|g| g.spmm_edges_transpose(e, dy, dx))
+    }
+    fn sddmm(
+        &mut self,
+        u: distspmm_core::sparse::DenseView<'_, f32>,
+        v: distspmm_core::sparse::DenseView<'_, f32>,
+        e: &mut [f32],
+    ) -> Result<()> {
+        self.timed(|g| g.sddmm(u, v, e))
+    }
+    fn sddmm_backward(
+        &mut self,
+        de: &[f32],
+        u: distspmm_core::sparse::DenseView<'_, f32>,
+        v: distspmm_core::sparse::DenseView<'_, f32>,
+        du: distspmm_core::sparse::DenseViewMut<'_, f32>,
+        dv: distspmm_core::sparse::DenseViewMut<'_, f32>,
+    ) -> Result<()> {
+        self.timed(|g| g.sddmm_backward(de, u, v, du, dv))
+    }
+    fn edge_softmax(&mut self, slope: Option<f32>, logits: &[f32], out: &mut [f32]) -> Result<()> {
+        self.timed(|g| g.edge_softmax(slope, logits, out))
+    }
+    fn edge_softmax_backward(
+        &mut self,
+        slope: Option<f32>,
+        logits: &[f32],
+        out: &[f32],
+        d_out: &[f32],
+        d_logits: &mut [f32],
+    ) -> Result<()> {
+        self.timed(|g| g.edge_softmax_backward(slope, logits, out, d_out, d_logits))
     }
 }
 
@@ -522,58 +638,86 @@ pub fn check_features(
     }
 }
 
-/// The two models behind one interface for the loop.
-trait Trainable {
+/// The models behind one interface for the loop, over the graph view `G` each needs: the
+/// layer stack ([`nn::net::Net`]) over a [`Graph`], the tensor-parallel GCN over an
+/// [`Aggregate`].
+trait Trainable<G: ?Sized> {
     fn step(
         &mut self,
-        agg: &mut dyn Aggregate,
+        g: &mut TimedGraph<'_, G>,
         red: &mut dyn Reduce,
         data: &LocalData<'_>,
         epoch: u64,
     ) -> Result<f64>;
     fn eval(
         &mut self,
-        agg: &mut dyn Aggregate,
+        g: &mut TimedGraph<'_, G>,
         red: &mut dyn Reduce,
         data: &LocalData<'_>,
     ) -> Result<Metrics>;
-    fn state(&self) -> (&model::Params, &model::Adam);
-    fn restore(&mut self, params: model::Params, adam: model::Adam);
+    /// The parameters as named tensors, and the optimiser state.
+    fn state(&self) -> (model::Params, &model::Adam);
+    /// Takes a checkpoint's parameters and optimiser state.
+    fn restore(&mut self, params: &model::Params, adam: model::Adam) -> Result<()>;
 }
 
-/// Both models keep their parameters and Adam state in the same fields and expose the same
-/// `train_step`/`evaluate`: one delegation, written once.
-macro_rules! trainable {
-    ($($model:ty),+) => {$(
-        impl Trainable for $model {
-            fn step(
-                &mut self,
-                agg: &mut dyn Aggregate,
-                red: &mut dyn Reduce,
-                data: &LocalData<'_>,
-                epoch: u64,
-            ) -> Result<f64> {
-                self.train_step(agg, red, data, epoch)
-            }
-            fn eval(
-                &mut self,
-                agg: &mut dyn Aggregate,
-                red: &mut dyn Reduce,
-                data: &LocalData<'_>,
-            ) -> Result<Metrics> {
-                self.evaluate(agg, red, data)
-            }
-            fn state(&self) -> (&model::Params, &model::Adam) {
-                (&self.params, &self.adam)
-            }
-            fn restore(&mut self, params: model::Params, adam: model::Adam) {
-                self.params = params;
-                self.adam = adam;
-            }
-        }
-    )+};
+impl<G: Graph + ?Sized> Trainable<G> for nn::net::Net {
+    fn step(
+        &mut self,
+        g: &mut TimedGraph<'_, G>,
+        red: &mut dyn Reduce,
+        data: &LocalData<'_>,
+        epoch: u64,
+    ) -> Result<f64> {
+        self.train_step(g, red, data, epoch)
+    }
+    fn eval(
+        &mut self,
+        g: &mut TimedGraph<'_, G>,
+        red: &mut dyn Reduce,
+        data: &LocalData<'_>,
+    ) -> Result<Metrics> {
+        self.evaluate(g, red, data)
+    }
+    fn state(&self) -> (model::Params, &model::Adam) {
+        (self.params(), &self.adam)
+    }
+    fn restore(&mut self, params: &model::Params, adam: model::Adam) -> Result<()> {
+        nn::net::Net::restore(self, params, adam)
+    }
 }
-trainable!(model::Gcn, tensor::TensorGcn);
+
+impl<G: Aggregate + ?Sized> Trainable<G> for tensor::TensorGcn {
+    fn step(
+        &mut self,
+        g: &mut TimedGraph<'_, G>,
+        red: &mut dyn Reduce,
+        data: &LocalData<'_>,
+        epoch: u64,
+    ) -> Result<f64> {
+        self.train_step(g, red, data, epoch)
+    }
+    fn eval(
+        &mut self,
+        g: &mut TimedGraph<'_, G>,
+        red: &mut dyn Reduce,
+        data: &LocalData<'_>,
+    ) -> Result<Metrics> {
+        self.evaluate(g, red, data)
+    }
+    fn state(&self) -> (model::Params, &model::Adam) {
+        (self.params.clone(), &self.adam)
+    }
+    fn restore(&mut self, params: &model::Params, adam: model::Adam) -> Result<()> {
+        ensure!(
+            params.same_layout(&self.params) && adam.m.len() == self.params.len(),
+            "the checkpoint's parameters do not have this model's tensors"
+        );
+        self.params = params.clone();
+        self.adam = adam;
+        Ok(())
+    }
+}
 
 /// Everything the epoch loop needs, whatever the mode.
 struct Job<'a> {
@@ -588,7 +732,7 @@ struct Job<'a> {
 impl Job<'_> {
     fn new<'a>(
         args: &'a Config,
-        cfg: GcnConfig,
+        cfg: ModelConfig,
         mode: &'static str,
         data_fingerprint: String,
         partition: Option<checkpoint::PartitionIdentity>,
@@ -654,19 +798,19 @@ fn run_tensor<C: AllReduce + AllGather + Group>(
     on: &mut dyn FnMut(Event),
 ) -> Result<Summary> {
     let (rank, ranks) = (comm.rank(), comm.size());
+    if args.model != model::ModelKind::Gcn {
+        // Every rank holds the same options: the same verdict everywhere, before any collective.
+        bail!(
+            "--mode tensor trains --model gcn only (its column split is written for the GCN's \
+             layer); train --model {} data-parallel: `distspmm partition` the graph and pass \
+             --chunks",
+            args.model
+        );
+    }
     let loaded = agree(comm, tensor_inputs(args, input));
     let (a, a_csc, mut features, labels, masks, ids, in_dim, classes, fingerprint) = loaded?;
     let n = labels.len();
-    let cfg = GcnConfig {
-        in_dim,
-        hidden: args.hidden,
-        classes,
-        layers: args.layers,
-        dropout: args.dropout,
-        lr: args.lr,
-        weight_decay: args.weight_decay,
-        seed: args.seed,
-    };
+    let cfg = args.model_config(in_dim, classes);
     if args.normalize_features {
         maybe_normalize_rows(comm, &mut features, in_dim, |r| r as u64, on)?;
     }
@@ -759,17 +903,22 @@ fn tensor_inputs(args: &Config, input: &Path) -> Result<TensorInputs> {
 }
 
 /// The epoch loop shared by both modes: train, evaluate, report, checkpoint.
-fn train_loop<C: AllReduce + AllGather + Group, M: Trainable>(
+fn train_loop<C, M, G>(
     job: &Job<'_>,
     comm: &C,
     mut model: M,
-    agg: &mut dyn Aggregate,
+    agg: &mut G,
     data: &LocalData<'_>,
     on: &mut dyn FnMut(Event),
-) -> Result<Summary> {
+) -> Result<Summary>
+where
+    C: AllReduce + AllGather + Group,
+    M: Trainable<G>,
+    G: Aggregate + ?Sized,
+{
     let args = job.args;
     let mut red = CommReduce::new(comm);
-    let mut timed = TimedAggregate {
+    let mut timed = TimedGraph {
         inner: agg,
         seconds: 0.0,
         log: None,
@@ -816,7 +965,7 @@ fn train_loop<C: AllReduce + AllGather + Group, M: Trainable>(
         };
         agree(comm, verdict)?;
         start_epoch = state.epoch;
-        model.restore(state.params, state.adam);
+        agree(comm, model.restore(&state.params, state.adam))?;
         on(Event::Resumed {
             path: checkpoint::path_in(dir),
             epoch: start_epoch,
@@ -910,7 +1059,7 @@ fn train_loop<C: AllReduce + AllGather + Group, M: Trainable>(
                 let state = checkpoint::State {
                     identity: job.identity.clone(),
                     epoch: done,
-                    params: params.clone(),
+                    params,
                     adam: adam.clone(),
                 };
                 // Every rank holds the same parameters; rank 0 writes them.
@@ -972,6 +1121,7 @@ fn train_loop<C: AllReduce + AllGather + Group, M: Trainable>(
             (_, Schedule::Halo) => "halo",
             (_, Schedule::Broadcast) => "broadcast",
         },
+        config: job.identity.config.clone(),
         isolated,
     };
     Ok(summary)

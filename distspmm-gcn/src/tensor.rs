@@ -9,8 +9,8 @@
 
 use super::dense::{gemm, Op, Shape};
 use super::model::{
-    count_metrics, len_of, nll_grad, zeros, Adam, Aggregate, DropoutKey, GcnConfig, LocalData,
-    Metrics, NonFiniteGradient, Params, Reduce, TRAIN,
+    count_metrics, len_of, nll_grad, zeros, Adam, Aggregate, DropoutKey, LocalData, Metrics,
+    ModelConfig, NonFiniteGradient, Params, Reduce, TRAIN,
 };
 use anyhow::{ensure, Result};
 use std::ops::Range;
@@ -40,7 +40,7 @@ struct Layer {
 #[derive(Debug)]
 pub struct TensorGcn {
     /// Hyperparameters.
-    pub cfg: GcnConfig,
+    pub cfg: ModelConfig,
     /// Parameters (replicated on every rank).
     pub params: Params,
     /// Optimiser state (replicated).
@@ -59,7 +59,7 @@ pub struct TensorGcn {
 impl TensorGcn {
     /// A fresh model for `rank` of `size` over all `n` nodes.
     pub fn new(
-        cfg: GcnConfig,
+        cfg: ModelConfig,
         n: usize,
         rank: usize,
         size: usize,
@@ -160,7 +160,7 @@ impl TensorGcn {
                 layer.cols.clone(),
                 &mut layer.input,
             );
-            let w_rows = &self.params.weights[l][layer.cols.start * fo..layer.cols.end * fo];
+            let w_rows = &self.params.weight(l)[layer.cols.start * fo..layer.cols.end * fo];
             if w > 0 {
                 agg.forward(&layer.input, w, &mut layer.agg)?;
             }
@@ -178,7 +178,7 @@ impl TensorGcn {
             );
             red.sum_f32(&mut layer.z)?;
             let last = l + 1 == self.cfg.layers;
-            let b = &self.params.biases[l];
+            let b = self.params.bias(l);
             for (zr, or) in layer
                 .z
                 .chunks_exact_mut(fo)
@@ -270,7 +270,7 @@ impl TensorGcn {
             }
             // d(Â·H_cols) = dZ·W[cols]ᵀ, dH_cols = Âᵀ·that, then through dropout and ReLU; other
             // ranks fill the other columns and one sum assembles the full dZ of the layer below.
-            let w_rows = &self.params.weights[l][layer.cols.start * fo..layer.cols.end * fo];
+            let w_rows = &self.params.weight(l)[layer.cols.start * fo..layer.cols.end * fo];
             gemm(
                 1.0,
                 &self.dz,
@@ -313,8 +313,8 @@ impl TensorGcn {
         red.sum_f32(&mut self.grad)?;
         let loss = counts[0] / counts[2].max(1.0);
         NonFiniteGradient::check(&self.grad, epoch, loss)?;
-        let w0 = self.params.weights[0].len();
-        for (g, &w) in self.grad[..w0].iter_mut().zip(&self.params.weights[0]) {
+        let w0 = self.params.weight(0).len();
+        for (g, &w) in self.grad[..w0].iter_mut().zip(self.params.weight(0)) {
             *g += self.cfg.weight_decay * w;
         }
         self.adam
@@ -331,7 +331,10 @@ impl TensorGcn {
 mod tests {
     use super::*;
     use crate::model::testing::{Alone, DenseAgg};
-    use crate::model::{Gcn, TEST};
+    use crate::model::TEST;
+    use crate::nn::net::Net;
+    use crate::nn::testing::DenseGraph;
+    use crate::nn::Graph;
     use rand::{Rng, SeedableRng};
     use std::sync::{Arc, Barrier, Mutex};
 
@@ -410,7 +413,7 @@ mod tests {
             .map(|i| if i % 3 != 2 { TRAIN } else { TEST })
             .collect();
         let ids: Vec<u64> = (0..n as u64).map(|i| i * 7 + 1).collect();
-        let cfg = GcnConfig {
+        let cfg = ModelConfig {
             in_dim,
             hidden: 5,
             classes: 3,
@@ -419,6 +422,7 @@ mod tests {
             lr: 0.02,
             weight_decay: 5e-4,
             seed: 5,
+            ..crate::nn::net::tests::test_config(in_dim, 5, 2)
         };
         let data = LocalData {
             features: &x,
@@ -428,9 +432,9 @@ mod tests {
         };
         let epochs = 15;
 
-        let mut agg = DenseAgg { n, a: a.clone() };
+        let mut agg = DenseGraph::from_dense(n, &a);
         let train_n = masks.iter().filter(|&&m| m & TRAIN != 0).count() as u64;
-        let mut single = Gcn::new(cfg.clone(), n, train_n).unwrap();
+        let mut single = Net::new(cfg.clone(), n, agg.edge_count(), train_n).unwrap();
         let want: Vec<f64> = (0..epochs)
             .map(|e| single.train_step(&mut agg, &mut Alone, &data, e).unwrap())
             .collect();

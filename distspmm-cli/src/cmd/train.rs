@@ -18,6 +18,19 @@ pub enum Mode {
     Tensor,
 }
 
+/// The layer a model stacks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Model {
+    /// Graph convolution over the normalised adjacency.
+    Gcn,
+    /// GraphSAGE with the mean aggregator.
+    Sage,
+    /// Graph isomorphism network.
+    Gin,
+    /// Graph attention network.
+    Gat,
+}
+
 /// Which communication schedule the distributed SpMM uses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum Schedule {
@@ -51,21 +64,42 @@ pub struct Args {
     /// Training epochs.
     #[arg(long, default_value_t = 200)]
     pub epochs: u64,
-    /// Hidden width.
-    #[arg(long, default_value_t = 16)]
-    pub hidden: usize,
-    /// GCN layers.
+    /// The layer the model stacks: `gcn` (Kipf & Welling), `sage` (GraphSAGE, mean aggregator
+    /// with a root weight), `gin` (sum aggregation, a two-layer MLP per layer) or `gat`
+    /// (multi-head attention over in-edges and a self loop).
+    #[arg(long, value_enum, default_value = "gcn")]
+    pub model: Model,
+    /// Hidden width (per head for gat) [default: 16 for gcn, 64 for sage and gin, 8 for gat].
+    #[arg(long)]
+    pub hidden: Option<usize>,
+    /// Layers.
     #[arg(long, default_value_t = 2)]
     pub layers: usize,
-    /// Adam learning rate.
-    #[arg(long, default_value_t = 0.01, value_parser = parse_f32)]
-    pub lr: f32,
-    /// L2 weight decay on the first layer's weights (as the GCN paper).
+    /// Adam learning rate [default: 0.01, 0.005 for gat].
+    #[arg(long, value_parser = parse_f32)]
+    pub lr: Option<f32>,
+    /// L2 weight decay: on the first layer's weights for gcn (as the GCN paper), on every
+    /// parameter for sage, gin and gat (as PyTorch's Adam).
     #[arg(long, default_value_t = 5e-4, value_parser = parse_f32)]
     pub weight_decay: f32,
-    /// Dropout probability on every layer's input, in [0, 1).
-    #[arg(long, default_value_t = 0.5, value_parser = parse_dropout)]
-    pub dropout: f32,
+    /// Dropout probability on every layer's input, in [0, 1) [default: 0.5, 0.6 for gat].
+    #[arg(long, value_parser = parse_dropout)]
+    pub dropout: Option<f32>,
+    /// gat: attention heads of the inner layers, concatenated [default: 8].
+    #[arg(long)]
+    pub heads: Option<usize>,
+    /// gat: attention heads of the last layer, averaged.
+    #[arg(long, default_value_t = 1)]
+    pub out_heads: usize,
+    /// gat: dropout probability on the attention coefficients [default: 0.6].
+    #[arg(long, value_parser = parse_dropout)]
+    pub attn_dropout: Option<f32>,
+    /// Add each inner layer's input to its output where the widths agree (skip connections).
+    #[arg(long)]
+    pub residual: bool,
+    /// gin: train ε of `(1 + ε)·h_i + Σ h_j` (else ε = 0).
+    #[arg(long)]
+    pub train_eps: bool,
     /// Communication schedule of the distributed SpMM (data mode).
     #[arg(long, value_enum, default_value = "halo")]
     pub schedule: Schedule,
@@ -159,6 +193,13 @@ fn parse_dropout(text: &str) -> Result<f32, String> {
 impl Args {
     /// The library's configuration (everything but the output format).
     fn config(&self) -> Config {
+        let model = match self.model {
+            Model::Gcn => distspmm_gcn::model::ModelKind::Gcn,
+            Model::Sage => distspmm_gcn::model::ModelKind::Sage,
+            Model::Gin => distspmm_gcn::model::ModelKind::Gin,
+            Model::Gat => distspmm_gcn::model::ModelKind::Gat,
+        };
+        let gat = self.model == Model::Gat;
         Config {
             chunks: self.chunks.clone(),
             input: self.input.clone(),
@@ -167,11 +208,21 @@ impl Args {
                 Mode::Tensor => distspmm_gcn::Mode::Tensor,
             },
             epochs: self.epochs,
-            hidden: self.hidden,
+            model,
+            hidden: self.hidden.unwrap_or(match self.model {
+                Model::Gcn => 16,
+                Model::Sage | Model::Gin => 64,
+                Model::Gat => 8,
+            }),
             layers: self.layers,
-            lr: self.lr,
+            heads: self.heads.unwrap_or(if gat { 8 } else { 1 }),
+            out_heads: self.out_heads,
+            attn_dropout: self.attn_dropout.unwrap_or(if gat { 0.6 } else { 0.0 }),
+            residual: self.residual,
+            train_eps: self.train_eps,
+            lr: self.lr.unwrap_or(if gat { 0.005 } else { 0.01 }),
             weight_decay: self.weight_decay,
-            dropout: self.dropout,
+            dropout: self.dropout.unwrap_or(if gat { 0.6 } else { 0.5 }),
             schedule: match self.schedule {
                 Schedule::Halo => distspmm_gcn::Schedule::Halo,
                 Schedule::Broadcast => distspmm_gcn::Schedule::Broadcast,

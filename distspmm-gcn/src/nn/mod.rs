@@ -1,0 +1,212 @@
+//! The trainer as a small layer library: every model here is a stack of message-passing layers,
+//! each a composition of two distributed primitives — a generalised SpMM (aggregate rows with
+//! edge values: `Y = A_e·X`, the chunk's `Â` being one choice of `e`) and a generalised SDDMM
+//! (a value per edge from its two end rows) — plus dense products and element-wise steps.
+//!
+//! - [`Graph`]: what a layer sees of the graph, for this rank's rows: the aggregation with the
+//!   chunk's normalised values, the per-edge operand with the SpMM/SDDMM over it, the edge
+//!   softmax, and the per-edge weights each aggregator needs. Data-parallel training puts the
+//!   distributed operator behind it; tensor-parallel training and the tests a whole graph in one
+//!   process.
+//! - [`Layer`]: one layer with its parameters and its cached forward state. A layer owns the
+//!   dropout of its input and the activation of its output, so that fused epilogues stay inside
+//!   the layer that can fuse them.
+//! - [`Net`](net::Net): the stack, one Adam, one loss (log-softmax + NLL over the training
+//!   nodes), optional residual connections, the checkpointed parameters.
+//!
+//! Dropout masks are counter-keyed ([`crate::dropout`]) by (seed, epoch, layer, original node
+//! id, column), and attention-dropout masks by (seed, epoch, layer, destination and source
+//! original ids, head), so a run's losses do not depend on the number of ranks.
+
+use anyhow::Result;
+use distspmm_core::sparse::{DenseView, DenseViewMut};
+
+pub use crate::model::{Aggregate, LocalData, Reduce};
+
+pub mod act;
+pub mod gat;
+pub mod gcn;
+pub mod gin;
+pub mod net;
+pub mod sage;
+#[cfg(test)]
+#[allow(
+    clippy::cast_possible_truncation,
+    reason = "test references computed in f64 and rounded to f32 on purpose"
+)]
+pub(crate) mod testing;
+
+/// Which per-edge weights an aggregator reads ([`Graph::edge_weights`]), all over the edges of
+/// the graph's `A` (the input's edges, duplicates merged by summing their weights; no self
+/// loop is added). In the per-edge operand's layout, which also holds the diagonal entries the
+/// GCN normalisation adds: those carry weight 0 here.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum EdgeWeights {
+    /// `w_ij`: the sum aggregator (GIN).
+    Sum,
+    /// `w_ij / Σ_j' w_ij'`: the mean over in-neighbours (GraphSAGE); a row without in-edges
+    /// aggregates to 0.
+    Mean,
+}
+
+/// What a layer sees of the graph: this rank's rows and the distributed primitives over them.
+/// Every method that communicates is collective: all ranks call it in the same order with the
+/// same widths.
+pub trait Graph: Aggregate {
+    /// Rows this rank owns (the rows of every operand below).
+    fn rows(&self) -> usize;
+
+    /// Values of the per-edge operand: this rank's stored non-zeros, in one fixed layout.
+    fn edge_count(&self) -> usize;
+
+    /// The per-edge weights of one aggregator ([`EdgeWeights`]), computed once and kept.
+    ///
+    /// # Errors
+    /// When the data does not carry the graph's own edge weights (chunks written before they
+    /// were recorded): the message says how to rebuild them.
+    fn edge_weights(&mut self, kind: EdgeWeights) -> Result<&[f32]>;
+
+    /// `(destination, source)` original node ids of every position of the per-edge operand
+    /// (the keys of attention dropout). Collective the first time (the sources' ids come from
+    /// their owners), then kept.
+    ///
+    /// # Errors
+    /// When the exchange fails.
+    fn edge_ends(&mut self) -> Result<&[(u64, u64)]>;
+
+    /// `y = A_e·x`: rows aggregated with the per-edge values `e`.
+    ///
+    /// # Errors
+    /// When the product or its exchange fails.
+    fn spmm_edges(
+        &mut self,
+        e: &[f32],
+        x: DenseView<'_, f32>,
+        y: DenseViewMut<'_, f32>,
+    ) -> Result<()>;
+
+    /// `dx = A_eᵀ·dy`.
+    ///
+    /// # Errors
+    /// As [`Graph::spmm_edges`].
+    fn spmm_edges_transpose(
+        &mut self,
+        e: &[f32],
+        dy: DenseView<'_, f32>,
+        dx: DenseViewMut<'_, f32>,
+    ) -> Result<()>;
+
+    /// `e[k] = ⟨u_i, v_j⟩` for the edge `j → i` at position `k`.
+    ///
+    /// # Errors
+    /// As [`Graph::spmm_edges`].
+    fn sddmm(&mut self, u: DenseView<'_, f32>, v: DenseView<'_, f32>, e: &mut [f32]) -> Result<()>;
+
+    /// The gradients of [`Graph::sddmm`]: `du_i = Σ_j de_ij·v_j`, `dv_j = Σ_i de_ij·u_i`
+    /// (overwritten).
+    ///
+    /// # Errors
+    /// As [`Graph::spmm_edges`].
+    fn sddmm_backward(
+        &mut self,
+        de: &[f32],
+        u: DenseView<'_, f32>,
+        v: DenseView<'_, f32>,
+        du: DenseViewMut<'_, f32>,
+        dv: DenseViewMut<'_, f32>,
+    ) -> Result<()>;
+
+    /// Softmax of `LeakyReLU_slope(logits)` over each destination row's in-edges (no
+    /// LeakyReLU when `slope` is `None`). Local.
+    ///
+    /// # Errors
+    /// When an operand does not hold [`Graph::edge_count`] values.
+    fn edge_softmax(&mut self, slope: Option<f32>, logits: &[f32], out: &mut [f32]) -> Result<()>;
+
+    /// The gradient of [`Graph::edge_softmax`] with respect to `logits`, from its result `out`
+    /// and `d_out` (overwrites `d_logits`). Local.
+    ///
+    /// # Errors
+    /// As [`Graph::edge_softmax`].
+    fn edge_softmax_backward(
+        &mut self,
+        slope: Option<f32>,
+        logits: &[f32],
+        out: &[f32],
+        d_out: &[f32],
+        d_logits: &mut [f32],
+    ) -> Result<()>;
+}
+
+/// One forward or backward pass, as a layer needs to know it.
+#[derive(Debug, Clone, Copy)]
+pub struct Pass<'a> {
+    /// The run's seed (dropout keys).
+    pub seed: u64,
+    /// 0-based epoch (dropout keys).
+    pub epoch: u64,
+    /// Whether this is a training pass (dropout on) or an evaluation.
+    pub training: bool,
+    /// Original node id of each of this rank's rows (dropout keys).
+    pub ids: &'a [u64],
+}
+
+/// A named parameter tensor of a layer, in the layer's fixed order.
+#[derive(Debug, Clone, Copy)]
+pub struct ParamSpec {
+    /// Name within the layer (`weight`, `bias`, `att_src`, …).
+    pub name: &'static str,
+    /// Shape (row-major).
+    pub shape: [usize; 2],
+    /// Whether `--weight-decay` applies to it under the model's rule.
+    pub decay: bool,
+}
+
+/// One layer of a [`net::Net`]: its input dropout, its message passing, its output activation,
+/// its parameters and its cached forward state.
+pub trait Layer: std::fmt::Debug + Send {
+    /// `(in, out)` widths.
+    fn dims(&self) -> (usize, usize);
+
+    /// The parameter tensors, in the order of [`Layer::params`].
+    fn specs(&self) -> Vec<ParamSpec>;
+
+    /// The parameter values, one slice per [`ParamSpec`].
+    fn params(&self) -> Vec<&[f32]>;
+
+    /// The parameter values, mutable, one slice per [`ParamSpec`].
+    fn params_mut(&mut self) -> Vec<&mut [f32]>;
+
+    /// Forward pass over this rank's rows: `x` is the layer's input (`rows × in`, before its
+    /// dropout); the activated output is then [`Layer::output`].
+    ///
+    /// # Errors
+    /// When a distributed primitive fails.
+    fn forward(&mut self, g: &mut dyn Graph, x: &[f32], pass: &Pass<'_>) -> Result<()>;
+
+    /// The activated output of the last forward pass (`rows × out`).
+    fn output(&self) -> &[f32];
+
+    /// Backward pass of the last training forward pass: `dy` is the gradient with respect to
+    /// [`Layer::output`] (`rows × out`; the layer may overwrite it), `x` the input that pass
+    /// read. Writes the parameter gradients into `grad` (flat, the [`Layer::params`] order
+    /// concatenated, overwritten) and, when `dx` is given, the gradient with respect to `x`
+    /// (`rows × in`, overwritten).
+    ///
+    /// # Errors
+    /// When a distributed primitive fails.
+    fn backward(
+        &mut self,
+        g: &mut dyn Graph,
+        x: &[f32],
+        dy: &mut [f32],
+        grad: &mut [f32],
+        dx: Option<&mut [f32]>,
+        pass: &Pass<'_>,
+    ) -> Result<()>;
+}
+
+/// f32 elements of the layer's parameters (the sum of its [`ParamSpec`] shapes).
+pub fn param_len(specs: &[ParamSpec]) -> usize {
+    specs.iter().map(|s| s.shape[0] * s.shape[1]).sum()
+}
