@@ -1,6 +1,7 @@
 //! The only place nvcc runs. With the feature `cuda`, compiles every `kernels/*.cu` (the SpMM
 //! kernels `spmm.cu`, the row gather/scatter kernels `rows.cu`, the per-edge kernels
-//! `sddmm.cu`) into one fatbin each (SASS
+//! `sddmm.cu`, the edge softmax `edge_softmax.cu`, the training kernels `train.cu`) into one
+//! fatbin each (SASS
 //! sm_80 and sm_90, PTX compute_90) in OUT_DIR for `include_bytes!`, captures the `ptxas -v`
 //! report of all of them, and fails the build on any register spill. Without the feature it does
 //! nothing, so default builds need no CUDA.
@@ -15,7 +16,7 @@ use std::process::Command;
 mod ptxas;
 
 /// Kernel sources under `kernels/`, by stem; each becomes `<stem>.fatbin` in OUT_DIR.
-const SOURCES: [&str; 3] = ["spmm", "rows", "sddmm"];
+const SOURCES: [&str; 5] = ["spmm", "rows", "sddmm", "edge_softmax", "train"];
 /// SASS for Ampere and Hopper, plus Hopper PTX for anything newer.
 const GENCODES: [&str; 3] = [
     "arch=compute_80,code=sm_80",

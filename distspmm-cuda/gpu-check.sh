@@ -5,15 +5,18 @@
 #   distspmm-cuda/gpu-check.sh prepare   # here: release-build the GPU tests and the benchmark
 #                                        # (features cuda, bench) into distspmm-cuda/gpu-carry/
 #   distspmm-cuda/gpu-check.sh run       # on the device machine, with gpu-carry carried:
-#                                        # GPU tests (no skipping) + cuSPARSE benchmark
+#                                        # GPU tests (no skipping): kernels, edge softmax,
+#                                        # training kernels + cuSPARSE benchmark (ALG1/2/3,
+#                                        # both dense layouts, the device's copy bandwidth)
 #                                        # + dist-comm's NCCL self-test at 2 ranks
 #                                        # + the GPU distributed SpMM against the CPU one
 #
-# `run` writes gpu-check.log, tests.log, bench.txt, bench.jsonl, nccl.log and gpu-spmm.log
-# under $OUT (or ./gpu-check-out when OUT is unset) and exits non-zero if a test or the
-# benchmark fails. Budget: well under 8 minutes on an H200 (RMAT scale 18 and 20, F = 16, 64,
-# 256; the NCCL self-test and the distributed SpMM tests take seconds; each NCCL launch is
-# stopped after 90 s, each distributed SpMM attempt after 150 s).
+# `run` writes gpu-check.log, tests.log, train-tests.log, bench.txt, bench.jsonl, nccl.log and
+# gpu-spmm.log under $OUT (or ./gpu-check-out when OUT is unset) and exits non-zero if a test
+# or the benchmark fails. Budget: under 6 minutes on an H200 (RMAT scale 18 and 20, symmetric
+# for CSR and directed for CSC, F = 16, 64, 256; the tests, the NCCL self-test and the
+# distributed SpMM tests take seconds; each NCCL launch is stopped after 90 s, each
+# distributed SpMM attempt after 150 s).
 #
 # The distributed SpMM tests (distspmm-op/tests/gpu_spmm.rs, built without MPI) compare
 # GpuDistSpmm with the CPU DistSpmm on the same chunks — forward and backward, halo and
@@ -39,18 +42,21 @@ prepare() {
     rm -rf "$carry"
     mkdir -p "$carry"
     (cd "$root" && "$here/ci-check.sh" --build-only)
-    # The integration-test executable path comes from cargo's JSON messages.
-    local tests
-    tests="$(cd "$root" && cargo test -p distspmm-cuda --features cuda --release --test gpu --no-run \
-        --message-format=json 2>/dev/null | python3 -c '
+    # The integration-test executables' paths come from cargo's JSON messages: the kernel tests
+    # (tests/gpu.rs) and the edge softmax and training kernels (tests/gpu_train.rs).
+    local name exe
+    for name in gpu gpu_train; do
+        exe="$(cd "$root" && cargo test -p distspmm-cuda --features cuda --release --test "$name" --no-run \
+            --message-format=json 2>/dev/null | python3 -c '
 import json, sys
 for line in sys.stdin:
     m = json.loads(line)
-    if m.get("reason") == "compiler-artifact" and m.get("executable") and m["target"]["name"] == "gpu":
+    if m.get("reason") == "compiler-artifact" and m.get("executable") and m["target"]["name"] == sys.argv[1]:
         print(m["executable"])
-')"
-    [ -x "$tests" ] || { echo "gpu-check prepare: could not find the gpu test executable" >&2; exit 1; }
-    cp "$tests" "$carry/gpu-tests"
+' "$name")"
+        [ -x "$exe" ] || { echo "gpu-check prepare: could not find the $name test executable" >&2; exit 1; }
+        cp "$exe" "$carry/${name//_/-}-tests"
+    done
     (cd "$root" && cargo build -p distspmm-cuda --features bench --release --example gpu_bench)
     cp "$target/release/examples/gpu_bench" "$carry/gpu_bench"
     # The NCCL self-test twice: without MPI (runs anywhere, `--spawn`) and with it (`mpirun`).
@@ -95,8 +101,8 @@ run() {
     local out="${OUT:-$PWD/gpu-check-out}"
     mkdir -p "$out"
     exec > >(tee "$out/gpu-check.log") 2>&1
-    [ -x "$carry/gpu-tests" ] && [ -x "$carry/gpu_bench" ] && [ -x "$carry/nccl-selftest" ] \
-        && [ -x "$carry/gpu-spmm-tests" ] || {
+    [ -x "$carry/gpu-tests" ] && [ -x "$carry/gpu-train-tests" ] && [ -x "$carry/gpu_bench" ] \
+        && [ -x "$carry/nccl-selftest" ] && [ -x "$carry/gpu-spmm-tests" ] || {
         echo "gpu-check run: $carry lacks the prepared binaries; run 'gpu-check.sh prepare' and carry distspmm-cuda/gpu-carry" >&2
         exit 1
     }
@@ -110,6 +116,9 @@ run() {
     local status=0
     echo "== GPU tests"
     timeout 240 "$carry/gpu-tests" --test-threads=1 --nocapture 2>&1 | tee "$out/tests.log" || status=1
+    echo "== edge softmax and training kernel tests"
+    timeout 120 "$carry/gpu-train-tests" --test-threads=1 --nocapture 2>&1 | tee "$out/train-tests.log" \
+        || status=1
     echo "== benchmark"
     timeout 300 "$carry/gpu_bench" --scales 18,20 --features 16,64,256 --iters 20 --json "$out/bench.jsonl" \
         2>&1 | tee "$out/bench.txt" || status=1

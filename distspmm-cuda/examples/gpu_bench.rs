@@ -1,28 +1,43 @@
-//! Times our CSR (`spmm`) and CSC (`spmm_transpose`) kernels against cuSPARSE SpMM
-//! (CSR, `CUSPARSE_SPMM_CSR_ALG2`, 32-bit indices, row-major dense operands) on the
-//! GCN-normalised adjacency of Graph500 RMAT graphs, and checks both against a CPU reference on
-//! sampled rows.
+//! Times our CSR (`spmm`) and CSC (`spmm_transpose`) kernels against cuSPARSE SpMM at its
+//! strongest — every CSR algorithm (`CUSPARSE_SPMM_CSR_ALG1`, `ALG2`, `ALG3`) with row-major and
+//! with column-major dense operands, `cusparseSpMM_preprocess` for ALG1 and ALG3 (the algorithms
+//! it speeds up), 32-bit indices; the fastest configuration that cuSPARSE supports is the peer —
+//! on Graph500 RMAT graphs, checks every result against a CPU reference on sampled rows, and
+//! measures the device's copy bandwidth.
 //!
 //! ```text
 //! cargo run --release -p distspmm-cuda --features bench --example gpu_bench -- \
 //!     [--scales 18,20] [--features 16,64,256] [--edge-factor 16] [--seed 1] [--iters 20] [--json FILE]
 //! ```
 //!
+//! * CSR: Y = Â X with Â the GCN-normalised adjacency of the (symmetric) RMAT graph.
+//! * CSC: Y = Âᵀ X with Â that of the directed RMAT graph of the same scale (so Âᵀ ≠ Â): ours
+//!   from the CSC of Â, cuSPARSE from the same arrays as the CSR of Âᵀ.
+//!
 //! Bandwidth is reported against the compulsory traffic of one product — A once (8 bytes per
-//! non-zero plus 8 per row pointer), X once, Y written once — over the H200's 4.8 TB/s. Random
-//! gathers re-read rows of X, so this is a lower bound on the bytes actually moved.
+//! non-zero plus 8 per row pointer), X once, Y written once — over the H200's 4.8 TB/s and over
+//! the copy bandwidth measured here (device-to-device copy of a 4 GiB buffer, read + write
+//! counted). Random gathers re-read rows of X, so this is a lower bound on the bytes moved.
+
+#![allow(
+    clippy::cast_possible_truncation,
+    reason = "benchmark sizes: graph sizes checked against i32 for cuSPARSE, flags parsed from small numbers"
+)]
 
 use std::fmt::Write as _;
+use std::sync::Arc;
 use std::time::Instant;
 
 use anyhow::{bail, ensure, Context as _, Result};
 use cudarc::cusparse::sys as cs;
 use cudarc::driver::{CudaContext, CudaSlice, CudaStream, DevicePtr};
-use distspmm_core::graph::generate::rmat;
+use distspmm_core::graph::generate::{rmat, rmat_directed};
+use distspmm_core::graph::Graph;
 use distspmm_core::normalize::{adjacency, Normalization};
+use distspmm_core::sparse::CsrOwned;
 use distspmm_cuda::{
     spmm_transpose_with, spmm_with, DeviceCsc, DeviceCsr, DeviceDense, GpuDevice, KernelChoice,
-    SparseParts, Strategy,
+    RawDense, SparseParts, Strategy,
 };
 
 /// The H200's HBM3e bandwidth by its datasheet, bytes per second.
@@ -30,6 +45,10 @@ const ROOFLINE_BYTES_PER_S: f64 = 4.8e12;
 const WARMUP: usize = 3;
 /// Rows checked against the CPU reference per product (plus the longest row).
 const CHECKED_ROWS: usize = 256;
+/// f32 elements of each buffer of the copy-bandwidth measurement (4 GiB).
+const COPY_ELEMS: usize = 1 << 30;
+/// Timed copies.
+const COPY_REPS: usize = 10;
 
 struct Args {
     scales: Vec<u32>,
@@ -102,8 +121,8 @@ impl HostCsr<'_> {
             .unwrap_or((0, 0))
     }
 
-    /// Largest |got - reference| / (Σ|a x| + tiny) over sampled rows of Y = A X.
-    fn check(&self, x: &[f32], f: usize, got: &[f32]) -> f64 {
+    /// Largest |got(r, j) - reference| / (Σ|a x| + tiny) over sampled rows of Y = A X.
+    fn check(&self, x: &[f32], f: usize, got: impl Fn(usize, usize) -> f32) -> f64 {
         let step = (self.nrows / CHECKED_ROWS).max(1);
         let rows = (0..self.nrows)
             .step_by(step)
@@ -118,7 +137,7 @@ impl HostCsr<'_> {
                     sum += t;
                     scale += t.abs();
                 }
-                worst = worst.max((f64::from(got[r * f + j]) - sum).abs() / (scale + 1e-30));
+                worst = worst.max((f64::from(got(r, j)) - sum).abs() / (scale + 1e-30));
             }
         }
         worst
@@ -130,10 +149,56 @@ impl HostCsr<'_> {
     }
 }
 
-/// cuSPARSE SpMM (CSR ALG2) of one matrix with 32-bit indices on its own stream.
+/// A cuSPARSE SpMM configuration.
+#[derive(Clone, Copy, Debug)]
+struct Config {
+    alg: cs::cusparseSpMMAlg_t,
+    /// Whether `cusparseSpMM_preprocess` runs once before the timed calls.
+    preprocess: bool,
+    /// Dense operands column-major (X and Y transposed in memory) rather than row-major.
+    col_major: bool,
+}
+
+impl Config {
+    fn name(&self) -> String {
+        let alg = match self.alg {
+            cs::cusparseSpMMAlg_t::CUSPARSE_SPMM_CSR_ALG1 => "ALG1",
+            cs::cusparseSpMMAlg_t::CUSPARSE_SPMM_CSR_ALG2 => "ALG2",
+            cs::cusparseSpMMAlg_t::CUSPARSE_SPMM_CSR_ALG3 => "ALG3",
+            _ => "other",
+        };
+        format!(
+            "{alg}/{}{}",
+            if self.col_major { "col" } else { "row" },
+            if self.preprocess { "+pre" } else { "" }
+        )
+    }
+}
+
+/// Every CSR algorithm in both dense layouts; preprocessing where cuSPARSE documents a gain.
+fn configs() -> Vec<Config> {
+    let algs = [
+        (cs::cusparseSpMMAlg_t::CUSPARSE_SPMM_CSR_ALG1, true),
+        (cs::cusparseSpMMAlg_t::CUSPARSE_SPMM_CSR_ALG2, false),
+        (cs::cusparseSpMMAlg_t::CUSPARSE_SPMM_CSR_ALG3, true),
+    ];
+    let mut v = Vec::new();
+    for col_major in [false, true] {
+        for (alg, preprocess) in algs {
+            v.push(Config {
+                alg,
+                preprocess,
+                col_major,
+            });
+        }
+    }
+    v
+}
+
+/// cuSPARSE SpMM of one matrix with 32-bit indices on its own stream.
 struct Cusparse {
     handle: cs::cusparseHandle_t,
-    stream: std::sync::Arc<CudaStream>,
+    stream: Arc<CudaStream>,
     offsets: CudaSlice<i32>,
     indices: CudaSlice<i32>,
     values: CudaSlice<f32>,
@@ -142,19 +207,57 @@ struct Cusparse {
     nnz: usize,
 }
 
-fn cs_check(status: cs::cusparseStatus_t, what: &str) -> Result<()> {
-    ensure!(
-        status == cs::cusparseStatus_t::CUSPARSE_STATUS_SUCCESS,
-        "cuSPARSE {what} failed: {status:?}"
-    );
-    Ok(())
+/// Why a configuration has no time: cuSPARSE refused a call of it (recorded, the benchmark goes
+/// on), or the driver failed (the benchmark stops).
+enum Refusal {
+    Status(&'static str, cs::cusparseStatus_t),
+    Failed(anyhow::Error),
+}
+
+fn cs_call(status: cs::cusparseStatus_t, what: &'static str) -> Result<(), Refusal> {
+    if status == cs::cusparseStatus_t::CUSPARSE_STATUS_SUCCESS {
+        Ok(())
+    } else {
+        Err(Refusal::Status(what, status))
+    }
+}
+
+impl From<cudarc::driver::DriverError> for Refusal {
+    fn from(e: cudarc::driver::DriverError) -> Self {
+        Refusal::Failed(e.into())
+    }
+}
+
+/// Descriptors destroyed when dropped.
+struct Descriptors {
+    a: cs::cusparseSpMatDescr_t,
+    x: cs::cusparseDnMatDescr_t,
+    y: cs::cusparseDnMatDescr_t,
+}
+
+impl Drop for Descriptors {
+    fn drop(&mut self) {
+        // SAFETY: each non-null descriptor was created by cuSPARSE and is destroyed once.
+        unsafe {
+            if !self.x.is_null() {
+                let _ = cs::cusparseDestroyDnMat(self.x);
+            }
+            if !self.y.is_null() {
+                let _ = cs::cusparseDestroyDnMat(self.y);
+            }
+            if !self.a.is_null() {
+                let _ = cs::cusparseDestroySpMat(self.a);
+            }
+        }
+    }
 }
 
 impl Cusparse {
-    fn new(ctx: &std::sync::Arc<CudaContext>, a: &HostCsr<'_>) -> Result<Cusparse> {
+    fn new(ctx: &Arc<CudaContext>, a: &HostCsr<'_>) -> Result<Cusparse> {
         // SAFETY: only probes whether libcusparse can be dlopened.
+        let present = unsafe { cs::is_culib_present() };
         ensure!(
-            unsafe { cs::is_culib_present() },
+            present,
             "libcusparse.so not found (put the nvidia-cusparse wheel's lib on LD_LIBRARY_PATH)"
         );
         ensure!(
@@ -168,10 +271,11 @@ impl Cusparse {
         let handle = cudarc::cusparse::result::create()
             .map_err(|e| anyhow::anyhow!("cusparseCreate: {e:?}"))?;
         // SAFETY: the handle was just created; the stream belongs to the same (primary) context.
-        cs_check(
-            unsafe { cs::cusparseSetStream(handle, stream.cu_stream() as cs::cudaStream_t) },
-            "SetStream",
-        )?;
+        let set = unsafe { cs::cusparseSetStream(handle, stream.cu_stream() as cs::cudaStream_t) };
+        ensure!(
+            set == cs::cusparseStatus_t::CUSPARSE_STATUS_SUCCESS,
+            "cusparseSetStream: {set:?}"
+        );
         Ok(Cusparse {
             handle,
             offsets: stream.clone_htod(&offsets)?,
@@ -184,25 +288,45 @@ impl Cusparse {
         })
     }
 
-    /// Y = A X (ALG2) `reps` times; returns the mean milliseconds per product.
-    fn time(&self, x: &DeviceDense, y: &mut DeviceDense, reps: usize) -> Result<f64> {
-        let f = x.cols() as i64;
-        let (xr, yr) = (x.raw(), y.raw());
+    /// Y = A X with `cfg` `reps` times after warm-up (and preprocessing, when `cfg` asks);
+    /// returns the mean milliseconds per product. `x` and `y` are the row-major operands, or
+    /// for a column-major configuration their transposes (`F × rows`, row-major).
+    fn time(
+        &self,
+        cfg: Config,
+        f: usize,
+        x: RawDense,
+        y: RawDense,
+        reps: usize,
+    ) -> Result<f64, Refusal> {
         let (alpha, beta) = (1.0f32, 0.0f32);
         let ptr = |s: &CudaSlice<i32>| s.device_ptr(&self.stream).0 as *mut std::ffi::c_void;
-        let mut a = std::ptr::null_mut();
-        let mut dx = std::ptr::null_mut();
-        let mut dy = std::ptr::null_mut();
         let op = cs::cusparseOperation_t::CUSPARSE_OPERATION_NON_TRANSPOSE;
-        let alg = cs::cusparseSpMMAlg_t::CUSPARSE_SPMM_CSR_ALG2;
         let r32 = cs::cudaDataType::CUDA_R_32F;
+        let (order, xld, yld) = if cfg.col_major {
+            (
+                cs::cusparseOrder_t::CUSPARSE_ORDER_COL,
+                self.ncols,
+                self.nrows,
+            )
+        } else {
+            (cs::cusparseOrder_t::CUSPARSE_ORDER_ROW, x.ld, y.ld)
+        };
+        let mut d = Descriptors {
+            a: std::ptr::null_mut(),
+            x: std::ptr::null_mut(),
+            y: std::ptr::null_mut(),
+        };
+        let scalars: (*const std::ffi::c_void, *const std::ffi::c_void) =
+            ((&alpha as *const f32).cast(), (&beta as *const f32).cast());
         // SAFETY: every pointer is a live device allocation of the primary context with the
-        // sizes given (rows + 1 offsets, nnz indices and values, rows × ld dense matrices);
-        // the descriptors are destroyed before returning.
+        // sizes given (rows + 1 offsets, nnz indices and values, the dense operands holding
+        // `ld` × (F or rows) elements in the chosen order); the descriptors are destroyed on
+        // drop, after the stream has been synchronised.
         unsafe {
-            cs_check(
+            cs_call(
                 cs::cusparseCreateCsr(
-                    &mut a,
+                    &mut d.a,
                     self.nrows as i64,
                     self.ncols as i64,
                     self.nnz as i64,
@@ -216,65 +340,80 @@ impl Cusparse {
                 ),
                 "CreateCsr",
             )?;
-            let order = cs::cusparseOrder_t::CUSPARSE_ORDER_ROW;
-            cs_check(
+            cs_call(
                 cs::cusparseCreateDnMat(
-                    &mut dx,
-                    xr.rows as i64,
-                    f,
-                    xr.ld as i64,
-                    xr.ptr as *mut _,
+                    &mut d.x,
+                    self.ncols as i64,
+                    f as i64,
+                    xld as i64,
+                    x.ptr as *mut _,
                     r32,
                     order,
                 ),
                 "CreateDnMat X",
             )?;
-            cs_check(
+            cs_call(
                 cs::cusparseCreateDnMat(
-                    &mut dy,
-                    yr.rows as i64,
-                    f,
-                    yr.ld as i64,
-                    yr.ptr as *mut _,
+                    &mut d.y,
+                    self.nrows as i64,
+                    f as i64,
+                    yld as i64,
+                    y.ptr as *mut _,
                     r32,
                     order,
                 ),
                 "CreateDnMat Y",
             )?;
-            let scalars: (*const std::ffi::c_void, *const std::ffi::c_void) =
-                ((&alpha as *const f32).cast(), (&beta as *const f32).cast());
             let mut size = 0usize;
-            cs_check(
+            cs_call(
                 cs::cusparseSpMM_bufferSize(
                     self.handle,
                     op,
                     op,
                     scalars.0,
-                    a,
-                    dx,
+                    d.a,
+                    d.x,
                     scalars.1,
-                    dy,
+                    d.y,
                     r32,
-                    alg,
+                    cfg.alg,
                     &mut size,
                 ),
                 "SpMM_bufferSize",
             )?;
             let buffer = self.stream.alloc_zeros::<u8>(size.max(1))?;
             let buf = buffer.device_ptr(&self.stream).0 as *mut std::ffi::c_void;
+            if cfg.preprocess {
+                cs_call(
+                    cs::cusparseSpMM_preprocess(
+                        self.handle,
+                        op,
+                        op,
+                        scalars.0,
+                        d.a,
+                        d.x,
+                        scalars.1,
+                        d.y,
+                        r32,
+                        cfg.alg,
+                        buf,
+                    ),
+                    "SpMM_preprocess",
+                )?;
+            }
             let run = || {
-                cs_check(
+                cs_call(
                     cs::cusparseSpMM(
                         self.handle,
                         op,
                         op,
                         scalars.0,
-                        a,
-                        dx,
+                        d.a,
+                        d.x,
                         scalars.1,
-                        dy,
+                        d.y,
                         r32,
-                        alg,
+                        cfg.alg,
                         buf,
                     ),
                     "SpMM",
@@ -290,9 +429,6 @@ impl Cusparse {
             }
             self.stream.synchronize()?;
             let ms = t.elapsed().as_secs_f64() * 1e3 / reps as f64;
-            cs_check(cs::cusparseDestroyDnMat(dx), "DestroyDnMat")?;
-            cs_check(cs::cusparseDestroyDnMat(dy), "DestroyDnMat")?;
-            cs_check(cs::cusparseDestroySpMat(a), "DestroySpMat")?;
             drop(buffer);
             Ok(ms)
         }
@@ -338,65 +474,205 @@ fn describe(c: &KernelChoice) -> String {
     )
 }
 
-#[allow(clippy::too_many_arguments)]
-fn report(
-    out: &mut String,
-    json: &mut String,
+/// Device-to-device copy bandwidth (read + write counted) of a `COPY_ELEMS`-float buffer:
+/// (best, mean) GB/s over `COPY_REPS` copies, each timed alone.
+fn copy_bandwidth(ctx: &Arc<CudaContext>) -> Result<(f64, f64)> {
+    let stream = ctx.new_stream()?;
+    let src = stream.alloc_zeros::<f32>(COPY_ELEMS)?;
+    let mut dst = stream.alloc_zeros::<f32>(COPY_ELEMS)?;
+    for _ in 0..2 {
+        stream.memcpy_dtod(&src, &mut dst)?;
+    }
+    stream.synchronize()?;
+    let bytes = 2.0 * 4.0 * COPY_ELEMS as f64;
+    let (mut best, mut total) = (0f64, 0f64);
+    for _ in 0..COPY_REPS {
+        let t = Instant::now();
+        stream.memcpy_dtod(&src, &mut dst)?;
+        stream.synchronize()?;
+        let s = t.elapsed().as_secs_f64();
+        best = best.max(bytes / s / 1e9);
+        total += s;
+    }
+    Ok((best, bytes * COPY_REPS as f64 / total / 1e9))
+}
+
+/// Each cuSPARSE configuration's name and (ms, max relative error), or why it does not count.
+type PeerTimes = Vec<(String, Result<(f64, f64), String>)>;
+
+/// One product's measurements.
+struct Case<'a> {
     scale: u32,
-    op: &str,
+    op: &'a str,
     f: usize,
     ours: (f64, KernelChoice),
-    cusparse: f64,
+    err_ours: f64,
+    peers: PeerTimes,
     bytes: f64,
-    errs: (f64, f64),
-) {
-    let gbps = bytes / (ours.0 * 1e-3) / 1e9;
+}
+
+fn report(out: &mut String, json: &mut String, c: &Case<'_>, copy_gbps: f64) -> Result<()> {
+    let best = c
+        .peers
+        .iter()
+        .filter_map(|(n, r)| r.as_ref().ok().map(|&(ms, err)| (n.as_str(), ms, err)))
+        .min_by(|a, b| a.1.total_cmp(&b.1))
+        .context("cuSPARSE supported none of the configurations")?;
+    let gbps = c.bytes / (c.ours.0 * 1e-3) / 1e9;
     let pct = 100.0 * gbps * 1e9 / ROOFLINE_BYTES_PER_S;
+    let pct_copy = 100.0 * gbps / copy_gbps;
+    let peers: Vec<String> = c
+        .peers
+        .iter()
+        .map(|(n, r)| match r {
+            Ok((ms, _)) => format!("{n} {ms:.3}"),
+            Err(why) => format!("{n} n/a ({why})"),
+        })
+        .collect();
     let _ = writeln!(
         out,
-        "  {op} F={f:<4} ours {:8.3} ms ({})  cuSPARSE ALG2 {cusparse:8.3} ms  speed-up {:5.2}x  {gbps:7.1} GB/s = {pct:4.1}% of 4.8 TB/s  max rel err ours {:.1e} cuSPARSE {:.1e}",
-        ours.0,
-        describe(&ours.1),
-        cusparse / ours.0,
-        errs.0,
-        errs.1
+        "  {} F={:<4} ours {:8.3} ms ({})  best cuSPARSE {} {:8.3} ms  speed-up {:5.2}x  {gbps:7.1} GB/s = {pct:4.1}% of 4.8 TB/s = {pct_copy:4.1}% of copy  max rel err ours {:.1e} cuSPARSE {:.1e}\n      cuSPARSE ms: {}",
+        c.op,
+        c.f,
+        c.ours.0,
+        describe(&c.ours.1),
+        best.0,
+        best.1,
+        best.1 / c.ours.0,
+        c.err_ours,
+        best.2,
+        peers.join(", ")
     );
+    let all: Vec<String> = c
+        .peers
+        .iter()
+        .map(|(n, r)| match r {
+            Ok((ms, err)) => format!("\"{n}\":{{\"ms\":{ms:.4},\"err\":{err:.2e}}}"),
+            Err(why) => format!("\"{n}\":{{\"refused\":\"{why}\"}}"),
+        })
+        .collect();
     let _ = writeln!(
         json,
-        "{{\"scale\":{scale},\"op\":\"{op}\",\"f\":{f},\"ours_ms\":{:.4},\"cusparse_ms\":{cusparse:.4},\"speedup\":{:.3},\"ours_gbps\":{gbps:.1},\"roofline_pct\":{pct:.2},\"kernels\":\"{}\",\"err_ours\":{:.2e},\"err_cusparse\":{:.2e}}}",
-        ours.0,
-        cusparse / ours.0,
-        describe(&ours.1),
-        errs.0,
-        errs.1
+        "{{\"scale\":{},\"op\":\"{}\",\"f\":{},\"ours_ms\":{:.4},\"best_cusparse\":\"{}\",\"best_cusparse_ms\":{:.4},\"speedup\":{:.3},\"ours_gbps\":{gbps:.1},\"roofline_pct\":{pct:.2},\"copy_gbps\":{copy_gbps:.1},\"copy_pct\":{pct_copy:.2},\"kernels\":\"{}\",\"err_ours\":{:.2e},\"cusparse\":{{{}}}}}",
+        c.scale,
+        c.op,
+        c.f,
+        c.ours.0,
+        best.0,
+        best.1,
+        best.1 / c.ours.0,
+        describe(&c.ours.1),
+        c.err_ours,
+        all.join(",")
     );
+    Ok(())
+}
+
+/// X of `rows × f` (row-major) and its transpose (`f × rows`, row-major), by a fixed formula.
+fn operand(rows: usize, f: usize) -> (Vec<f32>, Vec<f32>) {
+    let val = |i: usize| ((i as u64).wrapping_mul(2654435761) % 1000) as f32 / 500.0 - 1.0;
+    let x: Vec<f32> = (0..rows * f).map(val).collect();
+    let mut xt = vec![0f32; rows * f];
+    for j in 0..f {
+        for i in 0..rows {
+            xt[j * rows + i] = x[i * f + j];
+        }
+    }
+    (x, xt)
+}
+
+/// Times every cuSPARSE configuration on `a`, checking each result (a configuration whose result
+/// is off by 1e-4 relative or more is reported, not counted as the peer).
+fn peers(
+    dev: &GpuDevice,
+    cus: &Cusparse,
+    a: &HostCsr<'_>,
+    f: usize,
+    (x, xt): (&[f32], &[f32]),
+    reps: usize,
+) -> Result<PeerTimes> {
+    let dx = DeviceDense::from_host(dev, a.ncols, f, x)?;
+    let dxt = DeviceDense::from_host(dev, f, a.ncols, xt)?;
+    let mut out = Vec::new();
+    for cfg in configs() {
+        // A fresh output per configuration, so a result is never left over from another.
+        let y = if cfg.col_major {
+            DeviceDense::zeros(dev, f, a.nrows)?
+        } else {
+            DeviceDense::zeros(dev, a.nrows, f)?
+        };
+        let xin = if cfg.col_major { dxt.raw() } else { dx.raw() };
+        let result = match cus.time(cfg, f, xin, y.raw(), reps) {
+            Ok(ms) => {
+                let host = y.to_host()?;
+                let err = if cfg.col_major {
+                    a.check(x, f, |r, j| host[j * a.nrows + r])
+                } else {
+                    a.check(x, f, |r, j| host[r * f + j])
+                };
+                if err < 1e-4 {
+                    Ok((ms, err))
+                } else {
+                    Err(format!("wrong result: max rel err {err:.1e}"))
+                }
+            }
+            Err(Refusal::Status(call, status)) => Err(format!("{call}: {status:?}")),
+            Err(Refusal::Failed(e)) => return Err(e.context(cfg.name())),
+        };
+        out.push((cfg.name(), result));
+    }
+    Ok(out)
+}
+
+/// The GCN-normalised adjacency of `g`.
+fn normalised(g: &Graph) -> Result<CsrOwned<f32>> {
+    Ok(adjacency(
+        g.num_nodes,
+        &g.src,
+        &g.dst,
+        None,
+        Normalization::Gcn,
+    )?)
+}
+
+fn host(csr: &CsrOwned<f32>) -> HostCsr<'_> {
+    HostCsr {
+        nrows: csr.nrows(),
+        ncols: csr.ncols(),
+        indptr: csr.indptr(),
+        indices: csr.indices(),
+        values: csr.data(),
+    }
 }
 
 fn main() -> Result<()> {
     let args = parse_args()?;
     let dev = GpuDevice::open(0).context("no CUDA device: this benchmark needs a GPU")?;
     let ctx = CudaContext::new(0)?;
+    let cc = dev.compute_capability()?;
+    println!("device: {} (sm_{}{})", dev.name()?, cc.0, cc.1);
+    let (copy_best, copy_mean) = copy_bandwidth(&ctx)?;
     println!(
-        "device: {} (sm_{}{})",
-        dev.name()?,
-        dev.compute_capability()?.0,
-        dev.compute_capability()?.1
+        "device-to-device copy of {} GiB: best {copy_best:.1} GB/s, mean {copy_mean:.1} GB/s over {COPY_REPS} copies (read + write counted); the best is the reference below",
+        (COPY_ELEMS * 4) >> 30
     );
-    let mut json = String::new();
+    let mut json = format!(
+        "{{\"copy_gbps_best\":{copy_best:.1},\"copy_gbps_mean\":{copy_mean:.1},\"copy_bytes\":{}}}\n",
+        COPY_ELEMS * 4
+    );
     for &scale in &args.scales {
         let t = Instant::now();
         let g = rmat(scale, args.edge_factor, args.seed)
             .with_context(|| format!("generating RMAT scale {scale}"))?;
-        let csr = adjacency(g.num_nodes, &g.src, &g.dst, None, Normalization::Gcn)?;
-        let csc = csr.to_csc()?;
-        let a = HostCsr {
-            nrows: csr.nrows(),
-            ncols: csr.ncols(),
-            indptr: csr.indptr(),
-            indices: csr.indices(),
-            values: csr.data(),
-        };
-        // The CSC of A is the CSR of Aᵀ.
+        let csr = normalised(&g)?;
+        drop(g);
+        let gd = rmat_directed(scale, args.edge_factor, args.seed)
+            .with_context(|| format!("generating the directed RMAT scale {scale}"))?;
+        let directed = normalised(&gd)?;
+        drop(gd);
+        let csc = directed.to_csc()?;
+        let a = host(&csr);
+        // The CSC of the directed Â is the CSR of Âᵀ.
         let at = HostCsr {
             nrows: csc.ncols(),
             ncols: csc.nrows(),
@@ -408,14 +684,14 @@ fn main() -> Result<()> {
         let dat = DeviceCsc::new(
             &dev,
             SparseParts {
-                nrows: csr.nrows(),
-                ncols: csr.ncols(),
+                nrows: directed.nrows(),
+                ncols: directed.ncols(),
                 ..at.parts()
             },
         )?;
         let (cs_a, cs_at) = (Cusparse::new(&ctx, &a)?, Cusparse::new(&ctx, &at)?);
         let mut out = format!(
-            "RMAT scale {scale} edge factor {}: {} nodes, {} non-zeros (GCN Â), longest row {}, {} long rows in {} pieces of <= {} ({:.1} s to build)\n",
+            "RMAT scale {scale} edge factor {}: {} nodes; CSR (symmetric, GCN Â): {} non-zeros, longest row {}, {} long rows in {} pieces of <= {}; CSC (directed, GCN Â): {} non-zeros, longest column {} ({:.1} s to build)\n",
             args.edge_factor,
             a.nrows,
             a.indices.len(),
@@ -423,53 +699,41 @@ fn main() -> Result<()> {
             da.plan().long_rows().len(),
             da.plan().pieces(),
             da.plan().piece_nnz(),
+            at.indices.len(),
+            at.longest_row().1,
             t.elapsed().as_secs_f64()
         );
         for &f in &args.features {
-            let x: Vec<f32> = (0..a.ncols * f)
-                .map(|i| ((i as u64).wrapping_mul(2654435761) % 1000) as f32 / 500.0 - 1.0)
-                .collect();
-            let dx = DeviceDense::from_host(&dev, a.ncols, f, &x)?;
-            let mut dy = DeviceDense::zeros(&dev, a.nrows, f)?;
-            let ours = time_ours(&dev, args.iters, || {
-                spmm_with(Strategy::Auto, 1.0, &da, &dx, 0.0, &mut dy)
-            })?;
-            let err_ours = a.check(&x, f, &dy.to_host()?);
-            let cus = cs_a.time(&dx, &mut dy, args.iters)?;
-            let err_cus = a.check(&x, f, &dy.to_host()?);
-            report(
-                &mut out,
-                &mut json,
-                scale,
-                "csr",
-                f,
-                ours,
-                cus,
-                a.compulsory_bytes(f),
-                (err_ours, err_cus),
-            );
-
-            let mut dyt = DeviceDense::zeros(&dev, at.nrows, f)?;
-            let xt = DeviceDense::from_host(&dev, at.ncols, f, &x[..at.ncols * f])?;
-            let ours_t = time_ours(&dev, args.iters, || {
-                spmm_transpose_with(Strategy::Auto, 1.0, &dat, &xt, 0.0, &mut dyt)
-            })?;
-            let err_ours_t = at.check(&x, f, &dyt.to_host()?);
-            let cus_t = cs_at.time(&xt, &mut dyt, args.iters)?;
-            let err_cus_t = at.check(&x, f, &dyt.to_host()?);
-            report(
-                &mut out,
-                &mut json,
-                scale,
-                "csc",
-                f,
-                ours_t,
-                cus_t,
-                at.compulsory_bytes(f),
-                (err_ours_t, err_cus_t),
-            );
-            for (what, err) in [("csr", err_ours), ("csc", err_ours_t)] {
-                ensure!(err < 1e-4, "scale {scale} F {f}: our {what} result is off by {err:.2e} relative to the CPU reference");
+            for (op, m) in [("csr", &a), ("csc", &at)] {
+                let (x, xt) = operand(m.ncols, f);
+                let dx = DeviceDense::from_host(&dev, m.ncols, f, &x)?;
+                let mut dy = DeviceDense::zeros(&dev, m.nrows, f)?;
+                let ours = if op == "csr" {
+                    time_ours(&dev, args.iters, || {
+                        spmm_with(Strategy::Auto, 1.0, &da, &dx, 0.0, &mut dy)
+                    })?
+                } else {
+                    time_ours(&dev, args.iters, || {
+                        spmm_transpose_with(Strategy::Auto, 1.0, &dat, &dx, 0.0, &mut dy)
+                    })?
+                };
+                let got = dy.to_host()?;
+                let err_ours = m.check(&x, f, |r, j| got[r * f + j]);
+                ensure!(
+                    err_ours < 1e-4,
+                    "scale {scale} F {f}: our {op} result is off by {err_ours:.2e} relative to the CPU reference"
+                );
+                let cus = if op == "csr" { &cs_a } else { &cs_at };
+                let case = Case {
+                    scale,
+                    op,
+                    f,
+                    ours,
+                    err_ours,
+                    peers: peers(&dev, cus, m, f, (&x, &xt), args.iters)?,
+                    bytes: m.compulsory_bytes(f),
+                };
+                report(&mut out, &mut json, &case, copy_best)?;
             }
         }
         print!("{out}");

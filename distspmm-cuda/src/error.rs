@@ -37,6 +37,15 @@ pub enum CudaError {
         /// Which dimensions disagree, with their values.
         reason: String,
     },
+    /// A parameter outside what the call accepts (a dropout probability outside `[0, 1)`, a
+    /// step count of 0, ...).
+    #[error("invalid argument to {op}: {reason}")]
+    InvalidArgument {
+        /// The operation.
+        op: &'static str,
+        /// Which parameter, with its value and what is accepted.
+        reason: String,
+    },
     /// Operands live on different devices (or different `GpuDevice` handles).
     #[error("operands of {0} belong to different GpuDevice handles")]
     DeviceMismatch(&'static str),

@@ -20,6 +20,11 @@
 //! received partial sums into a rank's own rows in a fixed order ([`rows`]; no atomics).
 //! `kernels/sddmm.cu` holds the per-edge kernels: the SDDMM over a CSR pattern and the copy of
 //! per-edge values into CSC order for the transposed product ([`edges`]).
+//! `kernels/edge_softmax.cu` holds the softmax of per-edge logits over each row's entries, with
+//! an optional LeakyReLU, forward and backward ([`edge_softmax`]). `kernels/train.cu` holds the
+//! element-wise steps of training: bias + activation and its backward, bias gradients,
+//! counter-keyed dropout (the CPU trainer's masks bit for bit), log-softmax + NLL, and Adam
+//! ([`train`]).
 //!
 //! # Building
 //! Default builds need no CUDA: every entry point answers [`CudaError::NotBuilt`]. With the
@@ -41,8 +46,7 @@
 //! # Measuring
 //! `examples/gpu_bench.rs` (feature `bench`) compares against cuSPARSE on RMAT graphs;
 //! `gpu-check.sh` builds the tests and the benchmark here and runs them on a GPU machine.
-//! Results and the ptxas register table live in `docs/performance.md`: the device
-//! measurements there are not yet run.
+//! Results and the ptxas register table live in `docs/performance.md`.
 //!
 //! ```no_run
 //! use distspmm_cuda::{spmm, DeviceCsr, DeviceDense, GpuDevice, SparseParts};
@@ -65,6 +69,7 @@
 
 mod device;
 mod driver;
+pub mod edge_softmax;
 pub mod edges;
 mod error;
 pub mod plan;
@@ -73,6 +78,7 @@ pub mod probe;
 pub mod ptxas;
 pub mod rows;
 pub mod strategy;
+pub mod train;
 
 pub use device::{
     spmm, spmm_transpose, spmm_transpose_with, spmm_with, ColMajor, DeviceCsc, DeviceCsr,
@@ -80,11 +86,17 @@ pub use device::{
     RawSpmm, RawWorkspace, RowMajor, SparseParts,
 };
 pub use driver::RawStream;
+pub use edge_softmax::{edge_softmax, edge_softmax_backward, EdgeBlock, EdgeRows, RawEdgeBlock};
 pub use edges::{DeviceCscOrder, RawCscValues};
 pub use error::{CudaError, Result};
 pub use plan::RowSplitPlan;
 pub use rows::{add_blocks, gather_rows, scatter_add_rows, DeviceRows, DeviceScatter, ScatterPlan};
 pub use strategy::{GroupLanes, KernelChoice, Strategy};
+pub use train::{
+    activation_backward, adam_step, bias_activation, bias_activation_in_place, column_sums,
+    dropout, dropout_in_place, nll_loss, Activation, AdamStep, DeviceIds, DeviceLabels, DropoutKey,
+    LossSums,
+};
 
 /// A count or dimension as the kernels' u32 argument, once the launch's checks
 /// (`check_dense`, `check_product`, `ScatterPlan::new`, `RowSplitPlan::new`) verified it fits.

@@ -231,7 +231,7 @@ fn shape(op: &'static str, reason: String) -> CudaError {
 }
 
 /// Checks a row kernel's common limits: u32 rows and columns, `ld >= cols`, equal F.
-fn check_dense(op: &'static str, named: &[(&str, &RawDense)]) -> Result<()> {
+pub(crate) fn check_dense(op: &'static str, named: &[(&str, &RawDense)]) -> Result<()> {
     let f = named.first().map_or(0, |(_, d)| d.cols);
     for (name, d) in named {
         if d.cols != f {

@@ -8,28 +8,16 @@
 )]
 
 use distspmm_cuda::{
-    add_blocks, edges::EDGE_KERNELS, gather_rows, kernel_resources, rows::ROW_KERNELS,
-    scatter_add_rows, spmm, spmm_transpose_with, spmm_with, strategy::KERNELS, CudaError,
-    DeviceCsc, DeviceCsr, DeviceDense, DeviceRows, DeviceScatter, GpuDevice, GroupLanes, RawSplit,
-    RawSpmm, RawWorkspace, ScatterPlan, SparseParts, Strategy,
+    add_blocks, edge_softmax::SOFTMAX_KERNELS, edges::EDGE_KERNELS, gather_rows, kernel_resources,
+    rows::ROW_KERNELS, scatter_add_rows, spmm, spmm_transpose_with, spmm_with, strategy::KERNELS,
+    train::TRAIN_KERNELS, CudaError, DeviceCsc, DeviceCsr, DeviceDense, DeviceRows, DeviceScatter,
+    GpuDevice, GroupLanes, RawSplit, RawSpmm, RawWorkspace, ScatterPlan, SparseParts, Strategy,
 };
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
-fn device() -> Option<GpuDevice> {
-    match GpuDevice::open(0) {
-        Ok(dev) => Some(dev),
-        Err(e @ (CudaError::NoDevice(_) | CudaError::NotBuilt)) => {
-            assert!(
-                std::env::var_os("DISTSPMM_REQUIRE_GPU").is_none(),
-                "DISTSPMM_REQUIRE_GPU is set but no device opened: {e}"
-            );
-            println!("skipping: no CUDA device ({e})");
-            None
-        }
-        Err(e) => panic!("opening CUDA device 0 failed: {e}"),
-    }
-}
+mod common;
+use common::device;
 
 /// A host CSR (u64 pointers, u32 indices, f32 values).
 #[derive(Clone, Debug)]
@@ -320,7 +308,13 @@ fn ptxas_report_covers_every_kernel_without_spills() {
     };
     println!("{}", distspmm_cuda::ptxas::table(&entries));
     for arch in ["sm_80", "sm_90"] {
-        for kernel in KERNELS.into_iter().chain(ROW_KERNELS).chain(EDGE_KERNELS) {
+        let all = KERNELS
+            .into_iter()
+            .chain(ROW_KERNELS)
+            .chain(EDGE_KERNELS)
+            .chain(SOFTMAX_KERNELS)
+            .chain(TRAIN_KERNELS);
+        for kernel in all {
             let e = entries
                 .iter()
                 .find(|e| e.kernel == kernel && e.arch == arch);
@@ -334,7 +328,11 @@ fn ptxas_report_covers_every_kernel_without_spills() {
     }
     assert_eq!(
         entries.len(),
-        2 * (KERNELS.len() + ROW_KERNELS.len() + EDGE_KERNELS.len()),
+        2 * (KERNELS.len()
+            + ROW_KERNELS.len()
+            + EDGE_KERNELS.len()
+            + SOFTMAX_KERNELS.len()
+            + TRAIN_KERNELS.len()),
         "unexpected kernels in the ptxas report"
     );
 }

@@ -10,16 +10,18 @@ use cudarc::driver::{
 use cudarc::nvrtc::Ptx;
 
 use super::{Arg, RawStream};
+use crate::edge_softmax::SOFTMAX_KERNELS;
 use crate::edges::EDGE_KERNELS;
 use crate::error::{CudaError, Result};
 pub(crate) use crate::probe::device_count;
 use crate::probe::guarded;
 use crate::rows::ROW_KERNELS;
 use crate::strategy::{BLOCK_THREADS, KERNELS};
+use crate::train::TRAIN_KERNELS;
 
 /// The fatbins that build.rs compiled from `kernels/*.cu` (SASS sm_80, sm_90, PTX compute_90),
 /// each with the kernels the launcher takes from it.
-static MODULES: [(&[u8], &[&str]); 3] = [
+static MODULES: [(&[u8], &[&str]); 5] = [
     (
         include_bytes!(concat!(env!("OUT_DIR"), "/spmm.fatbin")),
         &KERNELS,
@@ -31,6 +33,14 @@ static MODULES: [(&[u8], &[&str]); 3] = [
     (
         include_bytes!(concat!(env!("OUT_DIR"), "/sddmm.fatbin")),
         &EDGE_KERNELS,
+    ),
+    (
+        include_bytes!(concat!(env!("OUT_DIR"), "/edge_softmax.fatbin")),
+        &SOFTMAX_KERNELS,
+    ),
+    (
+        include_bytes!(concat!(env!("OUT_DIR"), "/train.fatbin")),
+        &TRAIN_KERNELS,
     ),
 ];
 
@@ -90,7 +100,7 @@ impl Context {
             let stream = ctx.new_stream().map_err(driver("cuStreamCreate"))?;
             let mut modules = Vec::with_capacity(MODULES.len());
             let mut functions =
-                HashMap::with_capacity(KERNELS.len() + ROW_KERNELS.len() + EDGE_KERNELS.len());
+                HashMap::with_capacity(MODULES.iter().map(|(_, names)| names.len()).sum());
             for (image, names) in MODULES {
                 let module = ctx
                     .load_module(Ptx::from_binary(image.to_vec()))
@@ -243,6 +253,7 @@ impl Context {
                 Arg::U32(v) => builder.arg(v),
                 Arg::U64(v) => builder.arg(v),
                 Arg::F32(v) => builder.arg(v),
+                Arg::F64(v) => builder.arg(v),
             };
         }
         // SAFETY: the caller guarantees that the arguments match the kernel's signature and

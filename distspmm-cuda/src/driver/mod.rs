@@ -19,6 +19,7 @@ pub(crate) enum Arg {
     U32(u32),
     U64(u64),
     F32(f32),
+    F64(f64),
 }
 
 /// A CUDA stream handle (`CUstream` / `cudaStream_t`) owned by the caller, as an integer.
