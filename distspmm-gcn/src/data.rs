@@ -238,37 +238,46 @@ impl<C: dist_comm::Communicator> Graph for DistAggregate<'_, C> {
         Ok(self.edges.ends.as_deref().unwrap_or_default())
     }
 
-    fn spmm_edges(
+    fn spmm_edges_grouped(
         &mut self,
+        groups: usize,
         e: &[f32],
         x: DenseView<'_, f32>,
         y: DenseViewMut<'_, f32>,
     ) -> Result<()> {
-        Ok(self.op.spmm_values(e, x, y)?)
+        Ok(self.op.spmm_values_grouped(groups, e, x, y)?)
     }
 
-    fn spmm_edges_transpose(
+    fn spmm_edges_transpose_grouped(
         &mut self,
+        groups: usize,
         e: &[f32],
         dy: DenseView<'_, f32>,
         dx: DenseViewMut<'_, f32>,
     ) -> Result<()> {
-        Ok(self.op.spmm_values_transpose(e, dy, dx)?)
+        Ok(self.op.spmm_values_transpose_grouped(groups, e, dy, dx)?)
     }
 
-    fn sddmm(&mut self, u: DenseView<'_, f32>, v: DenseView<'_, f32>, e: &mut [f32]) -> Result<()> {
-        Ok(self.op.sddmm(u, v, e)?)
-    }
-
-    fn sddmm_backward(
+    fn sddmm_grouped(
         &mut self,
+        groups: usize,
+        u: DenseView<'_, f32>,
+        v: DenseView<'_, f32>,
+        e: &mut [f32],
+    ) -> Result<()> {
+        Ok(self.op.sddmm_grouped(groups, u, v, e)?)
+    }
+
+    fn sddmm_backward_grouped(
+        &mut self,
+        groups: usize,
         de: &[f32],
         u: DenseView<'_, f32>,
         v: DenseView<'_, f32>,
         du: DenseViewMut<'_, f32>,
         dv: DenseViewMut<'_, f32>,
     ) -> Result<()> {
-        Ok(self.op.sddmm_backward(de, u, v, du, dv)?)
+        Ok(self.op.sddmm_backward_grouped(groups, de, u, v, du, dv)?)
     }
 
     fn edge_softmax(&mut self, slope: Option<f32>, logits: &[f32], out: &mut [f32]) -> Result<()> {

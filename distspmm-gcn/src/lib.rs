@@ -469,39 +469,43 @@ impl<G: Graph + ?Sized> Graph for TimedGraph<'_, G> {
     fn edge_ends(&mut self) -> Result<&[(u64, u64)]> {
         self.inner.edge_ends()
     }
-    fn spmm_edges(
+    fn spmm_edges_grouped(
         &mut self,
+        groups: usize,
         e: &[f32],
         x: distspmm_core::sparse::DenseView<'_, f32>,
         y: distspmm_core::sparse::DenseViewMut<'_, f32>,
     ) -> Result<()> {
-        self.timed(|g| g.spmm_edges(e, x, y))
+        self.timed(|g| g.spmm_edges_grouped(groups, e, x, y))
     }
-    fn spmm_edges_transpose(
+    fn spmm_edges_transpose_grouped(
         &mut self,
+        groups: usize,
         e: &[f32],
         dy: distspmm_core::sparse::DenseView<'_, f32>,
         dx: distspmm_core::sparse::DenseViewMut<'_, f32>,
     ) -> Result<()> {
-        self.timed(|g| g.spmm_edges_transpose(e, dy, dx))
+        self.timed(|g| g.spmm_edges_transpose_grouped(groups, e, dy, dx))
     }
-    fn sddmm(
+    fn sddmm_grouped(
         &mut self,
+        groups: usize,
         u: distspmm_core::sparse::DenseView<'_, f32>,
         v: distspmm_core::sparse::DenseView<'_, f32>,
         e: &mut [f32],
     ) -> Result<()> {
-        self.timed(|g| g.sddmm(u, v, e))
+        self.timed(|g| g.sddmm_grouped(groups, u, v, e))
     }
-    fn sddmm_backward(
+    fn sddmm_backward_grouped(
         &mut self,
+        groups: usize,
         de: &[f32],
         u: distspmm_core::sparse::DenseView<'_, f32>,
         v: distspmm_core::sparse::DenseView<'_, f32>,
         du: distspmm_core::sparse::DenseViewMut<'_, f32>,
         dv: distspmm_core::sparse::DenseViewMut<'_, f32>,
     ) -> Result<()> {
-        self.timed(|g| g.sddmm_backward(de, u, v, du, dv))
+        self.timed(|g| g.sddmm_backward_grouped(groups, de, u, v, du, dv))
     }
     fn edge_softmax(&mut self, slope: Option<f32>, logits: &[f32], out: &mut [f32]) -> Result<()> {
         self.timed(|g| g.edge_softmax(slope, logits, out))

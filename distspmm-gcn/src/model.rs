@@ -566,10 +566,26 @@ thread_local! {
 
 /// Runs `f` (a dense product), adding its wall time to this thread's dense-product clock.
 pub(crate) fn dense<T>(f: impl FnOnce() -> T) -> T {
-    let t = std::time::Instant::now();
-    let out = f();
-    DENSE_SECONDS.with(|s| s.set(s.get() + t.elapsed().as_secs_f64()));
-    out
+    let _clock = DenseClock::start();
+    f()
+}
+
+/// Adds the time from its start to its drop to this thread's dense-product clock: the
+/// row-block products of [`crate::par`] start one, so every layer's products are counted.
+pub(crate) struct DenseClock(std::time::Instant);
+
+impl DenseClock {
+    /// Starts the clock.
+    pub(crate) fn start() -> Self {
+        Self(std::time::Instant::now())
+    }
+}
+
+impl Drop for DenseClock {
+    fn drop(&mut self) {
+        let elapsed = self.0.elapsed().as_secs_f64();
+        DENSE_SECONDS.with(|s| s.set(s.get() + elapsed));
+    }
 }
 
 /// Seconds the calling thread has spent in dense products so far (see [`dense`]).

@@ -200,6 +200,7 @@ pub fn gemm_rows<F>(
 ) where
     F: Fn(usize, &mut [f32], &mut [f32]) + Sync,
 {
+    let _clock = crate::model::DenseClock::start();
     if n == 0 || m == 0 {
         return;
     }
@@ -267,6 +268,7 @@ pub fn gemm_tn_sum(
     out: &mut [f32],
     partials: &mut Vec<f32>,
 ) {
+    let _clock = crate::model::DenseClock::start();
     let out = &mut out[..k * m];
     if k == 0 || m == 0 {
         return;
@@ -340,6 +342,7 @@ const MIN_SLICE_ROWS: usize = 16;
 
 /// `out[j] = Σ_rows b[row][j]` (`b` is `n × m`): the bias gradient, in fixed block order.
 pub fn col_sums(b: &[f32], m: usize, n: usize, out: &mut [f32], partials: &mut Vec<f32>) {
+    let _clock = crate::model::DenseClock::start();
     let out = &mut out[..m];
     if m == 0 {
         return;

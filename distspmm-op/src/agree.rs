@@ -70,15 +70,19 @@ pub fn abstain<C: AllGather>(comm: &C, chunk_parts: Option<usize>) -> DistSpmmEr
     agree::abstain(comm, chunk_parts).into()
 }
 
-/// The per-call agreement: the same operation and F everywhere, and every rank's operands fit
-/// (`shape` is this rank's own check, reported to the others as a flag).
+/// The per-call agreement: the same operation, group count and F everywhere, and every rank's
+/// operands fit (`shape` is this rank's own check, reported to the others as a flag). The group
+/// count of the per-edge calls rides in the operation code's upper bits (one group leaves the
+/// code as it is), so a call with another group count is another operation.
 pub(crate) fn agree_on_call<C: AllReduce>(
     comm: &C,
     op: Op,
+    groups: usize,
     features: usize,
     shape: Result<(), DistSpmmError>,
 ) -> Result<(), DistSpmmError> {
-    let agreed = agree::call(comm, op as u64, op.name(), features, shape.is_ok());
+    let code = op as u64 | ((groups.saturating_sub(1) as u64) << 8);
+    let agreed = agree::call(comm, code, op.name(), features, shape.is_ok());
     shape?;
     Ok(agreed?)
 }

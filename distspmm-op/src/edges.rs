@@ -218,6 +218,8 @@ mod tests;
 
 /// Below this many values a permutation runs on the calling thread.
 const SERIAL_VALUES: usize = 1 << 15;
+/// Values per parallel task of a permutation.
+const PARALLEL_VALUES: usize = 1 << 12;
 
 impl CscOrder {
     /// The permutation of every block of `layout` (made from `chunk`).
@@ -268,21 +270,33 @@ impl CscOrder {
         &self.rank[eb.range()]
     }
 
-    /// `csc[k] = csr[rowptr[rows[k]] + rank[k]]`: a block's per-edge values (`csr`, its run of
-    /// the operand) in the order of its CSC (`out`).
-    pub(crate) fn permute(&self, b: &BlockView<'_>, eb: &EdgeBlock, csr: &[f32], out: &mut [f32]) {
+    /// `csc[k·G + g] = csr[g·stride + rowptr[rows[k]] + rank[k]]`: a block's per-edge values of
+    /// `groups` groups (`csr` from the block's first value in the operand, group g's run
+    /// `stride` values after group g − 1's) in the order of its CSC, the G values of one entry
+    /// side by side (`out`, G values per non-zero; with one group, the CSC order itself).
+    pub(crate) fn permute(
+        &self,
+        b: &BlockView<'_>,
+        eb: &EdgeBlock,
+        csr: &[f32],
+        (groups, stride): (usize, usize),
+        out: &mut [f32],
+    ) {
         let rank = &self.rank[eb.range()];
         let (rowptr, rows) = (b.csr_rowptr, b.csc_rows);
-        let gather = |(k, o): (usize, &mut f32)| {
+        let gather = |(k, o): (usize, &mut [f32])| {
             let at = distspmm_core::index::offset(rowptr[rows[k] as usize]) + rank[k] as usize;
-            *o = csr[at];
+            for (g, o) in o.iter_mut().enumerate() {
+                *o = csr[g * stride + at];
+            }
         };
+        let groups = groups.max(1);
         if out.len() < SERIAL_VALUES {
-            out.iter_mut().enumerate().for_each(gather);
+            out.chunks_exact_mut(groups).enumerate().for_each(gather);
         } else {
-            out.par_iter_mut()
+            out.par_chunks_exact_mut(groups)
                 .enumerate()
-                .with_min_len(1 << 12)
+                .with_min_len(PARALLEL_VALUES / groups)
                 .for_each(gather);
         }
     }

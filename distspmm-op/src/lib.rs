@@ -499,7 +499,7 @@ where
         x: DenseView<'_, f32>,
         y: DenseViewMut<'_, f32>,
     ) -> Result<(), DistSpmmError> {
-        self.call(Op::Forward, &[], x, y)
+        self.call(Op::Forward, 1, &[], x, y)
     }
 
     /// `dX_p = (Âᵀ·dY)_p` from this rank's `dY_p` (`n_p × F`) into `dX_p` (`n_p × F`,
@@ -512,7 +512,7 @@ where
         dy: DenseView<'_, f32>,
         dx: DenseViewMut<'_, f32>,
     ) -> Result<(), DistSpmmError> {
-        self.call(Op::Backward, &[], dy, dx)
+        self.call(Op::Backward, 1, &[], dy, dx)
     }
 
     /// `Y_p = (A_e·X)_p`: the forward product with the call's per-edge values `e` (one per
@@ -528,7 +528,28 @@ where
         x: DenseView<'_, f32>,
         y: DenseViewMut<'_, f32>,
     ) -> Result<(), DistSpmmError> {
-        self.call(Op::SpmmValues, e, x, y)
+        self.spmm_values_grouped(1, e, x, y)
+    }
+
+    /// [`spmm_values`](Self::spmm_values) for `groups` groups at once, in one pass over the
+    /// edges and one exchange: `e` holds `groups` runs of [`edge_count`](Self::edge_count)
+    /// values (run g first at `g·edge_count`, each in the [`EdgeLayout`] order), `X` and `Y`
+    /// `F = groups·C` columns, and `Y_i[g·C..(g+1)·C] = Σ_j e_g[ij]·X_j[g·C..(g+1)·C]` — the
+    /// heads of a multi-head attention layer. One group is `spmm_values`, bit for bit.
+    /// Collective (the ranks agree on the group count too); moves what
+    /// [`forward`](Self::forward) moves for F columns.
+    ///
+    /// # Errors
+    /// As [`DistSpmm::spmm_values`]; no group, F not a multiple of `groups` or `e` of another
+    /// length than `groups · edge_count()` is a [`DistSpmmError::Shape`] on this rank.
+    pub fn spmm_values_grouped(
+        &mut self,
+        groups: usize,
+        e: &[f32],
+        x: DenseView<'_, f32>,
+        y: DenseViewMut<'_, f32>,
+    ) -> Result<(), DistSpmmError> {
+        self.call(Op::SpmmValues, groups, e, x, y)
     }
 
     /// `dX_p = (A_eᵀ·dY)_p`: the backward product with the call's per-edge values `e` (the
@@ -544,31 +565,55 @@ where
         dy: DenseView<'_, f32>,
         dx: DenseViewMut<'_, f32>,
     ) -> Result<(), DistSpmmError> {
-        self.call(Op::SpmmValuesTranspose, e, dy, dx)
+        self.spmm_values_transpose_grouped(1, e, dy, dx)
     }
 
-    /// One SpMM call: `op`'s one program over `input` and `output`, with the per-edge values
-    /// `e` for the calls that take them (`Op::reads_edges`; the chunk's values otherwise, and
-    /// `e` is empty).
+    /// [`spmm_values_transpose`](Self::spmm_values_transpose) for `groups` groups at once:
+    /// `dX_j[g·C..(g+1)·C] = Σ_i e_g[ij]·dY_i[g·C..(g+1)·C]`, `e` as in
+    /// [`spmm_values_grouped`](Self::spmm_values_grouped). The CSC-ordered copy of the values
+    /// holds `groups` values per non-zero. Collective; moves what
+    /// [`backward`](Self::backward) moves.
+    ///
+    /// # Errors
+    /// As [`DistSpmm::spmm_values_grouped`].
+    pub fn spmm_values_transpose_grouped(
+        &mut self,
+        groups: usize,
+        e: &[f32],
+        dy: DenseView<'_, f32>,
+        dx: DenseViewMut<'_, f32>,
+    ) -> Result<(), DistSpmmError> {
+        self.call(Op::SpmmValuesTranspose, groups, e, dy, dx)
+    }
+
+    /// One SpMM call: `op`'s one program over `input` and `output`, with the `groups` runs of
+    /// per-edge values `e` for the calls that take them (`Op::reads_edges`; the chunk's values
+    /// otherwise, `e` empty and one group).
     fn call(
         &mut self,
         op: Op,
+        groups: usize,
         e: &[f32],
         input: DenseView<'_, f32>,
         output: DenseViewMut<'_, f32>,
     ) -> Result<(), DistSpmmError> {
         let (rank, n, f) = (self.rank(), self.local_rows(), input.cols());
         let (i, o) = op.operand_names();
-        let edges = [("E", e.len(), self.edge_count())];
+        let edges = [("E", e.len())];
         let shapes = check_operands(
             op.name(),
             rank,
             n,
             &[(i, shape(&input)), (o, shape(&output))],
-            if op.reads_edges() { &edges } else { &[] },
-        );
-        self.prepare(op, f, shapes)?;
-        self.last = self.execute(op, op.programs()[0], input, output, None, e, &mut [])?;
+            &[],
+        )
+        .and_then(|()| {
+            let edges = if op.reads_edges() { &edges[..] } else { &[] };
+            check_groups(op.name(), rank, groups, f, edges, self.edge_count())
+        });
+        self.prepare(op, groups, f, shapes)?;
+        let kind = op.programs()[0];
+        self.last = self.execute(op, kind, groups, input, output, None, e, &mut [])?;
         Ok(())
     }
 
@@ -589,6 +634,24 @@ where
         v: DenseView<'_, f32>,
         e: &mut [f32],
     ) -> Result<(), DistSpmmError> {
+        self.sddmm_grouped(1, u, v, e)
+    }
+
+    /// [`sddmm`](Self::sddmm) for `groups` groups at once, in one pass over the edges and one
+    /// exchange: `U` and `V` have `F = groups·w` columns and
+    /// `e_g[ij] = ⟨U_i[g·w..(g+1)·w], V_j[g·w..(g+1)·w]⟩`, written into `groups` runs of
+    /// [`edge_count`](Self::edge_count) values (run g first at `g·edge_count`). Each value has
+    /// the bits of [`sddmm`](Self::sddmm) over its group's columns. Collective.
+    ///
+    /// # Errors
+    /// As [`DistSpmm::spmm_values_grouped`].
+    pub fn sddmm_grouped(
+        &mut self,
+        groups: usize,
+        u: DenseView<'_, f32>,
+        v: DenseView<'_, f32>,
+        e: &mut [f32],
+    ) -> Result<(), DistSpmmError> {
         let (rank, n, f) = (self.rank(), self.local_rows(), u.cols());
         let op = Op::Sddmm;
         let shapes = check_operands(
@@ -596,9 +659,19 @@ where
             rank,
             n,
             &[("U", shape(&u)), ("V", shape(&v))],
-            &[("E", e.len(), self.edge_count())],
-        );
-        self.prepare(op, f, shapes)?;
+            &[],
+        )
+        .and_then(|()| {
+            check_groups(
+                op.name(),
+                rank,
+                groups,
+                f,
+                &[("E", e.len())],
+                self.edge_count(),
+            )
+        });
+        self.prepare(op, groups, f, shapes)?;
         if f == 0 {
             // Every dot product of no columns is 0; nothing travels.
             e.fill(0.0);
@@ -606,7 +679,7 @@ where
         let mut none: [f32; 0] = [];
         let no_output = DenseViewMut::new(&mut none[..], 0, f, f)
             .map_err(|err| DistSpmmError::Internal(err.to_string()))?;
-        self.last = self.execute(op, Kind::Sddmm, v, no_output, Some(u), &[], e)?;
+        self.last = self.execute(op, Kind::Sddmm, groups, v, no_output, Some(u), &[], e)?;
         Ok(())
     }
 
@@ -626,6 +699,27 @@ where
         du: DenseViewMut<'_, f32>,
         dv: DenseViewMut<'_, f32>,
     ) -> Result<(), DistSpmmError> {
+        self.sddmm_backward_grouped(1, de, u, v, du, dv)
+    }
+
+    /// The gradients of [`sddmm_grouped`](Self::sddmm_grouped), per group:
+    /// `dU_i[g·w..] = Σ_j dE_g[ij]·V_j[g·w..]` and `dV_j[g·w..] = Σ_i dE_g[ij]·U_i[g·w..]`
+    /// ([`spmm_values_grouped`](Self::spmm_values_grouped) and
+    /// [`spmm_values_transpose_grouped`](Self::spmm_values_transpose_grouped) with values
+    /// `dE`), `dE` in runs as the SDDMM wrote them. Collective; moves what one forward and one
+    /// backward call move.
+    ///
+    /// # Errors
+    /// As [`DistSpmm::spmm_values_grouped`].
+    pub fn sddmm_backward_grouped(
+        &mut self,
+        groups: usize,
+        de: &[f32],
+        u: DenseView<'_, f32>,
+        v: DenseView<'_, f32>,
+        du: DenseViewMut<'_, f32>,
+        dv: DenseViewMut<'_, f32>,
+    ) -> Result<(), DistSpmmError> {
         let (rank, n, f) = (self.rank(), self.local_rows(), u.cols());
         let op = Op::SddmmBackward;
         let shapes = check_operands(
@@ -638,11 +732,21 @@ where
                 ("dU", shape(&du)),
                 ("dV", shape(&dv)),
             ],
-            &[("dE", de.len(), self.edge_count())],
-        );
-        self.prepare(op, f, shapes)?;
-        let first = self.execute(op, Kind::ForwardEdges, v, du, None, de, &mut [])?;
-        let second = self.execute(op, Kind::BackwardEdges, u, dv, None, de, &mut [])?;
+            &[],
+        )
+        .and_then(|()| {
+            check_groups(
+                op.name(),
+                rank,
+                groups,
+                f,
+                &[("dE", de.len())],
+                self.edge_count(),
+            )
+        });
+        self.prepare(op, groups, f, shapes)?;
+        let first = self.execute(op, Kind::ForwardEdges, groups, v, du, None, de, &mut [])?;
+        let second = self.execute(op, Kind::BackwardEdges, groups, u, dv, None, de, &mut [])?;
         self.last = first + second;
         Ok(())
     }
@@ -652,6 +756,7 @@ where
     fn prepare(
         &mut self,
         op: Op,
+        groups: usize,
         f: usize,
         shapes: Result<(), DistSpmmError>,
     ) -> Result<(), DistSpmmError> {
@@ -668,7 +773,8 @@ where
                     let order = CscOrder::new(&self.chunk.chunk(), &self.blocks.edges)?;
                     self.blocks.csc = Some(order);
                 }
-                let nnz = self.blocks.edges.len();
+                // Shapes checked: one group or more, `groups · nnz` values in the operand.
+                let nnz = self.blocks.edges.len() * groups;
                 if self.csc_values.len() < nnz {
                     self.csc_values
                         .try_reserve_exact(nnz - self.csc_values.len())
@@ -689,16 +795,17 @@ where
                 },
                 e => e,
             });
-        agree::agree_on_call(&*self.comm, op, f, ready)
+        agree::agree_on_call(&*self.comm, op, groups, f, ready)
     }
 
-    /// Runs the program of `kind` (part of a call of `op`, prepared) on the operands and
-    /// records its bytes.
+    /// Runs the program of `kind` (part of a call of `op` with `groups` groups, prepared) on
+    /// the operands and records its bytes.
     #[allow(clippy::too_many_arguments)]
     fn execute(
         &mut self,
         op: Op,
         kind: Kind,
+        groups: usize,
         input: DenseView<'_, f32>,
         output: DenseViewMut<'_, f32>,
         left: Option<DenseView<'_, f32>>,
@@ -725,7 +832,12 @@ where
                 x: input,
                 y: output,
                 left,
-                edges: CpuEdges { values, out, csc },
+                edges: CpuEdges {
+                    values,
+                    out,
+                    csc,
+                    groups,
+                },
                 packed: self.packed.get(rows[Buf::Packed as usize] * f),
                 halo: self.halo.get(rows[Buf::Halo as usize] * f),
                 f,
@@ -830,7 +942,8 @@ where
     /// The memory this operator holds now beside the chunk (buffers sized for the largest F
     /// called so far, and derived index arrays; after a transposed product over per-edge
     /// values also the CSR→CSC permutation, in `structure`, and the permuted values, in
-    /// `buffers`: 4 bytes per non-zero each).
+    /// `buffers`: 4 bytes per non-zero for the permutation, 4 per non-zero and group of the
+    /// largest group count so far for the values).
     pub fn workspace(&self) -> Workspace {
         let structure = self
             .blocks
@@ -892,6 +1005,40 @@ fn check_operands(
             return Err(DistSpmmError::Shape(format!(
                 "{call} on rank {rank}: {name} holds {values} values but part {rank} stores {nnz} \
                  non-zeros (one value per edge, in the operator's edge layout)",
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// The group rule of the per-edge calls (`call` names it in messages): one group or more,
+/// F columns split into groups of equal width, and each per-edge operand (name, values) one
+/// run of this rank's `nnz` values per group. One group is [`check_operands`]' rule.
+fn check_groups(
+    call: &str,
+    rank: usize,
+    groups: usize,
+    f: usize,
+    edges: &[(&str, usize)],
+    nnz: usize,
+) -> Result<(), DistSpmmError> {
+    if groups == 0 || !f.is_multiple_of(groups) {
+        return Err(DistSpmmError::Shape(format!(
+            "{call} on rank {rank}: {f} columns do not split into {groups} groups of equal \
+             width (give one group or more, dividing the columns)",
+        )));
+    }
+    if groups == 1 {
+        let edges: Vec<(&str, usize, usize)> = edges.iter().map(|&(e, v)| (e, v, nnz)).collect();
+        return check_operands(call, rank, 0, &[], &edges);
+    }
+    for &(name, values) in edges {
+        if groups.checked_mul(nnz) != Some(values) {
+            return Err(DistSpmmError::Shape(format!(
+                "{call} on rank {rank}: {name} holds {values} values but {groups} groups over \
+                 the {nnz} non-zeros part {rank} stores need {} (one run of one value per edge \
+                 for each group, in the operator's edge layout)",
+                groups.saturating_mul(nnz),
             )));
         }
     }

@@ -288,6 +288,8 @@ fn chunk_file_bytes(c: &ChunkCounts) -> u64 {
     if c.masks {
         sections.push(c.rows); // MASKS
     }
+    // EDGE_WEIGHTS: `distspmm partition` writes the graph's own weights into every chunk.
+    sections.push(4 * c.nnz);
     let align = |x: u64| x.div_ceil(SECTION_ALIGN as u64) * SECTION_ALIGN as u64;
     let table = (HEADER_LEN + SECTION_ENTRY_LEN * sections.len()) as u64;
     align(sections.iter().fold(table, |end, len| align(end) + len))

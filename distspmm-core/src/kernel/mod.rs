@@ -43,6 +43,7 @@
 #[cfg(target_arch = "x86_64")]
 mod avx512;
 mod generic;
+pub mod grouped;
 pub mod reference;
 pub mod sddmm;
 #[cfg(test)]
@@ -51,6 +52,7 @@ mod tests;
 use core::ops::Range;
 use core::sync::atomic::{AtomicU8, Ordering};
 
+pub use grouped::{sddmm_grouped, spmm_grouped, spmm_transpose_grouped, EdgeRuns, EdgeRunsMut};
 pub use sddmm::sddmm;
 
 use crate::sparse::par::{for_each_block, grain_for, SplitRows};
@@ -105,11 +107,35 @@ pub enum KernelError {
         /// V's rows and columns.
         v: (usize, usize),
     },
-    /// A per-edge operand does not hold one value per stored entry.
+    /// A per-edge operand (or one run of a grouped one) does not hold one value per stored
+    /// entry.
     #[error("the pattern stores {nnz} entries but the edge values hold {values}")]
     EdgeCount {
         /// Stored entries of the pattern.
         nnz: usize,
+        /// Values given (per run for a grouped operand).
+        values: usize,
+    },
+    /// A grouped product's dense columns do not split into its groups.
+    #[error("{cols} columns do not split into {groups} groups of equal width")]
+    Groups {
+        /// Groups of the per-edge operand.
+        groups: usize,
+        /// Columns of the dense operands.
+        cols: usize,
+    },
+    /// The runs of a grouped per-edge operand do not fit its values (or there is no group).
+    #[error(
+        "{groups} runs of {len} per-edge values, each {stride} after the last, do not fit in \
+         {values} values (at least one group, runs that do not overlap)"
+    )]
+    EdgeRuns {
+        /// Groups asked for.
+        groups: usize,
+        /// Values per run.
+        len: usize,
+        /// Distance between the starts of consecutive runs.
+        stride: usize,
         /// Values given.
         values: usize,
     },
@@ -310,7 +336,7 @@ impl<T: Send> SplitRows for DenseViewMut<'_, T> {
 /// Per-row work in units of one non-zero: storing a row and starting its loop.
 pub(crate) const ROW_COST: u64 = 2;
 /// The smallest block worth a task.
-const MIN_GRAIN: u64 = 1 << 14;
+pub(crate) const MIN_GRAIN: u64 = 1 << 14;
 
 /// Runs one product after the shapes were checked, with at most the instruction set `isa`
 /// (the tests pick lower ones to cover every path).
@@ -372,7 +398,7 @@ pub(crate) fn run<T: Scalar>(
 }
 
 /// Y = β·Y, without reading Y when β = 0.
-fn scale<T: Scalar>(beta: T, y: &mut DenseViewMut<'_, T>) {
+pub(crate) fn scale<T: Scalar>(beta: T, y: &mut DenseViewMut<'_, T>) {
     for i in 0..y.rows() {
         let row = y.row_mut(i);
         if beta == T::ZERO {

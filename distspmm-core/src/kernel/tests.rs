@@ -659,3 +659,373 @@ fn sddmm_rejects_operands_that_do_not_fit() {
     sddmm(&a.view(), u0, v0, &mut e).unwrap();
     assert_eq!(e, [0.0, 0.0]);
 }
+
+/// The pattern of `a` with every entry's value its CSR position (exact in f32 for these sizes),
+/// and its CSC: the CSC's values are then the CSR→CSC permutation.
+fn positions(a: &CsrOwned<f32>) -> (CsrOwned<f32>, CscOwned<f32>) {
+    let p: Vec<f32> = (0..a.nnz()).map(|k| k as f32).collect();
+    let csr = CsrOwned::new(
+        a.nrows(),
+        a.ncols(),
+        a.indptr().to_vec(),
+        a.indices().to_vec(),
+        p,
+    )
+    .unwrap();
+    let csc = csr.to_csc().unwrap();
+    (csr, csc)
+}
+
+/// `Σ_j e_g[p]·X_j[col]` over the entries `(o, j)` of outer index `o` of `(indptr, indices)`
+/// (`pos` maps an entry to its run position), α and β applied, in f64, with a rounding bound.
+#[allow(clippy::too_many_arguments)]
+fn grouped_exact(
+    indptr: &[u64],
+    indices: &[u32],
+    pos: &dyn Fn(usize) -> usize,
+    e: &[f32],
+    nnz: usize,
+    c: usize,
+    x: &DenseView<'_, f32>,
+    alpha: f32,
+    beta: f32,
+    y0: &[f32],
+    got: &[f32],
+) -> Result<(), TestCaseError> {
+    let f = x.cols();
+    for o in 0..indptr.len() - 1 {
+        let (s, t) = (indptr[o] as usize, indptr[o + 1] as usize);
+        for col in 0..f {
+            let g = col / c;
+            let (mut exact, mut bound) = (0.0f64, 0.0f64);
+            for p in s..t {
+                let v = f64::from(e[g * nnz + pos(p)]) * f64::from(x.row(indices[p] as usize)[col]);
+                exact += v;
+                bound += v.abs();
+            }
+            exact *= f64::from(alpha);
+            bound *= f64::from(alpha).abs();
+            if beta != 0.0 {
+                let old = f64::from(beta) * f64::from(y0[o * f + col]);
+                exact += old;
+                bound += old.abs();
+            }
+            let got = f64::from(got[o * f + col]);
+            let tol = ((t - s) as f64 + 3.0) * f64::from(f32::EPSILON) * bound + 1e-30;
+            prop_assert!(
+                (got - exact).abs() <= tol,
+                "Y[{o}][{col}] = {got}, expected {exact}"
+            );
+        }
+    }
+    Ok(())
+}
+
+fn group_shapes() -> impl Strategy<Value = (usize, usize)> {
+    (
+        1usize..5,
+        prop_oneof![
+            Just(1usize),
+            Just(2),
+            Just(3),
+            Just(8),
+            Just(17),
+            1usize..40
+        ],
+    )
+}
+
+/// `y` as a row-major `rows × f` matrix.
+fn rows_of(y: &mut [f32], rows: usize, f: usize) -> DenseViewMut<'_, f32> {
+    DenseViewMut::from_row_major(y, rows, f).unwrap()
+}
+
+fn bits(v: &[f32]) -> Vec<u32> {
+    v.iter().map(|x| x.to_bits()).collect()
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(96))]
+
+    /// The grouped SpMM (CSR and CSC) against f64 sums, bit for bit against the plain-loop
+    /// reference on every instruction set when there are several groups, and, with one group,
+    /// bit for bit the single product.
+    #[test]
+    fn grouped_spmm_matches_reference_and_dense(
+        (m, k, entries) in problem(),
+        (groups, c) in group_shapes(),
+        alpha in scalars(),
+        beta in scalars(),
+        seed in any::<u64>(),
+    ) {
+        let a = random_csr(m, k, &entries);
+        let (csr, csc) = positions(&a);
+        let nnz = a.nnz();
+        let f = groups * c;
+        let e = dense(groups, nnz, seed ^ 0x77);
+        let runs = EdgeRuns::contiguous(&e, groups).unwrap();
+        // Aᵀ reads its runs in CSC order: head-major and edge-major copies.
+        let perm: Vec<usize> = csc.data().iter().map(|&p| p as usize).collect();
+        let e_csc: Vec<f32> = (0..groups)
+            .flat_map(|g| perm.iter().map(move |&p| (g, p)))
+            .map(|(g, p)| e[g * nnz + p])
+            .collect();
+        let e_edge: Vec<f32> = (0..nnz)
+            .flat_map(|q| (0..groups).map(move |g| (g, q)))
+            .map(|(g, q)| e_csc[g * nnz + q])
+            .collect();
+        for transposed in [false, true] {
+            let (rows, inner) = if transposed { (k, m) } else { (m, k) };
+            let xbuf = dense(inner, f, seed);
+            let x = DenseView::from_row_major(&xbuf, inner, f).unwrap();
+            let mut y0 = dense(rows, f, seed ^ 0x9e37);
+            if beta == 0.0 {
+                y0.iter_mut().step_by(3).for_each(|v| *v = f32::NAN);
+            }
+            let mut want = y0.clone();
+            let csc_runs = EdgeRuns::contiguous(&e_csc, groups).unwrap();
+            if transposed {
+                reference::spmm_transpose_grouped(alpha, &csc.view(), csc_runs, x, beta, rows_of(&mut want, rows, f))
+                    .unwrap();
+                let pos = |q: usize| perm[q];
+                grouped_exact(csc.indptr(), csc.indices(), &pos, &e, nnz, c, &x, alpha, beta, &y0, &want)?;
+            } else {
+                reference::spmm_grouped(alpha, &csr.view(), runs, x, beta, rows_of(&mut want, rows, f)).unwrap();
+                grouped_exact(csr.indptr(), csr.indices(), &|p| p, &e, nnz, c, &x, alpha, beta, &y0, &want)?;
+            }
+            let (indptr, indices) = if transposed {
+                (csc.indptr(), csc.indices())
+            } else {
+                (csr.indptr(), csr.indices())
+            };
+            let mut results = Vec::new();
+            for isa in isas() {
+                let mut layouts = vec![if transposed { csc_runs } else { runs }];
+                if transposed {
+                    layouts.push(EdgeRuns::edge_major(&e_edge, groups).unwrap());
+                }
+                for e in layouts {
+                    let mut got = y0.clone();
+                    grouped::run_spmm(isa, alpha, indptr, indices, e, x, beta, rows_of(&mut got, rows, f));
+                    results.push((isa, got));
+                }
+            }
+            for (isa, got) in &results {
+                if groups > 1 || *isa != Isa::Avx512 {
+                    for (g, w) in got.iter().zip(&want) {
+                        prop_assert!(g.to_bits() == w.to_bits() || (g.is_nan() && w.is_nan()), "{:?}", isa);
+                    }
+                }
+            }
+            if groups == 1 {
+                // One group is the single product itself.
+                let mut single = y0.clone();
+                if transposed {
+                    let vals = CscOwned::new(m, k, csc.indptr().to_vec(), csc.indices().to_vec(), e_csc.clone()).unwrap();
+                    spmm_transpose(alpha, &vals.view(), x, beta, rows_of(&mut single, rows, f)).unwrap();
+                } else {
+                    let vals = CsrOwned::new(m, k, csr.indptr().to_vec(), csr.indices().to_vec(), e.clone()).unwrap();
+                    spmm(alpha, &vals.view(), x, beta, rows_of(&mut single, rows, f)).unwrap();
+                }
+                let mut got = y0.clone();
+                if transposed {
+                    spmm_transpose_grouped(alpha, &csc.view(), csc_runs, x, beta, rows_of(&mut got, rows, f)).unwrap();
+                } else {
+                    spmm_grouped(alpha, &csr.view(), runs, x, beta, rows_of(&mut got, rows, f)).unwrap();
+                }
+                let same = got.iter().zip(&single).all(|(a, b)| a.to_bits() == b.to_bits() || (a.is_nan() && b.is_nan()));
+                prop_assert!(same, "one group differs from the single product");
+            }
+        }
+    }
+
+    /// The grouped SDDMM gives, bit for bit, what one SDDMM per group over its columns gives,
+    /// on every instruction set, and the reference within rounding.
+    #[test]
+    fn grouped_sddmm_is_one_sddmm_per_group(
+        (m, k, entries) in problem(),
+        (groups, w) in group_shapes(),
+        pad in 0usize..3,
+        gap in 0usize..3,
+        seed in any::<u64>(),
+    ) {
+        let a = random_csr(m, k, &entries);
+        let nnz = a.nnz();
+        let f = groups * w;
+        let ld = f + pad;
+        let (ubuf, vbuf) = (dense(m, ld, seed), dense(k, ld, seed ^ 0x51));
+        let u = DenseView::new(&ubuf, m, f, ld).unwrap();
+        let v = DenseView::new(&vbuf, k, f, ld).unwrap();
+        let mut separate = vec![f32::NAN; groups * nnz];
+        for (g, run) in separate.chunks_exact_mut(nnz.max(1)).enumerate().take(groups) {
+            let cols = g * w..(g + 1) * w;
+            sddmm(&a.view(), u.column_slice(cols.clone()).unwrap(), v.column_slice(cols).unwrap(), &mut run[..nnz])
+                .unwrap();
+        }
+        let mut want = vec![f32::NAN; groups * nnz];
+        reference::sddmm_grouped(&a.view(), u, v, EdgeRunsMut::contiguous(&mut want, groups).unwrap()).unwrap();
+        for (g, r) in separate.iter().zip(&want) {
+            prop_assert!((g - r).abs() <= 1e-5 * (w as f32 + 1.0));
+        }
+        // Runs `gap` values apart, the gaps left alone.
+        let stride = nnz + gap;
+        for isa in isas() {
+            let mut got = vec![-7.0f32; (groups - 1) * stride + nnz];
+            let runs = EdgeRunsMut::head_major(&mut got, groups, nnz, stride).unwrap();
+            grouped::run_sddmm(isa, a.indptr(), a.indices(), u, v, runs);
+            for g in 0..groups {
+                prop_assert_eq!(bits(&got[g * stride..g * stride + nnz]), bits(&separate[g * nnz..(g + 1) * nnz]), "{:?}", isa);
+                if g + 1 < groups {
+                    prop_assert!(got[g * stride + nnz..(g + 1) * stride].iter().all(|&x| x == -7.0));
+                }
+            }
+        }
+        let mut got = vec![f32::NAN; groups * nnz];
+        sddmm_grouped(&a.view(), u, v, EdgeRunsMut::contiguous(&mut got, groups).unwrap()).unwrap();
+        prop_assert_eq!(bits(&got), bits(&separate));
+    }
+}
+
+#[cfg(feature = "std")]
+#[test]
+fn grouped_products_are_bit_identical_for_any_thread_count() {
+    let a = skewed(3000, 2500);
+    let (csr, csc) = positions(&a);
+    let nnz = a.nnz();
+    for (groups, c) in [(2usize, 8usize), (8, 8), (3, 17), (4, 2)] {
+        let f = groups * c;
+        let e = dense(groups, nnz, 11);
+        let xbuf = dense(2500, f, 12);
+        let xtbuf = dense(3000, f, 13);
+        let run_on = |threads: usize| {
+            let pool = rayon::ThreadPoolBuilder::new()
+                .num_threads(threads)
+                .build()
+                .unwrap();
+            pool.install(|| {
+                let runs = EdgeRuns::contiguous(&e, groups).unwrap();
+                let x = DenseView::from_row_major(&xbuf, 2500, f).unwrap();
+                let xt = DenseView::from_row_major(&xtbuf, 3000, f).unwrap();
+                let mut y = vec![0f32; 3000 * f];
+                spmm_grouped(
+                    1.0,
+                    &csr.view(),
+                    runs,
+                    x,
+                    0.0,
+                    DenseViewMut::from_row_major(&mut y, 3000, f).unwrap(),
+                )
+                .unwrap();
+                let mut yt = vec![0f32; 2500 * f];
+                spmm_transpose_grouped(
+                    1.0,
+                    &csc.view(),
+                    runs,
+                    xt,
+                    0.0,
+                    DenseViewMut::from_row_major(&mut yt, 2500, f).unwrap(),
+                )
+                .unwrap();
+                let mut s = vec![0f32; groups * nnz];
+                let u = DenseView::from_row_major(&xtbuf, 3000, f).unwrap();
+                sddmm_grouped(
+                    &csr.view(),
+                    u,
+                    x,
+                    EdgeRunsMut::contiguous(&mut s, groups).unwrap(),
+                )
+                .unwrap();
+                (bits(&y), bits(&yt), bits(&s))
+            })
+        };
+        let one = run_on(1);
+        assert_eq!(run_on(3), one, "G = {groups}, C = {c}");
+        assert_eq!(run_on(4), one, "G = {groups}, C = {c}");
+    }
+}
+
+#[test]
+fn grouped_operands_that_do_not_fit_are_refused() {
+    let v = [0f32; 12];
+    assert!(EdgeRuns::contiguous(&v, 0).is_err());
+    assert!(EdgeRuns::contiguous(&v, 5).is_err());
+    assert_eq!(EdgeRuns::contiguous(&v, 4).unwrap().len(), 3);
+    assert!(EdgeRuns::head_major(&v, 3, 4, 4).is_ok());
+    assert!(
+        EdgeRuns::head_major(&v, 3, 4, 5).is_err(),
+        "runs past the end"
+    );
+    assert!(
+        EdgeRuns::head_major(&v, 2, 4, 3).is_err(),
+        "overlapping runs"
+    );
+    assert!(EdgeRuns::head_major(&v, 1, 12, 0).is_ok());
+    assert!(EdgeRuns::edge_major(&v, 5).is_err());
+    let mut w = [0f32; 12];
+    assert!(EdgeRunsMut::head_major(&mut w, 2, 5, 4).is_err());
+    assert!(matches!(
+        EdgeRunsMut::contiguous(&mut w, 0),
+        Err(KernelError::EdgeRuns { groups: 0, .. })
+    ));
+
+    let a = random_csr(2, 3, &[(0, 1, 1.0), (1, 2, 1.0)]);
+    let (u, x) = (vec![0f32; 2 * 6], vec![0f32; 3 * 6]);
+    let uv = DenseView::from_row_major(&u[..], 2, 6).unwrap();
+    let xv = DenseView::from_row_major(&x[..], 3, 6).unwrap();
+    let e = [0f32; 8];
+    let mut y = vec![0f32; 2 * 6];
+    // 6 columns in 4 groups.
+    assert!(matches!(
+        spmm_grouped(
+            1.0,
+            &a.view(),
+            EdgeRuns::contiguous(&e, 4).unwrap(),
+            xv,
+            0.0,
+            rows_of(&mut y, 2, 6)
+        ),
+        Err(KernelError::Groups { groups: 4, cols: 6 })
+    ));
+    // Runs of 4 values over 2 entries.
+    assert!(matches!(
+        spmm_grouped(
+            1.0,
+            &a.view(),
+            EdgeRuns::contiguous(&e, 2).unwrap(),
+            xv,
+            0.0,
+            rows_of(&mut y, 2, 6)
+        ),
+        Err(KernelError::EdgeCount { nnz: 2, values: 4 })
+    ));
+    assert!(spmm_grouped(
+        1.0,
+        &a.view(),
+        EdgeRuns::contiguous(&e[..6], 3).unwrap(),
+        xv,
+        0.0,
+        rows_of(&mut y, 2, 6)
+    )
+    .is_ok());
+    let mut s = [0f32; 4];
+    assert!(matches!(
+        sddmm_grouped(
+            &a.view(),
+            uv,
+            xv,
+            EdgeRunsMut::contiguous(&mut s, 4).unwrap()
+        ),
+        Err(KernelError::EdgeCount { nnz: 2, values: 1 })
+    ));
+    let mut s = [f32::NAN; 6];
+    let empty_u = DenseView::new(&u[..], 2, 0, 0).unwrap();
+    let empty_x = DenseView::new(&x[..], 3, 0, 0).unwrap();
+    sddmm_grouped(
+        &a.view(),
+        empty_u,
+        empty_x,
+        EdgeRunsMut::contiguous(&mut s, 3).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(s, [0.0; 6], "no columns: every dot product is 0");
+}

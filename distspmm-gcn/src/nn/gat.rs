@@ -6,13 +6,15 @@
 //! (`H·C` columns) or averaged (`C`), then the bias and the layer's activation.
 //!
 //! As graph primitives: the two halves of each logit are local dot products, `s_i =
-//! att_dst[h]·z_i[h]` and `t_j = att_src[h]·z_j[h]`; one SDDMM with two columns, `u_i = [s_i,
-//! 1]` and `v_j = [1, t_j]`, gives `e_ij = s_i + t_j` while moving the sources' `t` the way
-//! the SpMM moves their rows; the edge softmax is local to the destination's owner; the
-//! aggregation is an SpMM with the per-edge values `α`. The backward pass runs the same
+//! att_dst[h]·z_i[h]` and `t_j = att_src[h]·z_j[h]`; an SDDMM with two columns per head,
+//! `u_i = [s_i, 1]` and `v_j = [1, t_j]`, gives `e_ij = s_i + t_j` while moving the sources'
+//! `t` the way the SpMM moves their rows; the edge softmax is local to the destination's owner;
+//! the aggregation is an SpMM with the per-edge values `α`. The backward pass runs the same
 //! primitives transposed: `dz[h] = A_αᵀ·dout[h]`, `dα_ij = ⟨dout_i[h], z_j[h]⟩` (an SDDMM),
 //! the edge softmax's backward, and the SDDMM's backward for `ds_i = Σ_j de_ij` and `dt_j =
-//! Σ_i de_ij` (the latter summed on the sources' owners).
+//! Σ_i de_ij` (the latter summed on the sources' owners). Every SDDMM and SpMM is one grouped
+//! call for all heads (the heads are the groups: one pass over the edges, one exchange of
+//! all heads' rows); the edge softmax runs head by head.
 
 use super::act::{self, Act};
 use super::{Graph, Layer, ParamSpec, Pass};
@@ -85,16 +87,18 @@ pub struct GatConv {
     input: Vec<f32>,
     /// `x·W` (`rows × H·C`).
     z: Vec<f32>,
-    /// Per row and head `[s_i, 1, 1, t_i]` (`rows × 4H`): the SDDMM's `u` and `v` of each head
-    /// as two-column views.
+    /// Per row `[s_0, 1, …, s_{H−1}, 1 | 1, t_0, …, 1, t_{H−1}]` (`rows × 4H`): the grouped
+    /// SDDMM's `u` (the first `2H` columns, two per head) and `v` (the last `2H`).
     uv: Vec<f32>,
-    /// Attention logits `e`, one run of `edges` per head.
+    /// Attention logits `e`, one run of `edges` per head; in the backward pass, `d e` (each
+    /// head's run replaced once its softmax's backward has read it).
     logits: Vec<f32>,
     /// `softmax(LeakyReLU(e))`, one run per head.
     alpha: Vec<f32>,
     /// The dropped coefficients of the forward pass, then `dα` in the backward pass.
     work: Vec<f32>,
-    /// Each head's aggregation when the heads are averaged (`rows × H·C`).
+    /// Each head's aggregation when the heads are averaged (`rows × H·C`); in the backward
+    /// pass, each head's output gradient (`dy` repeated per head).
     heads_out: Vec<f32>,
     /// The pre-activation output (`rows × out`).
     pre: Vec<f32>,
@@ -107,6 +111,7 @@ pub struct GatConv {
     dz: Vec<f32>,
     /// One head's `d e` (`edges`).
     de: Vec<f32>,
+    /// The SDDMM's `du` and `dv` (`rows × 2H`, two columns per head).
     du: Vec<f32>,
     dv: Vec<f32>,
     /// Per row `[dt_0 … dt_{H−1}, ds_0 … ds_{H−1}]` (`rows × 2H`).
@@ -135,18 +140,6 @@ fn cols(
     ld: usize,
 ) -> Result<DenseView<'_, f32>> {
     Ok(DenseView::new(&buf[first.min(buf.len())..], n, width, ld)?)
-}
-
-/// [`cols`], mutable.
-fn cols_mut(
-    buf: &mut [f32],
-    n: usize,
-    first: usize,
-    width: usize,
-    ld: usize,
-) -> Result<DenseViewMut<'_, f32>> {
-    let start = first.min(buf.len());
-    Ok(DenseViewMut::new(&mut buf[start..], n, width, ld)?)
 }
 
 /// Glorot-uniform values for a `fan_a × fan_b` tensor (bound `√(6 / (fan_a + fan_b))`).
@@ -267,8 +260,8 @@ impl GatConv {
     }
 }
 
-/// `u_i = [s_i, 1]` (columns `4h, 4h+1`) and `v_i = [1, t_i]` (`4h+2, 4h+3`) of every head, from
-/// `z` (`rows × H·C`), for the rows of `block` starting at `r0`.
+/// `u_i = [s_i, 1]` (columns `2h, 2h+1`) and `v_i = [1, t_i]` (`2H + 2h, 2H + 2h + 1`) of every
+/// head, from `z` (`rows × H·C`), for the rows of `block` starting at `r0`.
 fn attention_halves(
     z: &[f32],
     att_src: &[f32],
@@ -281,7 +274,8 @@ fn attention_halves(
     let hc = heads * c;
     for (i, row) in block.chunks_exact_mut(4 * heads).enumerate() {
         let zi = &z[(r0 + i) * hc..(r0 + i + 1) * hc];
-        for (h, quad) in row.chunks_exact_mut(4).enumerate() {
+        let (u, v) = row.split_at_mut(2 * heads);
+        for (h, (u, v)) in u.chunks_exact_mut(2).zip(v.chunks_exact_mut(2)).enumerate() {
             let head = h * c..(h + 1) * c;
             let dot = |a: &[f32]| -> f32 {
                 a[head.clone()]
@@ -290,7 +284,8 @@ fn attention_halves(
                     .map(|(a, z)| a * z)
                     .sum()
             };
-            quad.copy_from_slice(&[dot(att_dst), 1.0, 1.0, dot(att_src)]);
+            u.copy_from_slice(&[dot(att_dst), 1.0]);
+            v.copy_from_slice(&[1.0, dot(att_src)]);
         }
     }
 }
@@ -388,11 +383,11 @@ impl Layer for GatConv {
         par::for_row_blocks(&mut self.uv, 4 * heads, n, |r0, block| {
             attention_halves(z, att_src, att_dst, heads, c, r0, block);
         });
+        let u = cols(&self.uv, n, 0, 2 * heads, 4 * heads)?;
+        let v = cols(&self.uv, n, 2 * heads, 2 * heads, 4 * heads)?;
+        g.sddmm_grouped(heads, u, v, &mut self.logits)?;
         for h in 0..heads {
             let run = h * e..(h + 1) * e;
-            let u = cols(&self.uv, n, 4 * h, 2, 4 * heads)?;
-            let v = cols(&self.uv, n, 4 * h + 2, 2, 4 * heads)?;
-            g.sddmm(u, v, &mut self.logits[run.clone()])?;
             g.edge_softmax(
                 Some(NEGATIVE_SLOPE),
                 &self.logits[run.clone()],
@@ -423,11 +418,13 @@ impl Layer for GatConv {
         } else {
             &mut self.heads_out
         };
-        for h in 0..heads {
-            let zh = cols(&self.z, n, h * c, c, hc)?;
-            let y = cols_mut(target, n, h * c, c, hc)?;
-            g.spmm_edges(&coef[h * e..(h + 1) * e], zh, y)?;
-        }
+        let z = DenseView::from_row_major(&self.z[..], n, hc)?;
+        g.spmm_edges_grouped(
+            heads,
+            coef,
+            z,
+            DenseViewMut::from_row_major(&mut target[..], n, hc)?,
+        )?;
         let (bias, heads_out) = (&self.bias, &self.heads_out);
         #[allow(clippy::cast_precision_loss, reason = "a head count")]
         let heads_f = heads as f32;
@@ -494,8 +491,8 @@ impl Layer for GatConv {
         let what = "the GAT layer's gradients";
         fit(&mut self.dz, n * hc, what)?;
         fit(&mut self.de, e, what)?;
-        fit(&mut self.du, n * 2, what)?;
-        fit(&mut self.dv, n * 2, what)?;
+        fit(&mut self.du, n * 2 * heads, what)?;
+        fit(&mut self.dv, n * 2 * heads, what)?;
         fit(&mut self.dsdt, n * 2 * heads, what)?;
         fit(&mut self.att_grad, 2 * heads * hc, what)?;
         if !self.dropped {
@@ -514,23 +511,34 @@ impl Layer for GatConv {
             par::for_row_blocks(dy, fo, n, |_, block| block.iter_mut().for_each(|v| *v /= h));
         }
         // Each head's output gradient: its columns of dy, or all of dy (already divided by H)
-        // when the heads are averaged.
-        let (d_first, d_ld) = if concat { (c, hc) } else { (0, c) };
+        // when the heads are averaged, repeated per head.
+        let dout: &[f32] = if concat || heads == 1 {
+            dy
+        } else {
+            fit(&mut self.heads_out, n * hc, what)?;
+            let src: &[f32] = dy;
+            par::for_row_blocks(&mut self.heads_out, hc, n, |r0, block| {
+                for (i, row) in block.chunks_exact_mut(hc).enumerate() {
+                    let d = &src[(r0 + i) * c..(r0 + i + 1) * c];
+                    row.chunks_exact_mut(c)
+                        .for_each(|head| head.copy_from_slice(d));
+                }
+            });
+            &self.heads_out
+        };
+        let dout = DenseView::from_row_major(dout, n, hc)?;
 
-        // dz[h] = A_α'ᵀ·dout[h]; then dα'[h] = SDDMM(dout[h], z[h]) into α'[h]'s run, whose last
-        // reader was that product.
-        for h in 0..heads {
-            let run = h * e..(h + 1) * e;
-            let dout = cols(dy, n, h * d_first, c, d_ld)?;
-            let coef = if self.dropped {
-                &self.work[run.clone()]
-            } else {
-                &self.alpha[run.clone()]
-            };
-            g.spmm_edges_transpose(coef, dout, cols_mut(&mut self.dz, n, h * c, c, hc)?)?;
-            let zh = cols(&self.z, n, h * c, c, hc)?;
-            g.sddmm(dout, zh, &mut self.work[run])?;
-        }
+        // dz = A_α'ᵀ·dout per head; then dα' = SDDMM(dout, z) per head into α''s runs, whose
+        // last reader was that product.
+        let coef = if self.dropped {
+            &self.work
+        } else {
+            &self.alpha
+        };
+        let dz = DenseViewMut::from_row_major(&mut self.dz[..], n, hc)?;
+        g.spmm_edges_transpose_grouped(heads, coef, dout, dz)?;
+        let z = DenseView::from_row_major(&self.z[..], n, hc)?;
+        g.sddmm_grouped(heads, dout, z, &mut self.work)?;
         if self.dropped {
             let edge_key = DropoutKey {
                 seed: pass.seed,
@@ -541,29 +549,37 @@ impl Layer for GatConv {
             .edges();
             edge_key.apply_in_place(g.edge_ends()?, &mut self.work);
         }
-        // de = softmax'(dα); ds_i = Σ_j de_ij and dt_j = Σ_i de_ij through the SDDMM's backward.
+        // de = softmax'(dα) per head, into the logits' runs (read for the last time here);
+        // ds_i = Σ_j de_ij and dt_j = Σ_i de_ij through the SDDMM's backward.
         for h in 0..heads {
             let run = h * e..(h + 1) * e;
             g.edge_softmax_backward(
                 Some(NEGATIVE_SLOPE),
                 &self.logits[run.clone()],
                 &self.alpha[run.clone()],
-                &self.work[run],
+                &self.work[run.clone()],
                 &mut self.de,
             )?;
-            let u = cols(&self.uv, n, 4 * h, 2, 4 * heads)?;
-            let v = cols(&self.uv, n, 4 * h + 2, 2, 4 * heads)?;
-            let du = DenseViewMut::from_row_major(&mut self.du[..], n, 2)?;
-            let dv = DenseViewMut::from_row_major(&mut self.dv[..], n, 2)?;
-            g.sddmm_backward(&self.de, u, v, du, dv)?;
-            let (du, dv) = (&self.du, &self.dv);
-            par::for_row_blocks(&mut self.dsdt, 2 * heads, n, |r0, block| {
-                for (i, row) in block.chunks_exact_mut(2 * heads).enumerate() {
-                    row[h] = dv[(r0 + i) * 2 + 1];
-                    row[heads + h] = du[(r0 + i) * 2];
-                }
-            });
+            self.logits[run].copy_from_slice(&self.de);
         }
+        let u = cols(&self.uv, n, 0, 2 * heads, 4 * heads)?;
+        let v = cols(&self.uv, n, 2 * heads, 2 * heads, 4 * heads)?;
+        let du = DenseViewMut::from_row_major(&mut self.du[..], n, 2 * heads)?;
+        let dv = DenseViewMut::from_row_major(&mut self.dv[..], n, 2 * heads)?;
+        g.sddmm_backward_grouped(heads, &self.logits, u, v, du, dv)?;
+        let (du, dv) = (&self.du, &self.dv);
+        par::for_row_blocks(&mut self.dsdt, 2 * heads, n, |r0, block| {
+            for (i, row) in block.chunks_exact_mut(2 * heads).enumerate() {
+                let (du, dv) = (
+                    &du[(r0 + i) * 2 * heads..(r0 + i + 1) * 2 * heads],
+                    &dv[(r0 + i) * 2 * heads..(r0 + i + 1) * 2 * heads],
+                );
+                for h in 0..heads {
+                    row[h] = dv[2 * h + 1];
+                    row[heads + h] = du[2 * h];
+                }
+            }
+        });
         // dz[i, h] += ds_i·att_dst[h] + dt_i·att_src[h].
         let (dsdt, att_src, att_dst) = (&self.dsdt, &self.att_src, &self.att_dst);
         par::for_row_blocks(&mut self.dz, hc, n, |r0, block| {

@@ -221,20 +221,18 @@ impl Layer for GcnConv {
                 g.forward(&self.input, fi, &mut self.mid)?;
                 &self.mid
             };
-            dense(|| {
-                par::gemm_rows(
-                    mid,
-                    n,
-                    fi,
-                    w,
-                    Op::N,
-                    fo,
-                    &mut self.z,
-                    &mut self.out,
-                    fo,
-                    epilogue,
-                )
-            });
+            par::gemm_rows(
+                mid,
+                n,
+                fi,
+                w,
+                Op::N,
+                fo,
+                &mut self.z,
+                &mut self.out,
+                fo,
+                epilogue,
+            );
         } else {
             // The first layer over sparse features reads their non-zeros only (the same bits;
             // a non-finite weight takes the dense path, see `sparse_input`).
@@ -255,20 +253,18 @@ impl Layer for GcnConv {
                     self.input = zeros(len_of(n, fi, what)?, what)?;
                 }
                 key.apply(pass.ids, x, fi, 0..fi, &mut self.input);
-                dense(|| {
-                    par::gemm_rows(
-                        &self.input,
-                        n,
-                        fi,
-                        w,
-                        Op::N,
-                        fo,
-                        &mut self.mid,
-                        &mut [],
-                        0,
-                        |_, _, _| {},
-                    )
-                });
+                par::gemm_rows(
+                    &self.input,
+                    n,
+                    fi,
+                    w,
+                    Op::N,
+                    fo,
+                    &mut self.mid,
+                    &mut [],
+                    0,
+                    |_, _, _| {},
+                );
             }
             g.forward(&self.mid, fo, &mut self.z)?;
             let block = par::task_rows(n, fo);
@@ -295,7 +291,7 @@ impl Layer for GcnConv {
         let (gw, rest) = grad.split_at_mut(fi * fo);
         let gb = &mut rest[..fo];
         let partials = &mut self.partials;
-        dense(|| par::col_sums(dz, fo, n, gb, partials));
+        par::col_sums(dz, fo, n, gb, partials);
         let key = act::key(pass.seed, pass.epoch, self.index, self.dropout, true);
         let ids = pass.ids;
         // Through this layer's input dropout, on each row block as soon as its product is done.
@@ -307,11 +303,9 @@ impl Layer for GcnConv {
         let scratch = &mut self.scratch;
         if self.aggregate_first {
             // Z = (Â·H)·W: dW = (Â·H)ᵀ·dZ, d(Â·H) = dZ·Wᵀ, dH = Âᵀ·d(Â·H).
-            dense(|| par::gemm_tn_sum(&self.mid, fi, dz, fo, n, gw, partials));
+            par::gemm_tn_sum(&self.mid, fi, dz, fo, n, gw, partials);
             if let Some(dx) = dx {
-                dense(|| {
-                    par::gemm_rows(dz, n, fo, w, Op::T, fi, scratch, &mut [], 0, |_, _, _| {})
-                });
+                par::gemm_rows(dz, n, fo, w, Op::T, fi, scratch, &mut [], 0, |_, _, _| {});
                 g.backward(&scratch[..n * fi], fi, &mut dx[..n * fi])?;
                 par::for_row_blocks(dx, fi, n, mask);
             }
@@ -335,23 +329,21 @@ impl Layer for GcnConv {
                     }
                     None => &self.input,
                 };
-                dense(|| par::gemm_tn_sum(input, fi, &scratch[..n * fo], fo, n, gw, partials));
+                par::gemm_tn_sum(input, fi, &scratch[..n * fo], fo, n, gw, partials);
             }
             if let Some(dx) = dx {
-                dense(|| {
-                    par::gemm_rows(
-                        &scratch[..n * fo],
-                        n,
-                        fo,
-                        w,
-                        Op::T,
-                        fi,
-                        dx,
-                        &mut [],
-                        0,
-                        |r0, d, _| mask(r0, d),
-                    )
-                });
+                par::gemm_rows(
+                    &scratch[..n * fo],
+                    n,
+                    fo,
+                    w,
+                    Op::T,
+                    fi,
+                    dx,
+                    &mut [],
+                    0,
+                    |r0, d, _| mask(r0, d),
+                );
             }
         }
         Ok(())

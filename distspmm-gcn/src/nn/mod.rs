@@ -74,7 +74,8 @@ pub trait Graph: Aggregate {
     /// When the exchange fails.
     fn edge_ends(&mut self) -> Result<&[(u64, u64)]>;
 
-    /// `y = A_e·x`: rows aggregated with the per-edge values `e`.
+    /// `y = A_e·x`: rows aggregated with the per-edge values `e` ([`Graph::edge_count`] of
+    /// them). [`Graph::spmm_edges_grouped`] with one group.
     ///
     /// # Errors
     /// When the product or its exchange fails.
@@ -83,9 +84,11 @@ pub trait Graph: Aggregate {
         e: &[f32],
         x: DenseView<'_, f32>,
         y: DenseViewMut<'_, f32>,
-    ) -> Result<()>;
+    ) -> Result<()> {
+        self.spmm_edges_grouped(1, e, x, y)
+    }
 
-    /// `dx = A_eᵀ·dy`.
+    /// `dx = A_eᵀ·dy`. [`Graph::spmm_edges_transpose_grouped`] with one group.
     ///
     /// # Errors
     /// As [`Graph::spmm_edges`].
@@ -94,21 +97,83 @@ pub trait Graph: Aggregate {
         e: &[f32],
         dy: DenseView<'_, f32>,
         dx: DenseViewMut<'_, f32>,
-    ) -> Result<()>;
+    ) -> Result<()> {
+        self.spmm_edges_transpose_grouped(1, e, dy, dx)
+    }
 
-    /// `e[k] = ⟨u_i, v_j⟩` for the edge `j → i` at position `k`.
+    /// `e[k] = ⟨u_i, v_j⟩` for the edge `j → i` at position `k`. [`Graph::sddmm_grouped`] with
+    /// one group.
     ///
     /// # Errors
     /// As [`Graph::spmm_edges`].
-    fn sddmm(&mut self, u: DenseView<'_, f32>, v: DenseView<'_, f32>, e: &mut [f32]) -> Result<()>;
+    fn sddmm(&mut self, u: DenseView<'_, f32>, v: DenseView<'_, f32>, e: &mut [f32]) -> Result<()> {
+        self.sddmm_grouped(1, u, v, e)
+    }
 
     /// The gradients of [`Graph::sddmm`]: `du_i = Σ_j de_ij·v_j`, `dv_j = Σ_i de_ij·u_i`
-    /// (overwritten).
+    /// (overwritten). [`Graph::sddmm_backward_grouped`] with one group.
     ///
     /// # Errors
     /// As [`Graph::spmm_edges`].
     fn sddmm_backward(
         &mut self,
+        de: &[f32],
+        u: DenseView<'_, f32>,
+        v: DenseView<'_, f32>,
+        du: DenseViewMut<'_, f32>,
+        dv: DenseViewMut<'_, f32>,
+    ) -> Result<()> {
+        self.sddmm_backward_grouped(1, de, u, v, du, dv)
+    }
+
+    /// [`Graph::spmm_edges`] for `groups` groups (the heads of an attention layer) in one
+    /// pass over the edges: `e` holds `groups` runs of [`Graph::edge_count`] values (run g at
+    /// `g·edge_count`), `x` and `y` have `groups·C` columns, and `y_i[g·C..(g+1)·C] =
+    /// Σ_j e_g[ij]·x_j[g·C..(g+1)·C]`.
+    ///
+    /// # Errors
+    /// As [`Graph::spmm_edges`]; operands that do not split into the groups.
+    fn spmm_edges_grouped(
+        &mut self,
+        groups: usize,
+        e: &[f32],
+        x: DenseView<'_, f32>,
+        y: DenseViewMut<'_, f32>,
+    ) -> Result<()>;
+
+    /// [`Graph::spmm_edges_transpose`] for `groups` groups: `dx_j[g·C..] = Σ_i e_g[ij]·dy_i[g·C..]`.
+    ///
+    /// # Errors
+    /// As [`Graph::spmm_edges_grouped`].
+    fn spmm_edges_transpose_grouped(
+        &mut self,
+        groups: usize,
+        e: &[f32],
+        dy: DenseView<'_, f32>,
+        dx: DenseViewMut<'_, f32>,
+    ) -> Result<()>;
+
+    /// [`Graph::sddmm`] for `groups` groups: `e_g[ij] = ⟨u_i[g·w..(g+1)·w], v_j[g·w..(g+1)·w]⟩`
+    /// into `groups` runs of [`Graph::edge_count`] values.
+    ///
+    /// # Errors
+    /// As [`Graph::spmm_edges_grouped`].
+    fn sddmm_grouped(
+        &mut self,
+        groups: usize,
+        u: DenseView<'_, f32>,
+        v: DenseView<'_, f32>,
+        e: &mut [f32],
+    ) -> Result<()>;
+
+    /// The gradients of [`Graph::sddmm_grouped`], per group: `du_i[g·w..] = Σ_j de_g[ij]·v_j[g·w..]`,
+    /// `dv_j[g·w..] = Σ_i de_g[ij]·u_i[g·w..]` (overwritten).
+    ///
+    /// # Errors
+    /// As [`Graph::spmm_edges_grouped`].
+    fn sddmm_backward_grouped(
+        &mut self,
+        groups: usize,
         de: &[f32],
         u: DenseView<'_, f32>,
         v: DenseView<'_, f32>,

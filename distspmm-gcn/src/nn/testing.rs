@@ -123,18 +123,42 @@ impl DenseGraph {
         Self::new(n, &edges)
     }
 
-    fn product(&self, e: &[f32], x: &DenseView<'_, f32>, y: &mut DenseViewMut<'_, f32>, t: bool) {
+    /// The width of each of `groups` groups of `f` columns, after checking that `values` holds
+    /// one run of edge values per group.
+    fn group_width(&self, groups: usize, f: usize, values: usize) -> Result<usize> {
+        ensure!(
+            groups >= 1 && f.is_multiple_of(groups) && values == groups * self.pattern.len(),
+            "{values} edge values and {f} columns for {groups} groups over {} edges",
+            self.pattern.len()
+        );
+        Ok(f / groups)
+    }
+
+    /// `y = A_e·x` (or `A_eᵀ·x` when `t`), group g's columns with run g of `e`.
+    fn product(
+        &self,
+        groups: usize,
+        e: &[f32],
+        x: &DenseView<'_, f32>,
+        y: &mut DenseViewMut<'_, f32>,
+        t: bool,
+    ) -> Result<()> {
         let f = x.cols();
+        let c = self.group_width(groups, f, e.len())?;
+        let edges = self.pattern.len();
         let mut out = vec![0.0f32; self.n * f];
-        for (&(i, j), &v) in self.pattern.iter().zip(e) {
-            let (dst, src) = if t { (j, i) } else { (i, j) };
-            for c in 0..f {
-                out[dst * f + c] += v * x.row(src)[c];
+        for g in 0..groups {
+            for (&(i, j), &v) in self.pattern.iter().zip(&e[g * edges..(g + 1) * edges]) {
+                let (dst, src) = if t { (j, i) } else { (i, j) };
+                for col in g * c..(g + 1) * c {
+                    out[dst * f + col] += v * x.row(src)[col];
+                }
             }
         }
         for r in 0..self.n {
             y.row_mut(r)[..f].copy_from_slice(&out[r * f..(r + 1) * f]);
         }
+        Ok(())
     }
 }
 
@@ -149,8 +173,7 @@ impl Aggregate for DenseGraph {
         let norm = self.norm.clone();
         let xv = DenseView::from_row_major(&x[..self.n * f], self.n, f)?;
         let mut yv = DenseViewMut::from_row_major(&mut y[..self.n * f], self.n, f)?;
-        self.product(&norm, &xv, &mut yv, false);
-        Ok(())
+        self.product(1, &norm, &xv, &mut yv, false)
     }
     fn backward(&mut self, dy: &[f32], f: usize, dx: &mut [f32]) -> Result<()> {
         self.calls.push(crate::isolated::SpmmCall {
@@ -162,8 +185,7 @@ impl Aggregate for DenseGraph {
         let norm = self.norm.clone();
         let xv = DenseView::from_row_major(&dy[..self.n * f], self.n, f)?;
         let mut yv = DenseViewMut::from_row_major(&mut dx[..self.n * f], self.n, f)?;
-        self.product(&norm, &xv, &mut yv, true);
-        Ok(())
+        self.product(1, &norm, &xv, &mut yv, true)
     }
     fn bytes_received(&self) -> u64 {
         0
@@ -186,44 +208,56 @@ impl Graph for DenseGraph {
     fn edge_ends(&mut self) -> Result<&[(u64, u64)]> {
         Ok(&self.ends)
     }
-    fn spmm_edges(
+    fn spmm_edges_grouped(
         &mut self,
+        groups: usize,
         e: &[f32],
         x: DenseView<'_, f32>,
         mut y: DenseViewMut<'_, f32>,
     ) -> Result<()> {
-        ensure!(e.len() == self.edge_count(), "edge operand length");
-        self.product(e, &x, &mut y, false);
-        Ok(())
+        self.product(groups, e, &x, &mut y, false)
     }
-    fn spmm_edges_transpose(
+    fn spmm_edges_transpose_grouped(
         &mut self,
+        groups: usize,
         e: &[f32],
         dy: DenseView<'_, f32>,
         mut dx: DenseViewMut<'_, f32>,
     ) -> Result<()> {
-        ensure!(e.len() == self.edge_count(), "edge operand length");
-        self.product(e, &dy, &mut dx, true);
-        Ok(())
+        self.product(groups, e, &dy, &mut dx, true)
     }
-    fn sddmm(&mut self, u: DenseView<'_, f32>, v: DenseView<'_, f32>, e: &mut [f32]) -> Result<()> {
-        ensure!(e.len() == self.edge_count(), "edge operand length");
-        for (out, &(i, j)) in e.iter_mut().zip(&self.pattern) {
-            *out = u.row(i).iter().zip(v.row(j)).map(|(a, b)| a * b).sum();
+    fn sddmm_grouped(
+        &mut self,
+        groups: usize,
+        u: DenseView<'_, f32>,
+        v: DenseView<'_, f32>,
+        e: &mut [f32],
+    ) -> Result<()> {
+        let w = self.group_width(groups, u.cols(), e.len())?;
+        let edges = self.pattern.len();
+        for (g, run) in e.chunks_exact_mut(edges.max(1)).enumerate().take(groups) {
+            let cols = g * w..(g + 1) * w;
+            for (out, &(i, j)) in run.iter_mut().zip(&self.pattern) {
+                *out = u.row(i)[cols.clone()]
+                    .iter()
+                    .zip(&v.row(j)[cols.clone()])
+                    .map(|(a, b)| a * b)
+                    .sum();
+            }
         }
         Ok(())
     }
-    fn sddmm_backward(
+    fn sddmm_backward_grouped(
         &mut self,
+        groups: usize,
         de: &[f32],
         u: DenseView<'_, f32>,
         v: DenseView<'_, f32>,
         mut du: DenseViewMut<'_, f32>,
         mut dv: DenseViewMut<'_, f32>,
     ) -> Result<()> {
-        self.product(de, &v, &mut du, false);
-        self.product(de, &u, &mut dv, true);
-        Ok(())
+        self.product(groups, de, &v, &mut du, false)?;
+        self.product(groups, de, &u, &mut dv, true)
     }
     fn edge_softmax(&mut self, slope: Option<f32>, logits: &[f32], out: &mut [f32]) -> Result<()> {
         let act = |z: f32| match slope {

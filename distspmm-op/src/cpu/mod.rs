@@ -3,14 +3,19 @@
 //! are the calling thread: an exchange posts its receives and sends, runs its body (the local
 //! block first) and waits for each received block only when the body reads it, so the
 //! messages travel while the local block is multiplied. Products over the call's per-edge
-//! values view the chunk's pattern with the caller's values (CSR) or with their CSC-ordered
-//! copy (`CscOrder::permute`, made just before each transposed product); the SDDMM is
-//! `distspmm_core::kernel::sddmm` over a block's pattern into its run of the edge operand.
+//! values are distspmm-core's grouped products over the block's pattern: the G runs of the
+//! caller's values (CSR), or their CSC-ordered copy (`CscOrder::permute`, made just before each
+//! transposed product, an entry's G values side by side); the SDDMM is
+//! `distspmm_core::kernel::sddmm_grouped` over a block's pattern into its G runs of the edge
+//! operand. With one group these are the single products, bit for bit.
 
 pub(crate) mod rows;
 
 use dist_comm::{Broadcast, Completion, Exchange as Requests, PointToPoint, RequestId};
-use distspmm_core::kernel::{sddmm, spmm, spmm_transpose};
+use distspmm_core::kernel::{
+    sddmm_grouped, spmm, spmm_grouped, spmm_transpose, spmm_transpose_grouped, EdgeRuns,
+    EdgeRunsMut,
+};
 use distspmm_core::sparse::{CscView, CsrView, DenseView, DenseViewMut};
 
 use crate::backend::{
@@ -37,16 +42,20 @@ pub(crate) struct CpuBlocks {
     pub(crate) csc: Option<CscOrder>,
 }
 
-/// The per-edge operands of one call.
-#[derive(Debug, Default)]
+/// The per-edge operands of one call: `groups` runs of the layout's length each, run g of
+/// every operand starting at `g·len` (the call's group count; one for the single products).
+#[derive(Debug)]
 pub(crate) struct CpuEdges<'c> {
     /// The values products over [`Values::Edges`] read (empty when the call has none).
     pub(crate) values: &'c [f32],
     /// The values SDDMMs write (empty when the call writes none).
     pub(crate) out: &'c mut [f32],
-    /// Room for the values in CSC order, one run per block in layout order (empty unless the
-    /// call has transposed products over [`Values::Edges`]).
+    /// Room for the values in CSC order, each block's `G·nnz` values at `G·first` in layout
+    /// order, an entry's G values side by side (empty unless the call has transposed products
+    /// over [`Values::Edges`]).
     pub(crate) csc: &'c mut [f32],
+    /// The group count G.
+    pub(crate) groups: usize,
 }
 
 impl CpuEdges<'_> {
@@ -55,6 +64,7 @@ impl CpuEdges<'_> {
             values: self.values,
             out: &mut *self.out,
             csc: &mut *self.csc,
+            groups: self.groups,
         }
     }
 }
@@ -110,27 +120,29 @@ impl<'c> CpuMatrices<'c> {
             Values::Edges => {
                 let beta = p.acc.beta();
                 match self.with_edges(p.a, p.orient, edges)? {
-                    Oriented::Csr(a) => spmm(1.0, &a, x, beta, y)?,
-                    Oriented::Csc(a) => spmm_transpose(1.0, &a, x, beta, y)?,
+                    (Oriented::Csr(a), runs) => spmm_grouped(1.0, &a, runs, x, beta, y)?,
+                    (Oriented::Csc(a), runs) => {
+                        spmm_transpose_grouped(1.0, &a, runs, x, beta, y)?;
+                    }
                 }
                 Ok(())
             }
         }
     }
 
-    /// Block `a` with its run of the per-edge values: the caller's values over the CSR, or,
-    /// transposed, their CSC-ordered copy made into the block's run of `edges.csc`.
+    /// Block `a`'s pattern with its runs of the per-edge values: the caller's runs for the
+    /// CSR, or, transposed, their CSC-ordered copy made into the block's room in `edges.csc`.
     fn with_edges<'v>(
         &'v self,
         a: Matrix,
         orient: Orient,
         edges: &'v mut CpuEdges<'_>,
-    ) -> Result<Oriented<'v>, DistSpmmError> {
+    ) -> Result<(Oriented<'v>, EdgeRuns<'v, f32>), DistSpmmError> {
         let layout = &self.blocks.edges;
-        let k = layout.index_of(a).ok_or_else(missing)?;
+        let (k, groups) = (layout.index_of(a).ok_or_else(missing)?, edges.groups);
         let eb = layout.blocks()[k];
         let b = self.chunk.block(layout.chunk_index(k));
-        let csr = edges.values.get(eb.range()).ok_or_else(mismatched)?;
+        let values = edges.values.get(eb.first..).ok_or_else(mismatched)?;
         let q_local = |q: usize| {
             self.blocks
                 .q_local
@@ -139,39 +151,51 @@ impl<'c> CpuMatrices<'c> {
                 .ok_or_else(missing)
         };
         Ok(match orient {
-            Orient::Plain => Oriented::Csr(match a {
-                Matrix::QLocal(q) => q_local(q)?.views_with(&self.chunk, csr, b.csc_vals).0,
-                _ => blocks::csr_with(&b, csr).ok_or_else(mismatched)?,
-            }),
+            Orient::Plain => {
+                let pattern = match a {
+                    Matrix::QLocal(q) => q_local(q)?.views(&self.chunk).0,
+                    _ => blocks::csr_with(&b, b.csr_vals).ok_or_else(mismatched)?,
+                };
+                let runs = EdgeRuns::head_major(values, groups, eb.len, layout.len())?;
+                (Oriented::Csr(pattern), runs)
+            }
             Orient::Transposed => {
                 let order =
                     self.blocks.csc.as_ref().ok_or_else(|| {
                         internal("no CSR→CSC permutation for a transposed product")
                     })?;
-                let csc = edges.csc.get_mut(eb.range()).ok_or_else(mismatched)?;
-                order.permute(&b, &eb, csr, csc);
-                let csc: &[f32] = csc;
-                Oriented::Csc(match a {
-                    Matrix::QLocal(q) => q_local(q)?.views_with(&self.chunk, b.csr_vals, csc).1,
-                    _ => blocks::csc_with(&b, csc).ok_or_else(mismatched)?,
-                })
+                let room = eb.first * groups..eb.range().end * groups;
+                let csc = edges.csc.get_mut(room).ok_or_else(mismatched)?;
+                if values.len() < groups.saturating_sub(1) * layout.len() + eb.len {
+                    return Err(mismatched());
+                }
+                order.permute(&b, &eb, values, (groups, layout.len()), csc);
+                let pattern = match a {
+                    Matrix::QLocal(q) => q_local(q)?.views(&self.chunk).1,
+                    _ => blocks::csc_with(&b, b.csc_vals).ok_or_else(mismatched)?,
+                };
+                (Oriented::Csc(pattern), EdgeRuns::edge_major(csc, groups)?)
             }
         })
     }
 
-    /// `out = ⟨u_i, v_j⟩` over block `a`'s stored entries, into its run of the edge operand.
+    /// `out = ⟨u_i, v_j⟩` over block `a`'s stored entries per group, into its runs of the
+    /// edge operand (`groups` runs of the layout's length).
     fn sddmm(
         &self,
         a: Matrix,
         u: DenseView<'_, f32>,
         v: DenseView<'_, f32>,
         out: &mut [f32],
+        groups: usize,
     ) -> Result<(), DistSpmmError> {
         let layout = &self.blocks.edges;
         let k = layout.index_of(a).ok_or_else(missing)?;
-        let run = out
-            .get_mut(layout.blocks()[k].range())
+        let eb = layout.blocks()[k];
+        let room = out
+            .get_mut(eb.first..)
             .ok_or_else(|| internal("an SDDMM without room for its values"))?;
+        let runs = EdgeRunsMut::head_major(room, groups, eb.len, layout.len())?;
         let b = self.chunk.block(layout.chunk_index(k));
         let pattern = match a {
             Matrix::QLocal(q) => {
@@ -185,7 +209,7 @@ impl<'c> CpuMatrices<'c> {
             }
             _ => blocks::csr_with(&b, b.csr_vals).ok_or_else(mismatched)?,
         };
-        sddmm(&pattern, u, v, run)?;
+        sddmm_grouped(&pattern, u, v, runs)?;
         Ok(())
     }
 
@@ -367,7 +391,7 @@ impl<C: Broadcast + PointToPoint> Backend for CpuCall<'_, C> {
             self.read(u, self.packed, self.halo)?,
             self.read(v, self.packed, self.halo)?,
         );
-        m.sddmm(block, u, v, self.edges.out)
+        m.sddmm(block, u, v, self.edges.out, self.edges.groups)
     }
 
     fn zero(&mut self, into: Region) -> Result<(), DistSpmmError> {
@@ -585,10 +609,10 @@ impl<'s, E: Requests<'s, f32>> Backend for InFlight<'s, '_, E> {
             let k = self.received(r)?;
             let (r, data) = &self.arrived[k];
             let v = dense(data, r.rows, self.f)?;
-            return m.sddmm(block, u, v, self.edges.out);
+            return m.sddmm(block, u, v, self.edges.out, self.edges.groups);
         }
         let v = operand(v, self.x, self.left)?;
-        m.sddmm(block, u, v, self.edges.out)
+        m.sddmm(block, u, v, self.edges.out, self.edges.groups)
     }
 
     fn zero(&mut self, _into: Region) -> Result<(), DistSpmmError> {

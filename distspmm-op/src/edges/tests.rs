@@ -1,6 +1,7 @@
-//! The per-edge calls (`spmm_values`, `spmm_values_transpose`, `sddmm`, `sddmm_backward`) over
-//! the `local` communicator against dense f64 references of the reassembled pattern, for
-//! random graphs and partitions, P = 1..4, both schedules; their bytes against the plans;
+//! The per-edge calls (`spmm_values`, `spmm_values_transpose`, `sddmm`, `sddmm_backward`, and
+//! their grouped forms for G = 1..3) over the `local` communicator against dense f64
+//! references of the reassembled pattern, for random graphs and partitions, P = 1..4, both
+//! schedules; their bytes against the plans;
 //! bit-identical reruns; GAT's additive attention as an SDDMM; finite differences of the
 //! SDDMM → SpMM composition.
 #![allow(
@@ -181,6 +182,240 @@ proptest! {
             assert_close(&dv, &dv_ref, &format!("{kind} dV"))?;
         }
     }
+}
+
+/// What one rank computed with the grouped per-edge calls (G groups of C columns), in global
+/// row ids; with one group also the single calls' results, which must be the same bits.
+#[derive(Debug)]
+struct GroupedResult {
+    edges: Vec<(usize, u64)>,
+    y: Vec<f32>,
+    dx: Vec<f32>,
+    /// G runs of one value per edge.
+    e: Vec<f32>,
+    du: Vec<f32>,
+    dv: Vec<f32>,
+    bytes: [Traffic; 4],
+    predicted: LayerTraffic,
+}
+
+/// The per-edge values of group g of the call with seed `seed`.
+fn group_seed(seed: u64, g: usize) -> u64 {
+    seed + 100 * g as u64
+}
+
+fn run_grouped(
+    views: &[ChunkView<'_>],
+    kind: ScheduleKind,
+    groups: usize,
+    c: usize,
+) -> Vec<Result<GroupedResult, DistSpmmError>> {
+    let offsets = views[0].part_offsets();
+    let f = groups * c;
+    LocalComm::run(views.len(), |comm| {
+        let p = comm.rank();
+        let mut op = DistSpmm::new(&comm, views[p], kind)?;
+        let (n, first, nnz) = (op.local_rows(), offsets[p] as usize, op.edge_count());
+        let edges: Vec<(usize, u64)> = op.edges().map(|(r, s)| (first + r, s)).collect();
+        let matrix = |seed| -> Vec<f32> {
+            (0..n * f)
+                .map(|k| value(seed, first + k / f, k % f))
+                .collect()
+        };
+        let per_edge = |seed| -> Vec<f32> {
+            (0..groups)
+                .flat_map(|g| edges.iter().map(move |&(i, j)| (g, i, j)))
+                .map(|(g, i, j)| edge_value(group_seed(seed, g), i, j))
+                .collect()
+        };
+        let (x, dy, u, v) = (matrix(1), matrix(2), matrix(3), matrix(4));
+        let (e, de) = (per_edge(5), per_edge(6));
+        let nan = || vec![f32::NAN; n * f];
+        let (mut y, mut dx, mut du, mut dv) = (nan(), nan(), nan(), nan());
+        let mut s = vec![f32::NAN; groups * nnz];
+        op.spmm_values_grouped(groups, &e, view(&x, n, f), out(&mut y, n, f))?;
+        let b0 = op.bytes_last_call();
+        op.spmm_values_transpose_grouped(groups, &e, view(&dy, n, f), out(&mut dx, n, f))?;
+        let b1 = op.bytes_last_call();
+        op.sddmm_grouped(groups, view(&u, n, f), view(&v, n, f), &mut s)?;
+        let b2 = op.bytes_last_call();
+        let (du_view, dv_view) = (out(&mut du, n, f), out(&mut dv, n, f));
+        op.sddmm_backward_grouped(
+            groups,
+            &de,
+            view(&u, n, f),
+            view(&v, n, f),
+            du_view,
+            dv_view,
+        )?;
+        let b3 = op.bytes_last_call();
+        // Each group's SDDMM is the single SDDMM over its columns, bit for bit.
+        for g in 0..groups {
+            let cols = g * c..(g + 1) * c;
+            let mut single = vec![f32::NAN; nnz];
+            let (ug, vg) = (view(&u, n, f), view(&v, n, f));
+            op.sddmm(
+                ug.column_slice(cols.clone()).unwrap(),
+                vg.column_slice(cols).unwrap(),
+                &mut single,
+            )?;
+            let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+            assert_eq!(bits(&s[g * nnz..(g + 1) * nnz]), bits(&single), "group {g}");
+        }
+        if groups == 1 {
+            let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+            let (mut y1, mut dx1, mut du1, mut dv1) = (nan(), nan(), nan(), nan());
+            op.spmm_values(&e, view(&x, n, f), out(&mut y1, n, f))?;
+            op.spmm_values_transpose(&e, view(&dy, n, f), out(&mut dx1, n, f))?;
+            let (du_view, dv_view) = (out(&mut du1, n, f), out(&mut dv1, n, f));
+            op.sddmm_backward(&de, view(&u, n, f), view(&v, n, f), du_view, dv_view)?;
+            for (grouped, single) in [(&y, &y1), (&dx, &dx1), (&du, &du1), (&dv, &dv1)] {
+                assert_eq!(bits(grouped), bits(single), "one group is the single call");
+            }
+        }
+        Ok(GroupedResult {
+            edges,
+            y,
+            dx,
+            e: s,
+            du,
+            dv,
+            bytes: [b0, b1, b2, b3],
+            predicted: op.predicted_traffic(f),
+        })
+    })
+}
+
+/// The grouped dense references in f64: (Y, dX, E by edge and group, dU, dV), group g's
+/// values of seed `s` those of seed `group_seed(s, g)`.
+#[allow(clippy::type_complexity)]
+fn reference_grouped(
+    a: &CsrOwned<f32>,
+    groups: usize,
+    c: usize,
+) -> (
+    Vec<f64>,
+    Vec<f64>,
+    HashMap<(usize, u64), Vec<f64>>,
+    Vec<f64>,
+    Vec<f64>,
+) {
+    let (n, f) = (a.nrows(), groups * c);
+    let z = || vec![0f64; n * f];
+    let (mut y, mut dx, mut du, mut dv) = (z(), z(), z(), z());
+    let mut e = HashMap::new();
+    let m = |seed, g: usize, c| f64::from(value(seed, g, c));
+    for i in 0..n {
+        for &j in a.row(i).0 {
+            let (j, jg) = (j as usize, u64::from(j));
+            let mut dots = vec![0f64; groups];
+            for (g, dot) in dots.iter_mut().enumerate() {
+                let w = f64::from(edge_value(group_seed(5, g), i, jg));
+                let w6 = f64::from(edge_value(group_seed(6, g), i, jg));
+                for col in g * c..(g + 1) * c {
+                    y[i * f + col] += w * m(1, j, col);
+                    dx[j * f + col] += w * m(2, i, col);
+                    *dot += m(3, i, col) * m(4, j, col);
+                    du[i * f + col] += w6 * m(4, j, col);
+                    dv[j * f + col] += w6 * m(3, i, col);
+                }
+            }
+            e.insert((i, jg), dots);
+        }
+    }
+    (y, dx, e, du, dv)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(24))]
+
+    /// The grouped per-edge calls for G = 1, 2, 3 on every rank against the dense formulas,
+    /// both schedules, any P up to 4: each group's SDDMM the single one's bits, one group the
+    /// single calls' bits, the bytes the plan's for F = G·C.
+    #[test]
+    fn grouped_per_edge_calls_match_the_dense_reference(
+        (n, edges, part_of, parts) in graphs(40, 4, 4),
+        groups in 1usize..4,
+        c in 1usize..4,
+    ) {
+        let bufs = chunks(n, &edges, &part_of, parts);
+        let views = views(&bufs);
+        let a = reassembled(&views);
+        let (y_ref, dx_ref, e_ref, du_ref, dv_ref) = reference_grouped(&a, groups, c);
+        for kind in ScheduleKind::ALL {
+            let (mut y, mut dx, mut du, mut dv) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+            for r in run_grouped(&views, kind, groups, c) {
+                let r = r.unwrap();
+                let pr = r.predicted;
+                prop_assert_eq!(r.bytes, [pr.forward, pr.backward, pr.forward, pr.forward + pr.backward]);
+                let nnz = r.edges.len();
+                for (k, edge) in r.edges.iter().enumerate() {
+                    let want = e_ref.get(edge);
+                    prop_assert!(want.is_some(), "{kind}: {edge:?} is not an edge of Â");
+                    for (g, &want) in want.unwrap().iter().enumerate() {
+                        let got = f64::from(r.e[g * nnz + k]);
+                        prop_assert!((got - want).abs() <= 1e-5 * (1.0 + want.abs()), "{kind}: group {g}");
+                    }
+                }
+                y.extend(r.y);
+                dx.extend(r.dx);
+                du.extend(r.du);
+                dv.extend(r.dv);
+            }
+            assert_close(&y, &y_ref, &format!("{kind} G = {groups}: A_e·X"))?;
+            assert_close(&dx, &dx_ref, &format!("{kind} G = {groups}: A_eᵀ·dY"))?;
+            assert_close(&du, &du_ref, &format!("{kind} G = {groups}: dU"))?;
+            assert_close(&dv, &dv_ref, &format!("{kind} G = {groups}: dV"))?;
+        }
+    }
+}
+
+#[test]
+fn grouped_calls_refuse_groups_that_do_not_fit_on_every_rank() {
+    let bufs = ring(60, 2);
+    let views = views(&bufs);
+    // Rank 1 gives 3 columns in 2 groups.
+    let m = messages(LocalComm::run(2, |comm| {
+        let p = comm.rank();
+        let mut op = DistSpmm::new(&comm, views[p], ScheduleKind::Halo)?;
+        let n = op.local_rows();
+        let f = if p == 1 { 3 } else { 4 };
+        let e = vec![0f32; 2 * op.edge_count()];
+        let (x, mut y) = (vec![1f32; n * f], vec![0f32; n * f]);
+        op.spmm_values_grouped(2, &e, view(&x, n, f), out(&mut y, n, f))
+    }));
+    assert!(
+        m[1].contains("3 columns do not split into 2 groups"),
+        "{m:?}"
+    );
+    assert!(m[0].contains("another rank's operands"), "{m:?}");
+    // Rank 0 gives one run where two are due; zero groups on rank 1.
+    let m = messages(LocalComm::run(2, |comm| {
+        let p = comm.rank();
+        let mut op = DistSpmm::new(&comm, views[p], ScheduleKind::Broadcast)?;
+        let (n, f) = (op.local_rows(), 4);
+        let mut e = vec![0f32; op.edge_count()];
+        let u = vec![1f32; n * f];
+        op.sddmm_grouped(2 - 2 * p, view(&u, n, f), view(&u, n, f), &mut e)
+    }));
+    assert!(
+        m[0].contains("E holds") && m[0].contains("2 groups"),
+        "{m:?}"
+    );
+    assert!(m[1].contains("into 0 groups"), "{m:?}");
+    // The same call with different group counts: every rank fails alike.
+    let m = messages(LocalComm::run(2, |comm| {
+        let p = comm.rank();
+        let mut op = DistSpmm::new(&comm, views[p], ScheduleKind::Halo)?;
+        let (n, f, groups) = (op.local_rows(), 4, 1 + p);
+        let e = vec![0f32; groups * op.edge_count()];
+        let (x, mut y) = (vec![1f32; n * f], vec![0f32; n * f]);
+        op.spmm_values_transpose_grouped(groups, &e, view(&x, n, f), out(&mut y, n, f))
+    }));
+    assert!(
+        m[0] == m[1] && m[0].contains("different operations"),
+        "{m:?}"
+    );
 }
 
 #[test]
@@ -394,14 +629,24 @@ fn the_edge_layout_puts_the_diagonal_block_first() {
             let b = chunk.block(layout.chunk_index(k));
             let csr: Vec<f32> = (0..eb.len).map(|i| i as f32).collect();
             let mut csc = vec![f32::NAN; eb.len];
-            order.permute(&b, eb, &csr, &mut csc);
+            order.permute(&b, eb, &csr, (1, eb.len), &mut csc);
             let mut sorted = csc.clone();
             sorted.sort_by(f32::total_cmp);
             assert_eq!(sorted, csr);
             // And in the chunk's own values: the CSC's values.
             let mut own = vec![f32::NAN; eb.len];
-            order.permute(&b, eb, b.csr_vals, &mut own);
+            order.permute(&b, eb, b.csr_vals, (1, eb.len), &mut own);
             assert_eq!(own, b.csc_vals);
+            // Three groups, runs 5 apart beyond the block: each entry's values side by side.
+            let stride = eb.len + 5;
+            let values: Vec<f32> = (0..2 * stride + eb.len).map(|i| i as f32).collect();
+            let mut grouped = vec![f32::NAN; 3 * eb.len];
+            order.permute(&b, eb, &values, (3, stride), &mut grouped);
+            for (k, values) in grouped.chunks_exact(3).enumerate() {
+                for (g, &v) in values.iter().enumerate() {
+                    assert_eq!(v, csc[k] + (g * stride) as f32);
+                }
+            }
         }
     }
 }

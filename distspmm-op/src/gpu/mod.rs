@@ -810,7 +810,7 @@ where
         local: Result<(), DistSpmmError>,
     ) -> Result<(), DistSpmmError> {
         let ready = local.and_then(|()| self.reserve(op, f));
-        agree::agree_on_call(&*self.host, op, f, ready)?;
+        agree::agree_on_call(&*self.host, op, 1, f, ready)?;
         let mut total = Traffic::default();
         let main = RawStream(self.nccl.raw_stream());
         let streams = Streams {
