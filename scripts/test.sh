@@ -26,6 +26,9 @@ step "no_std builds"
 cargo build -q -p chunk-format --no-default-features
 cargo build -q -p distspmm-core --no-default-features
 
+step "benchmarks compile and link (cargo bench --no-run, test profile: shares its dependencies with the tests)"
+cargo bench -q --no-run -p distspmm-benches --profile test
+
 step "cargo test --workspace (unit, property and mpirun integration tests)"
 cargo test --workspace --no-fail-fast
 

@@ -1,32 +1,42 @@
-//! CPU SpMM: Y = Â·X from the CSR form and Y = Âᵀ·X from the CSC form, on a Cora-sized graph
-//! and RMAT graphs of scale 16–18, for F ∈ {16, 64, 256}. Throughput is counted in flops
+//! CPU SpMM kernels: `Y = Â·X` from the CSR form (`csr`) and `Y = Âᵀ·X` from the CSC form
+//! (`csc_transpose`, the backward pass), for F ∈ {16, 64, 256}, on two graphs at
+//! `DISTSPMM_BENCH_SCALE=k`: RMAT of scale 14 + k (power-law degrees, scattered columns; the
+//! graph of `distspmm generate rmat --scale S --edge-factor 16 --seed 1`) and a 2-D mesh of
+//! 2^16 · 2^k nodes (five entries per row in a narrow band). Throughput is counted in flops
 //! (2 · nnz · F), so criterion's "elem/s" reads as FLOP/s. Threads: rayon's default (one per
 //! core; set `RAYON_NUM_THREADS` to change it).
 //!
-//! `cargo bench -p distspmm-benches --bench spmm` (about two minutes); a filter such as
-//! `-- rmat18/csr` runs a part.
+//! `cargo criterion -p distspmm-benches --bench spmm` (or `cargo bench`); a filter such as
+//! `-- spmm_rmat14/csr` runs a part.
 
 use std::time::Duration;
 
-use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
-use distspmm_benches::{cora_sized_matrix, random_dense, rmat_matrix};
+use criterion::{
+    criterion_group, criterion_main, BenchmarkId, Criterion, SamplingMode, Throughput,
+};
+use distspmm_benches::{
+    describe, flops, gcn_matrix, mesh_graph, mesh_shape, random_dense, rmat_graph, scale,
+    RMAT_SCALE,
+};
 use distspmm_core::kernel::{spmm, spmm_transpose};
 use distspmm_core::sparse::CsrOwned;
 
 const FEATURES: [usize; 3] = [16, 64, 256];
 
 fn bench_graph(c: &mut Criterion, name: &str, a: &CsrOwned<f32>) {
+    describe(name, a);
     let csc = a.to_csc().expect("square matrices convert");
     let n = a.nrows();
-    let mut group = c.benchmark_group(name);
+    let mut group = c.benchmark_group(format!("spmm_{name}"));
     group
         .sample_size(10)
+        .sampling_mode(SamplingMode::Flat)
         .warm_up_time(Duration::from_millis(300))
-        .measurement_time(Duration::from_secs(2));
+        .measurement_time(Duration::from_secs(1));
     for f in FEATURES {
         let x = random_dense(n, f, 1);
         let mut y = random_dense(n, f, 2);
-        group.throughput(Throughput::Elements(2 * a.nnz() as u64 * f as u64));
+        group.throughput(Throughput::Elements(flops(a.nnz(), f)));
         group.bench_with_input(BenchmarkId::new("csr", f), &f, |b, _| {
             b.iter(|| spmm(1.0, &a.view(), x.view(), 0.0, y.view_mut()).expect("shapes match"))
         });
@@ -40,10 +50,11 @@ fn bench_graph(c: &mut Criterion, name: &str, a: &CsrOwned<f32>) {
 }
 
 fn spmm_benches(c: &mut Criterion) {
-    bench_graph(c, "cora_sized", &cora_sized_matrix());
-    for scale in [16, 17, 18] {
-        bench_graph(c, &format!("rmat{scale}"), &rmat_matrix(scale));
-    }
+    let k = scale();
+    let rmat = RMAT_SCALE + k;
+    bench_graph(c, &format!("rmat{rmat}"), &gcn_matrix(&rmat_graph(rmat)));
+    let (w, h) = mesh_shape(k);
+    bench_graph(c, &format!("mesh{w}x{h}"), &gcn_matrix(&mesh_graph(w, h)));
 }
 
 criterion_group!(benches, spmm_benches);
