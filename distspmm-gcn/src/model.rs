@@ -400,14 +400,27 @@ pub(crate) fn glorot(
     fo: usize,
     what: &str,
 ) -> Result<Vec<f32>> {
+    let mut w = zeros(len_of(fi, fo, what)?, what)?;
+    glorot_fill(rng, &mut w, fi, fo);
+    Ok(w)
+}
+
+/// Fills `values` Glorot-uniform for fans `fan_a` and `fan_b` (bound `√(6 / (fan_a + fan_b))`),
+/// drawn from `rng` in order.
+pub(crate) fn glorot_fill(
+    rng: &mut rand_chacha::ChaCha8Rng,
+    values: &mut [f32],
+    fan_a: usize,
+    fan_b: usize,
+) {
     #[allow(
         clippy::cast_possible_truncation,
         reason = "deliberate: rounds the Glorot bound to f32"
     )]
-    let r = (6.0 / (fi + fo).max(1) as f64).sqrt() as f32;
-    let mut w = zeros(len_of(fi, fo, what)?, what)?;
-    w.iter_mut().for_each(|v| *v = rng.random_range(-r..=r));
-    Ok(w)
+    let r = (6.0 / (fan_a + fan_b).max(1) as f64).sqrt() as f32;
+    values
+        .iter_mut()
+        .for_each(|v| *v = rng.random_range(-r..=r));
 }
 
 /// Adam (Kingma & Ba) with L2 weight decay added to the gradient, as PyTorch's `Adam`.

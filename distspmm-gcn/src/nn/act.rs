@@ -59,6 +59,27 @@ impl Act {
     }
 }
 
+/// The epilogue of a row block of a layer's sum: `z += c·side + b` on each row (`side` a
+/// second branch of the sum scaled by `c`, or none), then `out = act(z)`, on the calling thread.
+pub fn bias_act(z: &mut [f32], side: Option<(f32, &[f32])>, b: &[f32], act: Act, out: &mut [f32]) {
+    let width = b.len();
+    match side {
+        Some((c, side)) => {
+            for (zr, sr) in z.chunks_exact_mut(width).zip(side.chunks_exact(width)) {
+                for ((z, &s), &bb) in zr.iter_mut().zip(sr).zip(b) {
+                    *z += c * s + bb;
+                }
+            }
+        }
+        None => {
+            for zr in z.chunks_exact_mut(width) {
+                zr.iter_mut().zip(b).for_each(|(z, &bb)| *z += bb);
+            }
+        }
+    }
+    act.apply(z, out);
+}
+
 /// ELU with α = 1 (`exp_m1` keeps the small negative values exact).
 fn elu(z: f32) -> f32 {
     if z > 0.0 {

@@ -20,11 +20,10 @@ use super::act::{self, Act};
 use super::{Graph, Layer, ParamSpec, Pass};
 use crate::dense::Op;
 use crate::dropout::DropoutKey;
-use crate::model::{len_of, zeros};
+use crate::model::{glorot_fill, len_of, zeros};
 use crate::par;
 use anyhow::{ensure, Result};
 use distspmm_core::sparse::{DenseView, DenseViewMut};
-use rand::Rng;
 
 /// LeakyReLU's slope on negative attention logits (PyG's `negative_slope` default).
 pub const NEGATIVE_SLOPE: f32 = 0.2;
@@ -142,18 +141,6 @@ fn cols(
     Ok(DenseView::new(&buf[first.min(buf.len())..], n, width, ld)?)
 }
 
-/// Glorot-uniform values for a `fan_a × fan_b` tensor (bound `√(6 / (fan_a + fan_b))`).
-fn glorot(rng: &mut rand_chacha::ChaCha8Rng, values: &mut [f32], fan_a: usize, fan_b: usize) {
-    #[allow(
-        clippy::cast_possible_truncation,
-        reason = "deliberate: rounds the Glorot bound to f32"
-    )]
-    let r = (6.0 / (fan_a + fan_b) as f64).sqrt() as f32;
-    values
-        .iter_mut()
-        .for_each(|v| *v = rng.random_range(-r..=r));
-}
-
 impl GatConv {
     /// A layer at position `layer` of its stack (the dropout keys), its weight and attention
     /// vectors drawn Glorot-uniform from `rng` in that order (as PyG's `reset_parameters`:
@@ -184,9 +171,9 @@ impl GatConv {
         let mut weight = zeros(len_of(opts.in_dim, hc, what)?, what)?;
         let mut att_src = zeros(hc, what)?;
         let mut att_dst = zeros(hc, what)?;
-        glorot(rng, &mut weight, opts.in_dim, hc);
-        glorot(rng, &mut att_src, opts.heads, opts.channels);
-        glorot(rng, &mut att_dst, opts.heads, opts.channels);
+        glorot_fill(rng, &mut weight, opts.in_dim, hc);
+        glorot_fill(rng, &mut att_src, opts.heads, opts.channels);
+        glorot_fill(rng, &mut att_dst, opts.heads, opts.channels);
         let bias = zeros(opts.out_dim(), what)?;
         Ok(Self {
             opts,
@@ -644,7 +631,7 @@ impl Layer for GatConv {
 mod tests {
     use super::*;
     use crate::nn::testing::{check_gradients, DenseGraph};
-    use rand::SeedableRng;
+    use rand::{Rng, SeedableRng};
 
     fn options(
         heads: usize,

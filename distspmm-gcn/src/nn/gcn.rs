@@ -145,17 +145,6 @@ impl GcnConv {
     }
 }
 
-/// `z += b` on each row, and `out = act(z)`.
-fn bias_act(z: &mut [f32], out: &mut [f32], b: &[f32], act: Act) {
-    let fo = b.len();
-    for (zr, or) in z.chunks_exact_mut(fo).zip(out.chunks_exact_mut(fo)) {
-        for (z, &bb) in zr.iter_mut().zip(b) {
-            *z += bb;
-        }
-        act.apply(zr, or);
-    }
-}
-
 impl Layer for GcnConv {
     fn dims(&self) -> (usize, usize) {
         (self.fi, self.fo)
@@ -203,7 +192,8 @@ impl Layer for GcnConv {
             pass.training,
         );
         let (w, b, act) = (&self.weight, &self.bias, self.act);
-        let epilogue = |_: usize, z: &mut [f32], out: &mut [f32]| bias_act(z, out, b, act);
+        let epilogue =
+            |_: usize, z: &mut [f32], out: &mut [f32]| act::bias_act(z, None, b, act, out);
         if self.aggregate_first {
             let mid: &[f32] = if first && !pass.training {
                 let id = (x.as_ptr() as usize, x.len());

@@ -12,7 +12,7 @@
 //! `in × out`, the transpose of PyG's `Linear.weight` (`[out, in]`).
 
 use super::act::{self, Act};
-use super::sage::{check_backward, check_forward, load_edge_weights, sum_bias_act};
+use super::{check_backward, check_forward, load_edge_weights};
 use super::{EdgeWeights, Graph, Layer, ParamSpec, Pass};
 use crate::dense::Op;
 use crate::dropout::DropoutKey;
@@ -271,7 +271,7 @@ impl Layer for GinConv {
                 &mut self.a1,
                 &mut self.r1,
                 h,
-                |_, a1, r1| sum_bias_act(a1, None, b1, Act::Relu, r1),
+                |_, a1, r1| act::bias_act(a1, None, b1, Act::Relu, r1),
             );
         } else {
             // u = x̃·W₁; a1 = A·u + (1 + ε)·u + b₁.
@@ -301,7 +301,7 @@ impl Layer for GinConv {
                 .for_each(|(i, (a1, r1))| {
                     let at = i * block * h;
                     let u = &u[at..at + a1.len()];
-                    sum_bias_act(a1, Some((c, u)), b1, Act::Relu, r1);
+                    act::bias_act(a1, Some((c, u)), b1, Act::Relu, r1);
                 });
         }
         let (act, b2) = (self.act, &self.b2[..]);
@@ -315,7 +315,7 @@ impl Layer for GinConv {
             &mut self.z,
             &mut self.out,
             fo,
-            |_, z, out| sum_bias_act(z, None, b2, act, out),
+            |_, z, out| act::bias_act(z, None, b2, act, out),
         );
         Ok(())
     }

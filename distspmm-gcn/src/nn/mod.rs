@@ -18,9 +18,10 @@
 //! id, column), and attention-dropout masks by (seed, epoch, layer, destination and source
 //! original ids, head), so a run's losses do not depend on the number of ranks.
 
-use anyhow::Result;
+use anyhow::{ensure, Result};
 use distspmm_core::sparse::{DenseView, DenseViewMut};
 
+use crate::model::zeros;
 pub use crate::model::{Aggregate, LocalData, Reduce};
 
 pub mod act;
@@ -274,4 +275,84 @@ pub trait Layer: std::fmt::Debug + Send {
 /// f32 elements of the layer's parameters (the sum of its [`ParamSpec`] shapes).
 pub fn param_len(specs: &[ParamSpec]) -> usize {
     specs.iter().map(|s| s.shape[0] * s.shape[1]).sum()
+}
+
+/// Checks the graph, the node ids and the input a layer is handed against its `rows` rows of
+/// `fi` input features.
+pub(crate) fn check_forward(
+    g: &dyn Graph,
+    x: &[f32],
+    pass: &Pass<'_>,
+    (rows, fi): (usize, usize),
+) -> Result<()> {
+    ensure!(
+        g.rows() == rows,
+        "the graph has {} rows but the layer was built for {rows}",
+        g.rows()
+    );
+    ensure!(
+        pass.ids.len() == rows,
+        "{} node ids for {rows} rows",
+        pass.ids.len()
+    );
+    ensure!(
+        x.len() >= rows * fi,
+        "the layer's input holds {} values, {rows} rows of {fi} need {}",
+        x.len(),
+        rows * fi
+    );
+    Ok(())
+}
+
+/// Checks the operands of a backward pass (`dy`: `rows × fo`, `grad`: `params`, `dx`:
+/// `rows × fi`).
+pub(crate) fn check_backward(
+    (rows, fi, fo): (usize, usize, usize),
+    dy: &[f32],
+    grad: &[f32],
+    params: usize,
+    dx: Option<&[f32]>,
+) -> Result<()> {
+    ensure!(
+        dy.len() >= rows * fo,
+        "the output gradient holds {} values, {rows} rows of {fo} need {}",
+        dy.len(),
+        rows * fo
+    );
+    ensure!(
+        grad.len() == params,
+        "the parameter gradient holds {} values, the layer has {params} parameters",
+        grad.len()
+    );
+    if let Some(dx) = dx {
+        ensure!(
+            dx.len() >= rows * fi,
+            "the input gradient holds {} values, {rows} rows of {fi} need {}",
+            dx.len(),
+            rows * fi
+        );
+    }
+    Ok(())
+}
+
+/// The graph's per-edge weights of `kind` copied into `buf` (the layer's own, allocated once
+/// and grown only if the graph holds more edges), so that they can be handed back to the
+/// graph's products.
+pub(crate) fn load_edge_weights(
+    g: &mut dyn Graph,
+    kind: EdgeWeights,
+    buf: &mut Vec<f32>,
+) -> Result<()> {
+    let count = g.edge_count();
+    if buf.len() != count {
+        *buf = zeros(count, "the per-edge weights")?;
+    }
+    let w = g.edge_weights(kind)?;
+    ensure!(
+        w.len() == count,
+        "the graph returned {} edge weights for {count} edges",
+        w.len()
+    );
+    buf.copy_from_slice(w);
+    Ok(())
 }

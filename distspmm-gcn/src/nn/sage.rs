@@ -13,7 +13,9 @@
 //! in]`), so that every product reads them as `X·W`.
 
 use super::act::{self, Act};
-use super::{EdgeWeights, Graph, Layer, ParamSpec, Pass};
+use super::{
+    check_backward, check_forward, load_edge_weights, EdgeWeights, Graph, Layer, ParamSpec, Pass,
+};
 use crate::dense::Op;
 use crate::dropout::DropoutKey;
 use crate::model::{glorot, len_of, zeros};
@@ -21,86 +23,6 @@ use crate::par;
 use anyhow::{ensure, Result};
 use distspmm_core::sparse::{DenseView, DenseViewMut};
 use rand_chacha::ChaCha8Rng;
-
-/// Checks the graph, the node ids and the input a layer is handed against its `rows` rows of
-/// `fi` input features.
-pub(crate) fn check_forward(
-    g: &dyn Graph,
-    x: &[f32],
-    pass: &Pass<'_>,
-    (rows, fi): (usize, usize),
-) -> Result<()> {
-    ensure!(
-        g.rows() == rows,
-        "the graph has {} rows but the layer was built for {rows}",
-        g.rows()
-    );
-    ensure!(
-        pass.ids.len() == rows,
-        "{} node ids for {rows} rows",
-        pass.ids.len()
-    );
-    ensure!(
-        x.len() >= rows * fi,
-        "the layer's input holds {} values, {rows} rows of {fi} need {}",
-        x.len(),
-        rows * fi
-    );
-    Ok(())
-}
-
-/// Checks the operands of a backward pass (`dy`: `rows × fo`, `grad`: `params`, `dx`:
-/// `rows × fi`).
-pub(crate) fn check_backward(
-    (rows, fi, fo): (usize, usize, usize),
-    dy: &[f32],
-    grad: &[f32],
-    params: usize,
-    dx: Option<&[f32]>,
-) -> Result<()> {
-    ensure!(
-        dy.len() >= rows * fo,
-        "the output gradient holds {} values, {rows} rows of {fo} need {}",
-        dy.len(),
-        rows * fo
-    );
-    ensure!(
-        grad.len() == params,
-        "the parameter gradient holds {} values, the layer has {params} parameters",
-        grad.len()
-    );
-    if let Some(dx) = dx {
-        ensure!(
-            dx.len() >= rows * fi,
-            "the input gradient holds {} values, {rows} rows of {fi} need {}",
-            dx.len(),
-            rows * fi
-        );
-    }
-    Ok(())
-}
-
-/// The graph's per-edge weights of `kind` copied into `buf` (the layer's own, allocated once
-/// and grown only if the graph holds more edges), so that they can be handed back to the
-/// graph's products.
-pub(crate) fn load_edge_weights(
-    g: &mut dyn Graph,
-    kind: EdgeWeights,
-    buf: &mut Vec<f32>,
-) -> Result<()> {
-    let count = g.edge_count();
-    if buf.len() != count {
-        *buf = zeros(count, "the per-edge weights")?;
-    }
-    let w = g.edge_weights(kind)?;
-    ensure!(
-        w.len() == count,
-        "the graph returned {} edge weights for {count} edges",
-        w.len()
-    );
-    buf.copy_from_slice(w);
-    Ok(())
-}
 
 /// GraphSAGE's layer with PyG `SAGEConv`'s defaults (see the module documentation), bound to
 /// one rank's rows, with its buffers.
@@ -210,33 +132,6 @@ impl SageConv {
     }
 }
 
-/// The epilogue of a row block of a layer's sum: `z += c·side + b` on each row (`side` a
-/// second branch of the sum scaled by `c`, or none), then `out = act(z)`.
-pub(crate) fn sum_bias_act(
-    z: &mut [f32],
-    side: Option<(f32, &[f32])>,
-    b: &[f32],
-    act: Act,
-    out: &mut [f32],
-) {
-    let width = b.len();
-    match side {
-        Some((c, side)) => {
-            for (zr, sr) in z.chunks_exact_mut(width).zip(side.chunks_exact(width)) {
-                for ((z, &s), &bb) in zr.iter_mut().zip(sr).zip(b) {
-                    *z += c * s + bb;
-                }
-            }
-        }
-        None => {
-            for zr in z.chunks_exact_mut(width) {
-                zr.iter_mut().zip(b).for_each(|(z, &bb)| *z += bb);
-            }
-        }
-    }
-    act.forward(z, out);
-}
-
 impl Layer for SageConv {
     fn dims(&self) -> (usize, usize) {
         (self.fi, self.fo)
@@ -312,7 +207,7 @@ impl Layer for SageConv {
                 fo,
                 |r0, z, out| {
                     let side = &side[r0 * fo..r0 * fo + z.len()];
-                    sum_bias_act(z, Some((1.0, side)), b, act, out);
+                    act::bias_act(z, Some((1.0, side)), b, act, out);
                 },
             );
         } else {
@@ -347,7 +242,7 @@ impl Layer for SageConv {
                 fo,
                 |r0, z, out| {
                     let side = &side[r0 * fo..r0 * fo + z.len()];
-                    sum_bias_act(z, Some((1.0, side)), b, act, out);
+                    act::bias_act(z, Some((1.0, side)), b, act, out);
                 },
             );
         }
