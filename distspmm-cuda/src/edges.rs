@@ -1,11 +1,14 @@
 //! Per-edge kernels (`kernels/sddmm.cu`): the SDDMM `out[k] = ⟨U_i, V_j⟩` over the stored
 //! entries of a CSR pattern ([`GpuDevice::sddmm_raw`], one warp per row, lanes grouped by F,
-//! a fixed shuffle reduction: deterministic), and the copy of a block's per-edge values into
-//! the order of its CSC for the transposed product ([`GpuDevice::csc_values_raw`], through a
+//! a fixed shuffle reduction: deterministic), its grouped form over G heads of `w = F / G`
+//! columns each into G runs of values ([`GpuDevice::sddmm_grouped_raw`], one pass over the
+//! pattern), and the copy of a block's per-edge values (one run per group) into the order of
+//! its CSC for the transposed product ([`GpuDevice::csc_values_raw`], through a
 //! [`DeviceCscOrder`]: for each CSC entry its position within its CSR row, one u32 each).
 //!
 //! The SpMM with per-edge values needs no kernel of its own: it is [`GpuDevice::spmm_raw`] over
-//! a [`RawCsr`] whose `values` point at the per-edge values (or at their CSC-ordered copy).
+//! a [`RawCsr`] whose `values` point at the per-edge values (or at their CSC-ordered copy); a
+//! group's product is that SpMM over the group's columns of the dense operands.
 
 use crate::device::{GpuDevice, RawCsr, RawDense};
 use crate::driver::{Arg, Buffer, RawStream};
@@ -34,6 +37,64 @@ pub fn sddmm_group(f: usize) -> u32 {
 
 fn shape(op: &'static str, reason: String) -> CudaError {
     CudaError::Shape { op, reason }
+}
+
+/// G runs of per-edge values on the device: run g holds `len` f32 from `ptr + 4·g·stride`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RawEdgeRuns {
+    /// `CUdeviceptr` of run 0.
+    pub ptr: u64,
+    /// Runs (groups), at least one.
+    pub groups: usize,
+    /// Values per run.
+    pub len: usize,
+    /// Values from one run's start to the next's (at least `len` with more than one run).
+    pub stride: usize,
+}
+
+/// The shape rules of [`GpuDevice::sddmm_grouped_raw`]: `U` has the pattern's rows, `V` its
+/// columns, both the same F within u32, `ld >= F`, F a multiple of the group count; `out` one
+/// run of one value per stored entry per group, runs not overlapping, within u64 offsets.
+pub fn check_sddmm_grouped(
+    pattern: &RawCsr,
+    u: &RawDense,
+    v: &RawDense,
+    out: &RawEdgeRuns,
+) -> Result<()> {
+    let single = RawDense {
+        rows: pattern.nnz,
+        cols: 1,
+        ld: 1,
+        ptr: out.ptr,
+    };
+    check_sddmm(pattern, u, v, &single)?;
+    if out.len != pattern.nnz {
+        return Err(shape(
+            SDDMM,
+            format!(
+                "each run must hold one value per stored entry ({}), given {}",
+                pattern.nnz, out.len
+            ),
+        ));
+    }
+    let fits = out.groups >= 1
+        && u.cols.is_multiple_of(out.groups)
+        && u32::try_from(out.groups).is_ok()
+        && (out.groups == 1 || out.stride >= out.len)
+        && (out.groups - 1)
+            .checked_mul(out.stride)
+            .and_then(|s| s.checked_add(out.len))
+            .is_some();
+    if !fits {
+        return Err(shape(
+            SDDMM,
+            format!(
+                "{} groups of {} columns and runs of {} values {} apart do not fit",
+                out.groups, u.cols, out.len, out.stride
+            ),
+        ));
+    }
+    Ok(())
 }
 
 /// The shape rules of [`GpuDevice::sddmm_raw`]: `U` has the pattern's rows, `V` its
@@ -126,8 +187,10 @@ impl DeviceCscOrder {
     }
 }
 
-/// One block's CSR→CSC copy of per-edge values: `csc[k] = csr[rowptr[rows[k]] + rank[k]]`
-/// for `k < nnz`, where `rank` is the entries `first..first + nnz` of a [`DeviceCscOrder`].
+/// One block's CSR→CSC copy of per-edge values:
+/// `csc[g·stride + k] = csr[g·stride + rowptr[rows[k]] + rank[k]]` for `k < nnz` and every
+/// group `g < groups`, where `rank` is the entries `first..first + nnz` of a
+/// [`DeviceCscOrder`] (one group: `csc[k] = csr[rowptr[rows[k]] + rank[k]]`).
 #[derive(Clone, Copy, Debug)]
 pub struct RawCscValues<'a> {
     /// The ranks.
@@ -142,8 +205,13 @@ pub struct RawCscValues<'a> {
     pub rows: u64,
     /// `CUdeviceptr` of the block's per-edge values in CSR order (`nnz` f32).
     pub csr: u64,
-    /// `CUdeviceptr` of the output, in CSC order (`nnz` f32).
+    /// `CUdeviceptr` of the output, in CSC order (`nnz` f32 per group).
     pub csc: u64,
+    /// Groups (runs of values), at least one.
+    pub groups: usize,
+    /// Values from one group's run to the next's, in `csr` and `csc` alike (at least `nnz`
+    /// with more than one group).
+    pub stride: usize,
 }
 
 impl GpuDevice {
@@ -168,9 +236,40 @@ impl GpuDevice {
         stream: Option<RawStream>,
     ) -> Result<()> {
         check_sddmm(pattern, &u, &v, &out)?;
+        let runs = RawEdgeRuns {
+            ptr: out.ptr,
+            groups: 1,
+            len: pattern.nnz,
+            stride: pattern.nnz,
+        };
+        // SAFETY: forwarded contract (one run of `nnz` values).
+        unsafe { self.sddmm_grouped_raw(pattern, u, v, runs, stream) }
+    }
+
+    /// `out_g[k] = ⟨U_i[g·w..(g+1)·w], V_j[g·w..(g+1)·w]⟩` for every stored entry `(i, j)` of
+    /// `pattern` at position `k` and every group `g < out.groups`, `w = F / G`, in one pass
+    /// over the pattern, queued on `stream` (this device's stream when `None`). One group is
+    /// [`sddmm_raw`](Self::sddmm_raw).
+    ///
+    /// # Safety
+    /// As [`sddmm_raw`](Self::sddmm_raw), `out` addressing its G runs (none overlapping the
+    /// others or `u` and `v`).
+    ///
+    /// # Errors
+    /// [`CudaError::Shape`] (see [`check_sddmm_grouped`]); driver errors.
+    pub unsafe fn sddmm_grouped_raw(
+        &self,
+        pattern: &RawCsr,
+        u: RawDense,
+        v: RawDense,
+        out: RawEdgeRuns,
+        stream: Option<RawStream>,
+    ) -> Result<()> {
+        check_sddmm_grouped(pattern, &u, &v, &out)?;
         if pattern.nnz == 0 {
             return Ok(());
         }
+        let w = u.cols / out.groups;
         let args = [
             Arg::U32(crate::kernel_u32(pattern.nrows)),
             Arg::U64(pattern.indptr),
@@ -180,8 +279,10 @@ impl GpuDevice {
             Arg::U64(v.ptr),
             Arg::U64(v.ld as u64),
             Arg::U64(out.ptr),
-            Arg::U32(crate::kernel_u32(u.cols)),
-            Arg::U32(sddmm_group(u.cols)),
+            Arg::U32(crate::kernel_u32(w)),
+            Arg::U32(sddmm_group(w)),
+            Arg::U32(crate::kernel_u32(out.groups)),
+            Arg::U64(out.stride as u64),
         ];
         // SAFETY: the arguments match dsp_sddmm; the shapes were checked against the pattern
         // and the memory satisfies this function's contract.
@@ -212,6 +313,19 @@ impl GpuDevice {
         if !self.same(&op.order.dev) {
             return Err(CudaError::DeviceMismatch(CSC_VALUES));
         }
+        let groups_fit = op.groups >= 1
+            && u32::try_from(op.groups).is_ok()
+            && (op.groups == 1 || op.stride >= op.nnz)
+            && (op.groups - 1).checked_mul(op.stride).is_some();
+        if !groups_fit {
+            return Err(shape(
+                CSC_VALUES,
+                format!(
+                    "{} groups of {} values {} apart do not fit",
+                    op.groups, op.nnz, op.stride
+                ),
+            ));
+        }
         if op
             .first
             .checked_add(op.nnz)
@@ -235,6 +349,8 @@ impl GpuDevice {
             Arg::U64(self.ptr(&op.order.buf) + 4 * op.first as u64),
             Arg::U64(op.csr),
             Arg::U64(op.csc),
+            Arg::U32(crate::kernel_u32(op.groups)),
+            Arg::U64(op.stride as u64),
         ];
         // SAFETY: the arguments match dsp_csc_values; the ranks lie in the order (checked),
         // the rest is this function's contract.
@@ -289,6 +405,25 @@ mod tests {
             assert_eq!(sddmm_group(f), g, "F = {f}");
         }
         assert_eq!(sddmm_group(1000), 32);
+    }
+
+    #[test]
+    fn grouped_sddmm_shapes_are_checked() {
+        let a = csr(3, 4, 5);
+        let runs = |groups, len, stride| RawEdgeRuns {
+            ptr: 0,
+            groups,
+            len,
+            stride,
+        };
+        let (u, v) = (dense(3, 6, 6), dense(4, 6, 6));
+        assert!(check_sddmm_grouped(&a, &u, &v, &runs(3, 5, 5)).is_ok());
+        assert!(check_sddmm_grouped(&a, &u, &v, &runs(1, 5, 0)).is_ok());
+        assert!(check_sddmm_grouped(&a, &u, &v, &runs(4, 5, 5)).is_err());
+        assert!(check_sddmm_grouped(&a, &u, &v, &runs(0, 5, 5)).is_err());
+        assert!(check_sddmm_grouped(&a, &u, &v, &runs(2, 5, 4)).is_err());
+        assert!(check_sddmm_grouped(&a, &u, &v, &runs(2, 4, 5)).is_err());
+        assert!(check_sddmm_grouped(&a, &u, &v, &runs(2, 5, usize::MAX)).is_err());
     }
 
     #[test]

@@ -87,7 +87,7 @@ pub use device::{
 };
 pub use driver::RawStream;
 pub use edge_softmax::{edge_softmax, edge_softmax_backward, EdgeBlock, EdgeRows, RawEdgeBlock};
-pub use edges::{DeviceCscOrder, RawCscValues};
+pub use edges::{DeviceCscOrder, RawCscValues, RawEdgeRuns};
 pub use error::{CudaError, Result};
 pub use plan::RowSplitPlan;
 pub use rows::{add_blocks, gather_rows, scatter_add_rows, DeviceRows, DeviceScatter, ScatterPlan};

@@ -15,6 +15,11 @@
 //!   the capabilities it uses ([`Broadcast`], [`PointToPoint`], and [`AllGather`] +
 //!   [`AllReduce`] for the agreement); the GPU backend (`GpuDistSpmm`, feature `cuda`) with
 //!   distspmm-cuda's kernels on two streams and an `NcclComm`.
+//! - **the shell** ([`Operator`]): what both operators hold and do is written once over an
+//!   engine — construction (derive locally, agree), the call path (check, reserve, agree, run
+//!   the call's programs, count the bytes) and the accessors. [`DistSpmm`] is the shell over
+//!   [`CpuEngine`], `GpuDistSpmm` over `GpuEngine`; an engine owns only what differs (buffers,
+//!   communicators, device state) and its [`Backend`].
 //! - **agreement**: before any other collective the ranks agree on the partition, and every
 //!   call agrees on the operation and F (below).
 //! - **operands** ([`operands`]): the extent, alignment and overlap rules of operands given as
@@ -94,6 +99,7 @@ mod layout;
 mod mock;
 mod open;
 pub mod operands;
+mod operator;
 #[cfg(test)]
 mod tests;
 
@@ -111,17 +117,20 @@ use distspmm_core::sparse::{DenseView, DenseViewMut, PageBuffer};
 pub use agree::abstain;
 pub use backend::{Backend, Program};
 pub use chunk_source::ChunkSource;
+pub use cpu::CpuEngine;
 pub use edges::{EdgeBlock, EdgeLayout};
 #[cfg(feature = "cuda")]
 pub use gpu::GpuDistSpmm;
+#[cfg(feature = "cuda")]
+pub use gpu::GpuEngine;
 pub use open::{open_rank_chunk, OpenError, RankChunk};
 pub use operands::{Operand, OperandError};
+pub use operator::{Operator, TrafficTotals};
 
-use backend::{buffer_rows, moved_rows, run, Buf, Values};
-use blocks::QLocalBlock;
-use cpu::{CpuBlocks, CpuCall, CpuEdges, CpuMatrices};
-use edges::{CscOrder, EdgeLayout as Layout};
+use backend::{buffer_rows, moved_rows, Buf, Values};
+use cpu::{CpuBlocks, CpuOperands};
 use layout::HaloLayout;
+use operator::engine::Engine;
 
 /// What went wrong in building or calling a [`DistSpmm`].
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -182,35 +191,6 @@ impl DistSpmmError {
             self,
             DistSpmmError::Comm(_) | DistSpmmError::Kernel(_) | DistSpmmError::Internal(_)
         )
-    }
-}
-
-/// Bytes moved by all calls so far, per direction: a forward program moves the input's rows
-/// to the ranks that read them (`forward`, `spmm_values`, `sddmm`, and the `dU` half of
-/// `sddmm_backward`), a backward program moves partial sums back to the rows' owners
-/// (`backward`, `spmm_values_transpose`, the `dV` half of `sddmm_backward`).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct TrafficTotals {
-    /// All forward programs together.
-    pub forward: Traffic,
-    /// All backward programs together.
-    pub backward: Traffic,
-    /// Number of forward programs run.
-    pub forward_calls: u64,
-    /// Number of backward programs run.
-    pub backward_calls: u64,
-}
-
-impl TrafficTotals {
-    /// Adds one program's bytes.
-    fn record(&mut self, kind: Kind, traffic: Traffic) {
-        if kind.is_forward() {
-            self.forward += traffic;
-            self.forward_calls += 1;
-        } else {
-            self.backward += traffic;
-            self.backward_calls += 1;
-        }
     }
 }
 
@@ -415,23 +395,9 @@ impl Schedule {
 /// The operator holds its communicator as `C` (anything that dereferences to one: `&comm`, an
 /// `Rc` or `Arc` of it) and its chunk as `K` (a [`ChunkSource`]: a borrowed `ChunkView`, or an
 /// owner of the mapping such as `Arc<MappedChunk>`), so a long-lived holder such as the C ABI
-/// keeps both alive by ownership.
-#[derive(Debug)]
-pub struct DistSpmm<C, K> {
-    comm: C,
-    chunk: K,
-    blocks: CpuBlocks,
-    schedule: Schedule,
-    /// [`Buf::Packed`].
-    packed: Buffer,
-    /// [`Buf::Halo`].
-    halo: Buffer,
-    /// The per-edge values of a transposed product in CSC order (grown at the first such
-    /// call).
-    csc_values: Vec<f32>,
-    last: Traffic,
-    totals: TrafficTotals,
-}
+/// keeps both alive by ownership. It is the [`Operator`] shell over the CPU engine
+/// ([`CpuEngine`]: the communicator and host buffers).
+pub type DistSpmm<C, K> = Operator<CpuEngine<C>, K>;
 
 impl<C, K> DistSpmm<C, K>
 where
@@ -450,41 +416,10 @@ where
     /// the ranks' chunks do not form one partition into `comm.size()` parts with `chunk` being
     /// part `comm.rank()`, or they chose different schedules; communication errors.
     pub fn new(comm: C, chunk: K, schedule: ScheduleKind) -> Result<Self, DistSpmmError> {
-        let view = chunk.chunk();
-        let built = Self::build(&view, schedule);
-        agree::agree_on_chunk(&*comm, &view, chunk.listed(), schedule, built.is_ok())?;
-        let (blocks, schedule) = built?;
-        Ok(Self {
-            comm,
-            chunk,
-            blocks,
-            schedule,
-            packed: Buffer::default(),
-            halo: Buffer::default(),
-            csc_values: Vec::new(),
-            last: Traffic::default(),
-            totals: TrafficTotals::default(),
-        })
-    }
-
-    /// What the schedule needs from the chunk (local).
-    fn build(
-        chunk: &ChunkView<'_>,
-        kind: ScheduleKind,
-    ) -> Result<(CpuBlocks, Schedule), DistSpmmError> {
-        let blocks = CpuBlocks {
-            remote: match kind {
-                ScheduleKind::Halo => blocks::remote_indices(chunk),
-                ScheduleKind::Broadcast => Vec::new(),
-            },
-            q_local: match kind {
-                ScheduleKind::Halo => Vec::new(),
-                ScheduleKind::Broadcast => blocks::q_local(chunk),
-            },
-            edges: Layout::new(chunk),
-            csc: None,
-        };
-        Ok((blocks, Schedule::new(chunk, kind)?))
+        let agreed = operator::agree_and_build(&*comm, chunk, schedule, |view, _, _| {
+            Ok(CpuBlocks::new(view, schedule))
+        })?;
+        Ok(agreed.with_engine(|blocks| CpuEngine::new(comm, blocks)))
     }
 
     /// `Y_p = (Â·X)_p` from this rank's `X_p` (`n_p × F`, any leading dimension) into `Y_p`
@@ -611,10 +546,15 @@ where
             let edges = if op.reads_edges() { &edges[..] } else { &[] };
             check_groups(op.name(), rank, groups, f, edges, self.edge_count())
         });
-        self.prepare(op, groups, f, shapes)?;
-        let kind = op.programs()[0];
-        self.last = self.execute(op, kind, groups, input, output, None, e, &mut [])?;
-        Ok(())
+        let run = CpuOperands {
+            input,
+            output,
+            left: None,
+            values: e,
+            out: &mut [],
+        };
+        // SAFETY: host operands borrowed for the call are always valid.
+        unsafe { self.call_programs(op, groups, f, shapes, [run], ()) }
     }
 
     /// `E[k] = ⟨U_i, V_j⟩` for every stored non-zero `(i, j)` of this rank's rows, `k` its
@@ -671,16 +611,18 @@ where
                 self.edge_count(),
             )
         });
-        self.prepare(op, groups, f, shapes)?;
-        if f == 0 {
-            // Every dot product of no columns is 0; nothing travels.
-            e.fill(0.0);
-        }
         let mut none: [f32; 0] = [];
         let no_output = DenseViewMut::new(&mut none[..], 0, f, f)
             .map_err(|err| DistSpmmError::Internal(err.to_string()))?;
-        self.last = self.execute(op, Kind::Sddmm, groups, v, no_output, Some(u), &[], e)?;
-        Ok(())
+        let run = CpuOperands {
+            input: v,
+            output: no_output,
+            left: Some(u),
+            values: &[],
+            out: e,
+        };
+        // SAFETY: as in `call`.
+        unsafe { self.call_programs(op, groups, f, shapes, [run], ()) }
     }
 
     /// The gradients of [`sddmm`](Self::sddmm): `dU_i = Σ_j dE_ij·V_j` (the forward product
@@ -744,199 +686,21 @@ where
                 self.edge_count(),
             )
         });
-        self.prepare(op, groups, f, shapes)?;
-        let first = self.execute(op, Kind::ForwardEdges, groups, v, du, None, de, &mut [])?;
-        let second = self.execute(op, Kind::BackwardEdges, groups, u, dv, None, de, &mut [])?;
-        self.last = first + second;
-        Ok(())
-    }
-
-    /// Everything a call can fail at locally (`shapes`, buffers, the CSR→CSC permutation),
-    /// then the agreement that tells every rank whether all are ready.
-    fn prepare(
-        &mut self,
-        op: Op,
-        groups: usize,
-        f: usize,
-        shapes: Result<(), DistSpmmError>,
-    ) -> Result<(), DistSpmmError> {
-        let rank = self.rank();
-        let rows = self.schedule.buffer_rows(op);
-        let ready = shapes
-            .and_then(|()| self.packed.reserve(rows[Buf::Packed as usize] * f))
-            .and_then(|()| self.halo.reserve(rows[Buf::Halo as usize] * f))
-            .and_then(|()| {
-                if !op.transposes_edges() || f == 0 {
-                    return Ok(());
-                }
-                if self.blocks.csc.is_none() {
-                    let order = CscOrder::new(&self.chunk.chunk(), &self.blocks.edges)?;
-                    self.blocks.csc = Some(order);
-                }
-                // Shapes checked: one group or more, `groups · nnz` values in the operand.
-                let nnz = self.blocks.edges.len() * groups;
-                if self.csc_values.len() < nnz {
-                    self.csc_values
-                        .try_reserve_exact(nnz - self.csc_values.len())
-                        .map_err(|e| DistSpmmError::Allocation {
-                            rank,
-                            bytes: value_bytes(nnz),
-                            reason: e.to_string(),
-                        })?;
-                    self.csc_values.resize(nnz, 0.0);
-                }
-                Ok(())
-            })
-            .map_err(|e| match e {
-                DistSpmmError::Allocation { bytes, reason, .. } => DistSpmmError::Allocation {
-                    rank,
-                    bytes,
-                    reason,
-                },
-                e => e,
-            });
-        agree::agree_on_call(&*self.comm, op, groups, f, ready)
-    }
-
-    /// Runs the program of `kind` (part of a call of `op` with `groups` groups, prepared) on
-    /// the operands and records its bytes.
-    #[allow(clippy::too_many_arguments)]
-    fn execute(
-        &mut self,
-        op: Op,
-        kind: Kind,
-        groups: usize,
-        input: DenseView<'_, f32>,
-        output: DenseViewMut<'_, f32>,
-        left: Option<DenseView<'_, f32>>,
-        values: &[f32],
-        out: &mut [f32],
-    ) -> Result<Traffic, DistSpmmError> {
-        let f = input.cols();
-        let traffic = if f == 0 {
-            Traffic::default()
-        } else {
-            let rows = self.schedule.buffer_rows(op);
-            let csc = if kind == Kind::BackwardEdges {
-                &mut self.csc_values[..]
-            } else {
-                &mut []
-            };
-            let mut call = CpuCall {
-                comm: &*self.comm,
-                m: CpuMatrices {
-                    chunk: self.chunk.chunk(),
-                    blocks: &self.blocks,
-                },
-                send_rows: &self.schedule.layout.send_rows,
-                x: input,
-                y: output,
-                left,
-                edges: CpuEdges {
-                    values,
-                    out,
-                    csc,
-                    groups,
-                },
-                packed: self.packed.get(rows[Buf::Packed as usize] * f),
-                halo: self.halo.get(rows[Buf::Halo as usize] * f),
-                f,
-            };
-            run(&mut call, self.schedule.program(kind))?;
-            self.schedule.program_traffic(kind, f)
+        let operands = |input, output| CpuOperands {
+            input,
+            output,
+            left: None,
+            values: de,
+            out: &mut [],
         };
-        self.totals.record(kind, traffic);
-        Ok(traffic)
-    }
-
-    /// Values of the per-edge operand of this rank: its stored non-zeros.
-    pub fn edge_count(&self) -> usize {
-        self.blocks.edges.len()
-    }
-
-    /// The layout of the per-edge operand of [`spmm_values`](Self::spmm_values),
-    /// [`spmm_values_transpose`](Self::spmm_values_transpose), [`sddmm`](Self::sddmm) and
-    /// [`sddmm_backward`](Self::sddmm_backward).
-    pub fn edge_layout(&self) -> &EdgeLayout {
-        &self.blocks.edges
-    }
-
-    /// The position in the per-edge operand of the edge from global (renumbered) node
-    /// `source` into this rank's row `row`; `None` when the chunk stores no such entry.
-    pub fn edge_position(&self, row: usize, source: u64) -> Option<usize> {
-        self.blocks.edges.position(&self.chunk.chunk(), row, source)
-    }
-
-    /// `(row, global source)` of every position of the per-edge operand, in order.
-    pub fn edges(&self) -> impl Iterator<Item = (usize, u64)> + '_ {
-        self.blocks.edges.edges(self.chunk.chunk())
-    }
-
-    /// Fills `out` ([`edge_count`](Self::edge_count) values) with the weight in the graph's
-    /// `A` (not Â) of every edge, in the order of [`edges`](Self::edges): the input edges'
-    /// weights summed (1 for an unweighted edge), 0 at a self loop the normalisation added.
-    /// Local: no communication.
-    ///
-    /// # Errors
-    /// [`DistSpmmError::NoEdgeWeights`] for chunks written without them;
-    /// [`DistSpmmError::Shape`] when `out` is not `edge_count()` long.
-    pub fn edge_weights(&self, out: &mut [f32]) -> Result<(), DistSpmmError> {
-        self.blocks.edges.fill_weights(&self.chunk.chunk(), out)
-    }
-
-    /// The schedule this operator runs.
-    pub fn schedule(&self) -> ScheduleKind {
-        self.schedule.kind
-    }
-
-    /// The program of one direction (`backward` false: forward), for inspection.
-    pub fn program(&self, backward: bool) -> &Program {
-        self.schedule.program(if backward {
-            Kind::Backward
-        } else {
-            Kind::Forward
-        })
-    }
-
-    /// This rank (= its part p).
-    pub fn rank(&self) -> usize {
-        self.chunk.chunk().part_id()
-    }
-
-    /// Number of ranks P.
-    pub fn parts(&self) -> usize {
-        self.chunk.chunk().num_parts()
-    }
-
-    /// Rows this rank owns, `n_p` (rows of X, Y, dY and dX).
-    pub fn local_rows(&self) -> usize {
-        self.chunk.chunk().num_local_nodes()
+        let runs = [operands(v, du), operands(u, dv)];
+        // SAFETY: as in `call`.
+        unsafe { self.call_programs(op, groups, f, shapes, runs, ()) }
     }
 
     /// The communicator.
     pub fn comm(&self) -> &C::Target {
-        &self.comm
-    }
-
-    /// The chunk.
-    pub fn chunk(&self) -> ChunkView<'_> {
-        self.chunk.chunk()
-    }
-
-    /// Payload bytes this rank sent and received in its last `forward` or `backward` call.
-    pub fn bytes_last_call(&self) -> Traffic {
-        self.last
-    }
-
-    /// Payload bytes and calls so far, per direction.
-    pub fn bytes_total(&self) -> TrafficTotals {
-        self.totals
-    }
-
-    /// The bytes the plan predicts for one forward and one backward call with `features`
-    /// columns (what [`DistSpmm::bytes_last_call`] will measure).
-    pub fn predicted_traffic(&self, features: usize) -> LayerTraffic {
-        predicted_traffic(&self.chunk.chunk(), self.schedule(), features)
+        &self.engine.comm
     }
 
     /// The memory this operator holds now beside the chunk (buffers sized for the largest F
@@ -945,18 +709,7 @@ where
     /// `buffers`: 4 bytes per non-zero for the permutation, 4 per non-zero and group of the
     /// largest group count so far for the values).
     pub fn workspace(&self) -> Workspace {
-        let structure = self
-            .blocks
-            .q_local
-            .iter()
-            .flatten()
-            .map(QLocalBlock::structure_bytes)
-            .sum::<u64>()
-            + self.blocks.csc.as_ref().map_or(0, CscOrder::bytes);
-        Workspace {
-            buffers: value_bytes(self.packed.len() + self.halo.len() + self.csc_values.len()),
-            structure,
-        }
+        self.engine.workspace()
     }
 }
 

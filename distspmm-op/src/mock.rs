@@ -291,3 +291,63 @@ pub(crate) fn record(program: &[crate::backend::Instr]) -> Recorder {
     r.finish();
     r
 }
+
+/// What a [`RecordingEngine`] saw of one call: its op, groups and F as reserved, and the
+/// programs it was handed, each with its recorder.
+#[derive(Debug, Default)]
+pub(crate) struct EngineLog {
+    pub(crate) reserved: Vec<(crate::Op, usize, usize)>,
+    pub(crate) executed: Vec<(crate::Kind, usize, usize, Recorder)>,
+}
+
+/// An engine of the operator shell that runs every program on the recording backend: the
+/// shell's call path (reserve, agree, programs in order, bytes) with nothing but the
+/// choreography behind it.
+#[derive(Debug)]
+pub(crate) struct RecordingEngine<'c> {
+    pub(crate) comm: &'c dist_comm::LocalComm,
+    pub(crate) log: EngineLog,
+}
+
+impl crate::operator::engine::Engine for RecordingEngine<'_> {
+    type Host = dist_comm::LocalComm;
+    type Operands<'a> = ();
+    type Stream = ();
+
+    fn host(&self) -> &dist_comm::LocalComm {
+        self.comm
+    }
+
+    fn reserve(
+        &mut self,
+        _s: &crate::operator::Shared<'_>,
+        op: crate::Op,
+        groups: usize,
+        f: usize,
+    ) -> Result<(), DistSpmmError> {
+        self.log.reserved.push((op, groups, f));
+        Ok(())
+    }
+
+    unsafe fn execute<'a, I>(
+        &mut self,
+        s: &crate::operator::Shared<'_>,
+        groups: usize,
+        f: usize,
+        programs: I,
+        (): (),
+    ) -> Result<(), DistSpmmError>
+    where
+        I: IntoIterator<Item = (crate::Kind, Self::Operands<'a>)>,
+    {
+        for (kind, ()) in programs {
+            let r = record(s.schedule.program(kind));
+            self.log.executed.push((kind, groups, f, r));
+        }
+        Ok(())
+    }
+
+    fn workspace(&self) -> distspmm_core::schedule::Workspace {
+        distspmm_core::schedule::Workspace::default()
+    }
+}

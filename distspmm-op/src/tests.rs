@@ -714,3 +714,98 @@ fn the_recorder_checks_the_sddmm_and_per_edge_products() {
         r.hazards
     );
 }
+
+/// The shell's call path over a recording engine: every per-edge call, grouped or not, hands
+/// its engine the op's programs in order with the call's groups and F after reserving for
+/// them, each program keeps the choreography, and the bytes are the plan's for F columns —
+/// what the CPU operator counts for the same grouped call, and what the GPU engine (the same
+/// shell, the same programs) runs.
+#[test]
+fn the_shell_hands_every_grouped_call_its_programs() {
+    use crate::mock::{EngineLog, RecordingEngine};
+    use crate::operator;
+
+    let bufs = ring(24, 3);
+    let views = views(&bufs);
+    for kind in ScheduleKind::ALL {
+        LocalComm::run(3, |comm| {
+            let v = views[comm.rank()];
+            let agreed = operator::agree_and_build(&comm, v, kind, |_, _, _| Ok(())).unwrap();
+            let mut op = agreed.with_engine(|()| RecordingEngine {
+                comm: &comm,
+                log: EngineLog::default(),
+            });
+            let mut cpu = DistSpmm::new(&comm, v, kind).unwrap();
+            let (n, nnz) = (cpu.local_rows(), cpu.edge_count());
+            for groups in [1, 2, 3] {
+                let f = 2 * groups;
+                for call in [
+                    Op::SpmmValues,
+                    Op::SpmmValuesTranspose,
+                    Op::Sddmm,
+                    Op::SddmmBackward,
+                ] {
+                    let done = if call.programs().len() == 1 {
+                        // SAFETY: the recording engine touches no memory.
+                        unsafe { op.call_programs(call, groups, f, Ok(()), [()], ()) }
+                    } else {
+                        // SAFETY: as above.
+                        unsafe { op.call_programs(call, groups, f, Ok(()), [(), ()], ()) }
+                    };
+                    done.unwrap();
+                    assert_eq!(op.engine.log.reserved.pop(), Some((call, groups, f)));
+                    let ran: Vec<_> = op.engine.log.executed.drain(..).collect();
+                    let kinds: Vec<Kind> = ran.iter().map(|r| r.0).collect();
+                    assert_eq!(kinds, call.programs());
+                    for (k, g, cols, r) in &ran {
+                        assert_eq!((*g, *cols), (groups, f));
+                        assert!(r.hazards.is_empty(), "{kind} {k:?}: {:?}", r.hazards);
+                    }
+                    let plan = op.predicted_traffic(f);
+                    let want = match call {
+                        Op::SpmmValues | Op::Sddmm => plan.forward,
+                        Op::SpmmValuesTranspose => plan.backward,
+                        _ => plan.forward + plan.backward,
+                    };
+                    assert_eq!(op.bytes_last_call(), want, "{kind} {call:?} G = {groups}");
+                    // The CPU operator's grouped call moves the same bytes.
+                    let rows = vec![0.5f32; n * f];
+                    let mut out = vec![0f32; n * f];
+                    let mut more = vec![0f32; n * f];
+                    let mut e = vec![0.25f32; groups * nnz];
+                    let x = || DenseView::from_row_major(&rows[..], n, f).unwrap();
+                    match call {
+                        Op::SpmmValues => cpu.spmm_values_grouped(
+                            groups,
+                            &e,
+                            x(),
+                            DenseViewMut::from_row_major(&mut out[..], n, f).unwrap(),
+                        ),
+                        Op::SpmmValuesTranspose => cpu.spmm_values_transpose_grouped(
+                            groups,
+                            &e,
+                            x(),
+                            DenseViewMut::from_row_major(&mut out[..], n, f).unwrap(),
+                        ),
+                        Op::Sddmm => cpu.sddmm_grouped(groups, x(), x(), &mut e),
+                        _ => cpu.sddmm_backward_grouped(
+                            groups,
+                            &e,
+                            x(),
+                            x(),
+                            DenseViewMut::from_row_major(&mut out[..], n, f).unwrap(),
+                            DenseViewMut::from_row_major(&mut more[..], n, f).unwrap(),
+                        ),
+                    }
+                    .unwrap();
+                    assert_eq!(
+                        cpu.bytes_last_call(),
+                        want,
+                        "CPU {kind} {call:?} G = {groups}"
+                    );
+                }
+            }
+            assert_eq!(op.bytes_total(), cpu.bytes_total());
+        });
+    }
+}

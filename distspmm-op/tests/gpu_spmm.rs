@@ -1,7 +1,9 @@
 //! `GpuDistSpmm` against the CPU `DistSpmm` on the same chunks: forward and backward, both
 //! schedules, several F (growing and then reusing the buffers) with padded leading dimensions,
 //! traffic equal to the plan, bit-identical reruns, the raw-pointer path on the NCCL stream;
-//! the per-edge calls (`spmm_values`, `spmm_values_transpose`, `sddmm`, `sddmm_backward`).
+//! the per-edge calls (`spmm_values`, `spmm_values_transpose`, `sddmm`, `sddmm_backward`),
+//! their grouped (multi-head) forms, and the edge softmax (plain and after a LeakyReLU,
+//! forward and backward).
 //!
 //! - P = 1 in this process (`LocalComm` host, `NcclComm::new`);
 //! - P = 2 as two child processes of this test (no MPI needed): the parent creates the NCCL
@@ -215,6 +217,8 @@ fn check_rank<H: AllGather + AllReduce>(host: &H, nccl: &NcclComm, views: &[Chun
         assert_eq!(totals.forward_calls, 3 * SHAPES.len() as u64);
         assert_eq!(totals.backward_calls, SHAPES.len() as u64);
         check_edges(&mut op, views, kind);
+        check_grouped(&mut op, views, kind);
+        check_edge_softmax(&op, views, kind);
         println!("rank {p}: {kind:?} matches the CPU operator");
     }
 }
@@ -322,6 +326,220 @@ fn check_edges<H: AllGather + AllReduce>(
     op.sddmm(&none, &none, &mut s).expect("GPU sddmm, F = 0");
     assert!(s.to_host().expect("download").iter().all(|&v| v == 0.0));
     println!("rank {p}: {kind:?} per-edge calls match the CPU operator");
+}
+
+/// The CPU operator's grouped calls on every rank for `groups` groups of `c` columns:
+/// (A_e·X, A_eᵀ·X, E, dU, dV, bytes of the four calls, (e, dE)) per rank.
+type GroupedReference = (
+    Vec<f32>,
+    Vec<f32>,
+    Vec<f32>,
+    Vec<f32>,
+    Vec<f32>,
+    [Traffic; 4],
+    (Vec<f32>, Vec<f32>),
+);
+
+fn grouped_reference(
+    views: &[ChunkView<'_>],
+    kind: ScheduleKind,
+    groups: usize,
+    f: usize,
+) -> Vec<GroupedReference> {
+    let offsets = views[0].part_offsets();
+    LocalComm::run(views.len(), |comm| {
+        let q = comm.rank();
+        let mut cpu = DistSpmm::new(&comm, views[q], kind).expect("CPU operator");
+        let first = offsets[q] as usize;
+        // Group g's value of an edge by its global ends (head-major runs).
+        let per_edge = |seed: u64| -> Vec<f32> {
+            (0..groups as u64)
+                .flat_map(|g| {
+                    cpu.edges()
+                        .map(move |(r, s)| value(seed + 10 * g, first + r, s as usize))
+                        .collect::<Vec<_>>()
+                })
+                .collect()
+        };
+        let (e, de) = (per_edge(5), per_edge(6));
+        let m = cpu.local_rows();
+        let (x, u) = (input(views, q, 1, f, f), input(views, q, 3, f, f));
+        fn dense(a: &[f32], m: usize, f: usize) -> DenseView<'_, f32> {
+            DenseView::new(a, m, f, f).expect("view")
+        }
+        let dv = |a| dense(a, m, f);
+        let z = || vec![0f32; m * f];
+        let (mut y, mut dx, mut du, mut dvv) = (z(), z(), z(), z());
+        let mut s = vec![0f32; groups * cpu.edge_count()];
+        let mut bytes = [Traffic::default(); 4];
+        cpu.spmm_values_grouped(
+            groups,
+            &e,
+            dv(&x),
+            DenseViewMut::new(&mut y[..], m, f, f).expect("view"),
+        )
+        .expect("CPU spmm_values_grouped");
+        bytes[0] = cpu.bytes_last_call();
+        cpu.spmm_values_transpose_grouped(
+            groups,
+            &e,
+            dv(&x),
+            DenseViewMut::new(&mut dx[..], m, f, f).expect("view"),
+        )
+        .expect("CPU spmm_values_transpose_grouped");
+        bytes[1] = cpu.bytes_last_call();
+        cpu.sddmm_grouped(groups, dv(&u), dv(&x), &mut s)
+            .expect("CPU sddmm_grouped");
+        bytes[2] = cpu.bytes_last_call();
+        cpu.sddmm_backward_grouped(
+            groups,
+            &de,
+            dv(&u),
+            dv(&x),
+            DenseViewMut::new(&mut du[..], m, f, f).expect("view"),
+            DenseViewMut::new(&mut dvv[..], m, f, f).expect("view"),
+        )
+        .expect("CPU sddmm_backward_grouped");
+        bytes[3] = cpu.bytes_last_call();
+        (y, dx, s, du, dvv, bytes, (e, de))
+    })
+}
+
+/// The grouped per-edge calls of one rank against the CPU operator's: 3 groups of 1, 5 and
+/// 16 columns (one pass, one exchange of all F columns: the bytes of F), then 1 group, bit for
+/// bit the single calls.
+fn check_grouped<H: AllGather + AllReduce>(
+    op: &mut GpuDistSpmm<&H, &NcclComm, ChunkView<'_>>,
+    views: &[ChunkView<'_>],
+    kind: ScheduleKind,
+) {
+    let p = op.rank();
+    let nnz = op.edge_count();
+    let dev = op.device().clone();
+    let n = op.local_rows();
+    let column = |v: &[f32]| DeviceDense::from_host(&dev, v.len(), 1, v).expect("upload");
+    let host = |m: &DeviceDense| m.to_host().expect("download");
+    for (groups, c) in [(3usize, 1usize), (3, 5), (3, 16), (1, 7)] {
+        let f = groups * c;
+        let what = format!("rank {p}, {kind:?}, {groups} groups of {c} columns");
+        let (y_ref, dx_ref, s_ref, du_ref, dv_ref, bytes, (e_host, de_host)) =
+            &grouped_reference(views, kind, groups, f)[p];
+        assert_eq!(e_host.len(), groups * nnz);
+        let (e, de) = (column(e_host), column(de_host));
+        let upload = |seed| DeviceDense::from_host(&dev, n, f, &input(views, p, seed, f, f));
+        let (x, u) = (upload(1).expect("upload"), upload(3).expect("upload"));
+        let fresh = || DeviceDense::from_host(&dev, n, f, &vec![f32::NAN; n * f]).expect("upload");
+        let (mut y, mut dx, mut du, mut dv) = (fresh(), fresh(), fresh(), fresh());
+        let mut s = column(&vec![f32::NAN; groups * nnz]);
+        op.spmm_values_grouped(groups, &e, &x, &mut y)
+            .expect("GPU spmm_values_grouped");
+        assert_eq!(op.bytes_last_call(), bytes[0], "{what}: spmm bytes");
+        assert_eq!(op.bytes_last_call(), op.predicted_traffic(f).forward);
+        op.spmm_values_transpose_grouped(groups, &e, &x, &mut dx)
+            .expect("GPU spmm_values_transpose_grouped");
+        assert_eq!(op.bytes_last_call(), bytes[1], "{what}: transposed bytes");
+        op.sddmm_grouped(groups, &u, &x, &mut s)
+            .expect("GPU sddmm_grouped");
+        assert_eq!(op.bytes_last_call(), bytes[2], "{what}: sddmm bytes");
+        op.sddmm_backward_grouped(groups, &de, &u, &x, &mut du, &mut dv)
+            .expect("GPU sddmm_backward_grouped");
+        assert_eq!(
+            op.bytes_last_call(),
+            bytes[3],
+            "{what}: sddmm_backward bytes"
+        );
+        assert_close(&format!("{what}: A_e·X"), &host(&y), y_ref);
+        assert_close(&format!("{what}: A_eᵀ·X"), &host(&dx), dx_ref);
+        assert_close(&format!("{what}: E"), &host(&s), s_ref);
+        assert_close(&format!("{what}: dU"), &host(&du), du_ref);
+        assert_close(&format!("{what}: dV"), &host(&dv), dv_ref);
+        let bits = |v: Vec<f32>| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        if groups == 1 {
+            let (mut y1, mut s1) = (fresh(), column(&vec![f32::NAN; nnz]));
+            op.spmm_values(&e, &x, &mut y1).expect("GPU spmm_values");
+            op.sddmm(&u, &x, &mut s1).expect("GPU sddmm");
+            assert_eq!(bits(host(&y1)), bits(host(&y)), "{what}: one group differs");
+            assert_eq!(bits(host(&s1)), bits(host(&s)), "{what}: one group differs");
+        }
+        // A wrong run length is this rank's shape error (every rank calls it alike here).
+        let short = column(&vec![0.0; nnz.max(1) * groups + 1]);
+        let err = op.spmm_values_grouped(groups, &short, &x, &mut y);
+        assert!(
+            matches!(err, Err(distspmm_op::DistSpmmError::Shape(_))),
+            "{what}: {err:?}"
+        );
+    }
+    // F = 0: every value of every group is 0.
+    let none = DeviceDense::zeros(&dev, n, 0).expect("upload");
+    let mut s = column(&vec![f32::NAN; 2 * nnz]);
+    op.sddmm_grouped(2, &none, &none, &mut s)
+        .expect("GPU sddmm_grouped, F = 0");
+    assert!(host(&s).iter().all(|&v| v == 0.0));
+    println!("rank {p}: {kind:?} grouped calls match the CPU operator");
+}
+
+/// The edge softmax of one rank against the CPU operator's: plain and after a LeakyReLU of
+/// slope 0.2, forward and backward (local calls: no other rank takes part).
+fn check_edge_softmax<H: AllGather + AllReduce>(
+    op: &GpuDistSpmm<&H, &NcclComm, ChunkView<'_>>,
+    views: &[ChunkView<'_>],
+    kind: ScheduleKind,
+) {
+    let p = op.rank();
+    let nnz = op.edge_count();
+    let dev = op.device().clone();
+    // Building the CPU operator is collective: the reference runs every rank's.
+    let reference = LocalComm::run(views.len(), |comm| {
+        let q = comm.rank();
+        let cpu = DistSpmm::new(&comm, views[q], kind).expect("CPU operator");
+        let off = views[0].part_offsets()[q] as usize;
+        let per_edge = |seed| -> Vec<f32> {
+            cpu.edges()
+                .map(|(r, s)| 4.0 * value(seed, off + r, s as usize))
+                .collect()
+        };
+        let (z, d_out) = (per_edge(7), per_edge(8));
+        let m = cpu.edge_count();
+        let (mut a, mut b, mut da, mut db) =
+            (vec![0f32; m], vec![0f32; m], vec![0f32; m], vec![0f32; m]);
+        cpu.edge_softmax(&z, &mut a).expect("CPU edge_softmax");
+        cpu.leaky_relu_edge_softmax(0.2, &z, &mut b)
+            .expect("CPU leaky_relu_edge_softmax");
+        cpu.edge_softmax_backward(&a, &d_out, &mut da)
+            .expect("CPU edge_softmax_backward");
+        cpu.leaky_relu_edge_softmax_backward(0.2, &z, &b, &d_out, &mut db)
+            .expect("CPU leaky_relu_edge_softmax_backward");
+        (z, d_out, a, b, da, db)
+    });
+    let (z_host, d_host, a_ref, b_ref, da_ref, db_ref) = &reference[p];
+    let column = |v: &[f32]| DeviceDense::from_host(&dev, nnz, 1, v).expect("upload");
+    let host = |m: &DeviceDense| m.to_host().expect("download");
+    let (z, d_out) = (column(z_host), column(d_host));
+    let nan = vec![f32::NAN; nnz];
+    let (mut a, mut b, mut da, mut db) = (column(&nan), column(&nan), column(&nan), column(&nan));
+    op.edge_softmax(&z, &mut a).expect("GPU edge_softmax");
+    op.leaky_relu_edge_softmax(0.2, &z, &mut b)
+        .expect("GPU leaky_relu_edge_softmax");
+    op.edge_softmax_backward(&a, &d_out, &mut da)
+        .expect("GPU edge_softmax_backward");
+    op.leaky_relu_edge_softmax_backward(0.2, &z, &b, &d_out, &mut db)
+        .expect("GPU leaky_relu_edge_softmax_backward");
+    let what = format!("rank {p}, {kind:?}");
+    assert_close(&format!("{what}: softmax"), &host(&a), a_ref);
+    assert_close(&format!("{what}: LeakyReLU softmax"), &host(&b), b_ref);
+    assert_close(&format!("{what}: softmax backward"), &host(&da), da_ref);
+    assert_close(
+        &format!("{what}: LeakyReLU softmax backward"),
+        &host(&db),
+        db_ref,
+    );
+    let mut wrong = DeviceDense::from_host(&dev, nnz + 1, 1, &vec![0.0; nnz + 1]).expect("upload");
+    let err = op.edge_softmax(&z, &mut wrong);
+    assert!(
+        matches!(err, Err(distspmm_op::DistSpmmError::Shape(_))),
+        "{what}: {err:?}"
+    );
+    println!("rank {p}: {kind:?} edge softmax matches the CPU operator");
 }
 
 #[test]

@@ -24,9 +24,16 @@ use crate::backend::{
 };
 use chunk_format::ChunkView;
 
+use std::ops::Deref;
+
+use dist_comm::{AllGather, AllReduce};
+use distspmm_core::schedule::{ScheduleKind, Workspace};
+
 use crate::blocks::{self, QLocalBlock};
 use crate::edges::{CscOrder, EdgeLayout};
-use crate::DistSpmmError;
+use crate::operator::engine::Engine;
+use crate::operator::Shared;
+use crate::{value_bytes, Buffer, DistSpmmError, Kind, Op};
 
 /// What the operator derives once from its chunk for the blocks a schedule names, on the host.
 #[derive(Debug)]
@@ -36,10 +43,184 @@ pub(crate) struct CpuBlocks {
     pub(crate) remote: Vec<(usize, usize)>,
     /// Broadcast: the q-local blocks by source part (empty under halo).
     pub(crate) q_local: Vec<Option<QLocalBlock>>,
-    /// The layout of the per-edge operand.
-    pub(crate) edges: EdgeLayout,
     /// The CSR→CSC permutation, made at the first call that needs it.
     pub(crate) csc: Option<CscOrder>,
+}
+
+impl CpuBlocks {
+    /// What the schedule `kind` needs from `chunk` (local).
+    pub(crate) fn new(chunk: &ChunkView<'_>, kind: ScheduleKind) -> Self {
+        Self {
+            remote: match kind {
+                ScheduleKind::Halo => blocks::remote_indices(chunk),
+                ScheduleKind::Broadcast => Vec::new(),
+            },
+            q_local: match kind {
+                ScheduleKind::Halo => Vec::new(),
+                ScheduleKind::Broadcast => blocks::q_local(chunk),
+            },
+            csc: None,
+        }
+    }
+}
+
+/// The CPU engine of [`Operator`](crate::Operator): the communicator (anything that dereferences to one with
+/// broadcast, point-to-point messages and the agreement's collectives), what the operator
+/// derives from its chunk for the host kernels, and the host buffers.
+#[derive(Debug)]
+pub struct CpuEngine<C> {
+    pub(crate) comm: C,
+    blocks: CpuBlocks,
+    /// [`Buf::Packed`].
+    packed: Buffer,
+    /// [`Buf::Halo`].
+    halo: Buffer,
+    /// The per-edge values of a transposed product in CSC order (grown at the first such
+    /// call).
+    csc_values: Vec<f32>,
+}
+
+impl<C> CpuEngine<C> {
+    pub(crate) fn new(comm: C, blocks: CpuBlocks) -> Self {
+        Self {
+            comm,
+            blocks,
+            packed: Buffer::default(),
+            halo: Buffer::default(),
+            csc_values: Vec::new(),
+        }
+    }
+}
+
+/// The operands of one program of a CPU call.
+#[derive(Debug)]
+pub(crate) struct CpuOperands<'a> {
+    /// [`Dense::Input`].
+    pub(crate) input: DenseView<'a, f32>,
+    /// [`Dense::Output`] (no rows for the SDDMM).
+    pub(crate) output: DenseViewMut<'a, f32>,
+    /// [`Dense::Left`].
+    pub(crate) left: Option<DenseView<'a, f32>>,
+    /// The per-edge values products read (empty when none).
+    pub(crate) values: &'a [f32],
+    /// The per-edge values SDDMMs write (empty when none).
+    pub(crate) out: &'a mut [f32],
+}
+
+impl<C> Engine for CpuEngine<C>
+where
+    C: Deref,
+    C::Target: AllGather + AllReduce + Broadcast + PointToPoint + Sized,
+{
+    type Host = C::Target;
+    type Operands<'a> = CpuOperands<'a>;
+    type Stream = ();
+
+    fn host(&self) -> &C::Target {
+        &self.comm
+    }
+
+    fn reserve(
+        &mut self,
+        s: &Shared<'_>,
+        op: Op,
+        groups: usize,
+        f: usize,
+    ) -> Result<(), DistSpmmError> {
+        let rows = s.schedule.buffer_rows(op);
+        self.packed.reserve(rows[Buf::Packed as usize] * f)?;
+        self.halo.reserve(rows[Buf::Halo as usize] * f)?;
+        if !op.transposes_edges() || f == 0 {
+            return Ok(());
+        }
+        if self.blocks.csc.is_none() {
+            self.blocks.csc = Some(CscOrder::new(&s.chunk, &s.blocks.edges)?);
+        }
+        // Shapes checked: one group or more, `groups · nnz` values in the operand.
+        let nnz = s.blocks.edges.len() * groups;
+        if self.csc_values.len() < nnz {
+            self.csc_values
+                .try_reserve_exact(nnz - self.csc_values.len())
+                .map_err(|e| DistSpmmError::Allocation {
+                    rank: 0,
+                    bytes: value_bytes(nnz),
+                    reason: e.to_string(),
+                })?;
+            self.csc_values.resize(nnz, 0.0);
+        }
+        Ok(())
+    }
+
+    unsafe fn execute<'a, I>(
+        &mut self,
+        s: &Shared<'_>,
+        groups: usize,
+        f: usize,
+        programs: I,
+        (): (),
+    ) -> Result<(), DistSpmmError>
+    where
+        I: IntoIterator<Item = (Kind, CpuOperands<'a>)>,
+    {
+        for (kind, o) in programs {
+            if f == 0 {
+                if kind == Kind::Sddmm {
+                    // Every dot product of no columns is 0; nothing travels.
+                    o.out.fill(0.0);
+                }
+                continue;
+            }
+            let program = s.schedule.program(kind);
+            let rows = crate::backend::buffer_rows(program);
+            let csc = if kind == Kind::BackwardEdges {
+                &mut self.csc_values[..]
+            } else {
+                &mut []
+            };
+            let mut call = CpuCall {
+                comm: &*self.comm,
+                m: CpuMatrices {
+                    chunk: s.chunk,
+                    blocks: &self.blocks,
+                    edges: &s.blocks.edges,
+                },
+                send_rows: &s.schedule.layout.send_rows,
+                x: o.input,
+                y: o.output,
+                left: o.left,
+                edges: CpuEdges {
+                    values: o.values,
+                    out: o.out,
+                    csc,
+                    groups,
+                },
+                packed: self.packed.get(rows[Buf::Packed as usize] * f),
+                halo: self.halo.get(rows[Buf::Halo as usize] * f),
+                f,
+            };
+            run(&mut call, program)?;
+        }
+        Ok(())
+    }
+
+    /// Buffers sized for the largest F called so far, and derived index arrays; after a
+    /// transposed product over per-edge values also the CSR→CSC permutation, in `structure`,
+    /// and the permuted values, in `buffers`: 4 bytes per non-zero for the permutation, 4 per
+    /// non-zero and group of the largest group count so far for the values.
+    fn workspace(&self) -> Workspace {
+        let structure = self
+            .blocks
+            .q_local
+            .iter()
+            .flatten()
+            .map(QLocalBlock::structure_bytes)
+            .sum::<u64>()
+            + self.blocks.csc.as_ref().map_or(0, CscOrder::bytes);
+        Workspace {
+            buffers: value_bytes(self.packed.len() + self.halo.len() + self.csc_values.len()),
+            structure,
+        }
+    }
 }
 
 /// The per-edge operands of one call: `groups` runs of the layout's length each, run g of
@@ -75,6 +256,8 @@ impl CpuEdges<'_> {
 pub(crate) struct CpuMatrices<'c> {
     pub(crate) chunk: ChunkView<'c>,
     pub(crate) blocks: &'c CpuBlocks,
+    /// The layout of the per-edge operand.
+    pub(crate) edges: &'c EdgeLayout,
 }
 
 /// The one form of SDDMM the programs use: `U` sampled into the call's edge operand.
@@ -138,7 +321,7 @@ impl<'c> CpuMatrices<'c> {
         orient: Orient,
         edges: &'v mut CpuEdges<'_>,
     ) -> Result<(Oriented<'v>, EdgeRuns<'v, f32>), DistSpmmError> {
-        let layout = &self.blocks.edges;
+        let layout = self.edges;
         let (k, groups) = (layout.index_of(a).ok_or_else(missing)?, edges.groups);
         let eb = layout.blocks()[k];
         let b = self.chunk.block(layout.chunk_index(k));
@@ -189,7 +372,7 @@ impl<'c> CpuMatrices<'c> {
         out: &mut [f32],
         groups: usize,
     ) -> Result<(), DistSpmmError> {
-        let layout = &self.blocks.edges;
+        let layout = self.edges;
         let k = layout.index_of(a).ok_or_else(missing)?;
         let eb = layout.blocks()[k];
         let room = out

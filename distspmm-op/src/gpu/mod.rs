@@ -13,8 +13,9 @@
 //! first, exactly as [`DistSpmm`](super::DistSpmm) does.
 //!
 //! # Execution
-//! The operator runs the same [`Program`](crate::Program)s as the CPU one; this module is the
-//! GPU [`Backend`]. Three streams take part: the caller's stream `S` (the operator's device
+//! The operator is the [`Operator`](crate::Operator) shell of the CPU one (construction, call
+//! path, accessors, bytes) over the GPU engine, so it runs the same
+//! [`Program`](crate::Program)s; this module is the GPU [`Backend`]. Three streams take part: the caller's stream `S` (the operator's device
 //! stream for the safe calls, any stream of the device for the raw ones), the NCCL
 //! communicator's stream `M` ([`Lane::Comm`]) and the device's own stream `D`
 //! ([`Lane::Local`]). `M` and `D` first wait for the work queued on `S`; a program's
@@ -35,6 +36,16 @@
 //!   call, 4 bytes per non-zero, into a scratch of 4 bytes per non-zero, each block its own run
 //!   so the two lanes never share one); the SDDMM: `dsp_sddmm` over the block's uploaded CSR
 //!   pattern into the block's run of the edge operand.
+//! - grouped (multi-head) calls, G groups of `C = F / G` columns and G head-major runs of
+//!   per-edge values (run g at `g·edge_count()`, as on the CPU): the exchanges move all F
+//!   columns at once; a product over per-edge values is G SpMMs, group g's over its run and
+//!   its columns `g·C..(g+1)·C` of X and Y (strided views, no copies), a transposed one first
+//!   copies all G runs of the block into CSC order in one launch; the SDDMM writes all G runs
+//!   of a block in one pass over its pattern (`dsp_sddmm` with `heads = G`).
+//!
+//! The edge softmax (`edge_softmax`, `leaky_relu_edge_softmax` and their backward) is
+//! distspmm-cuda's kernel over the operator's uploaded row pointers (a table of the layout's
+//! blocks made at construction): local, on the device's stream, the CPU operator's semantics.
 //!
 //! Every addition happens in a fixed order whatever the order of arrival, so results are
 //! bit-identical run to run. They agree with the CPU operator to rounding (the kernels sum a
@@ -52,23 +63,24 @@ use std::ops::Deref;
 
 use chunk_format::ChunkView;
 use dist_comm::{AllGather, AllReduce, CommError, Group, NcclComm, RawDeviceBuffer};
-use distspmm_core::schedule::{LayerTraffic, ScheduleKind, Traffic, Workspace};
+use distspmm_core::schedule::{ScheduleKind, Workspace};
 use distspmm_cuda::{
     CudaError, DeviceCsc, DeviceCscOrder, DeviceCsr, DeviceDense, DeviceRowSplit, DeviceRows,
-    DeviceScatter, GpuDevice, RawCscValues, RawCsr, RawDense, RawSplit, RawSpmm, RawStream,
-    RawWorkspace, ScatterPlan, SparseParts, Strategy,
+    DeviceScatter, EdgeRows, GpuDevice, RawCscValues, RawCsr, RawDense, RawEdgeBlock, RawEdgeRuns,
+    RawSplit, RawSpmm, RawStream, RawWorkspace, ScatterPlan, SparseParts, Strategy,
 };
 
 use crate::backend::{
-    run, Backend, Buf, Dense, Exchange, Instr, Lane, Matrix, Message, Orient, Product, Region,
-    Rows, Values,
+    run as run_program, Backend, Buf, Dense, Exchange, Instr, Lane, Matrix, Message, Orient,
+    Product, Region, Rows, Values,
 };
-use crate::edges::{CscOrder, EdgeLayout};
+use crate::edges::{CscOrder, EdgeBlock, EdgeLayout};
 use crate::layout::HaloLayout;
 use crate::operands::{check_all, Operand};
+use crate::operator::{self, engine::Engine, Shared};
 use crate::{
-    agree, blocks, check_operands, predicted_traffic, value_bytes, ChunkSource, DistSpmmError,
-    Kind, Op, Schedule, TrafficTotals,
+    blocks, check_groups, check_operands, value_bytes, ChunkSource, DistSpmmError, Kind, Op,
+    Operator, Schedule,
 };
 
 /// A device failure of this rank (not collective), as the communicators' device errors.
@@ -205,11 +217,12 @@ struct DeviceMatrices {
     empty: Option<DeviceCsr>,
     /// Halo: the concatenated send lists (gather) and the backward's scatter plan.
     halo: Option<(DeviceRows, DeviceScatter)>,
-    /// The layout of the per-edge operand.
-    edges: EdgeLayout,
     /// The CSR→CSC ranks of every block in layout order, uploaded at the first transposed
     /// product over per-edge values.
     csc_order: Option<DeviceCscOrder>,
+    /// Where each row's entries sit in the per-edge operand (the blocks' first positions and
+    /// uploaded row pointers), for the edge softmax; set once the blocks are uploaded.
+    rows: Option<EdgeRows>,
 }
 
 impl DeviceMatrices {
@@ -227,7 +240,7 @@ impl DeviceMatrices {
     }
 
     /// Device bytes of the uploaded structure.
-    fn bytes(&self, layout: &HaloLayout, scatter: Option<&ScatterPlan>) -> u64 {
+    fn bytes(&self, scatter: Option<&ScatterPlan>) -> u64 {
         let blocks = self.remote.iter().chain(self.q_local.iter().flatten());
         self.diagonal.bytes()
             + blocks.map(DeviceBlock::bytes).sum::<u64>()
@@ -236,22 +249,22 @@ impl DeviceMatrices {
                 .as_ref()
                 .map_or(0, |e| 8 * (e.nrows() as u64 + 1))
             + scatter.map_or(0, |sc| {
-                4 * layout.send_rows.len() as u64
+                4 * sc.packed_rows() as u64
                     + 4 * sc.rows().len() as u64
                     + 8 * (sc.ptr().len() + sc.src().len()) as u64
             })
             + self.csc_order.as_ref().map_or(0, DeviceCscOrder::bytes)
+            + self.rows.as_ref().map_or(0, |r| 16 * r.blocks() as u64)
     }
+}
 
-    /// The layout run of a block a program names.
-    fn edge_run(&self, a: Matrix) -> Result<(usize, usize), DistSpmmError> {
-        let k = self
-            .edges
-            .index_of(a)
-            .ok_or_else(|| internal("the program names a block without per-edge values"))?;
-        let b = self.edges.blocks()[k];
-        Ok((b.first, b.len))
-    }
+/// The layout run of a block a program names.
+fn edge_run(edges: &EdgeLayout, a: Matrix) -> Result<(usize, usize), DistSpmmError> {
+    let k = edges
+        .index_of(a)
+        .ok_or_else(|| internal("the program names a block without per-edge values"))?;
+    let b = edges.blocks()[k];
+    Ok((b.first, b.len))
 }
 
 /// The backward's scatter-add of a halo layout: partial sums received in the send layout,
@@ -274,7 +287,33 @@ struct Streams {
     side: RawStream,
 }
 
-/// The distributed SpMM operator of one rank on device buffers. See the [module docs](self).
+/// The GPU engine of [`Operator`](crate::Operator): the host communicator the ranks agree
+/// over, the NCCL communicator that moves the rows, the device with the chunk's blocks
+/// uploaded, and the device buffers.
+#[derive(Debug)]
+pub struct GpuEngine<H, N>
+where
+    N: Deref<Target = NcclComm>,
+{
+    host: H,
+    nccl: N,
+    dev: GpuDevice,
+    m: DeviceMatrices,
+    /// The scatter plan's host arrays (for [`GpuDistSpmm::workspace`]).
+    scatter: Option<ScatterPlan>,
+    /// [`Buf::Packed`].
+    packed: Flat,
+    /// [`Buf::Halo`].
+    halo: Flat,
+    /// Row-splitting workspaces of the products, per lane ([`Lane::Comm`], [`Lane::Local`]).
+    ws: [Flat; 2],
+    /// The per-edge values of the transposed products in CSC order (one run per group, each
+    /// with one run per block).
+    csc_values: Flat,
+}
+
+/// The distributed SpMM operator of one rank on device buffers: the [`Operator`] shell over
+/// the GPU engine ([`GpuEngine`]). See the [module docs](self).
 ///
 /// ```no_run
 /// use chunk_format::ChunkView;
@@ -304,38 +343,11 @@ struct Streams {
 ///
 /// As [`DistSpmm`](crate::DistSpmm), the operator holds its communicators and its chunk by
 /// whatever the caller gives: references, or owners (`Rc<NcclComm>`, `Arc<MappedChunk>`).
-#[derive(Debug)]
-pub struct GpuDistSpmm<H, N, K>
-where
-    H: Deref,
-    H::Target: AllGather + AllReduce + Sized,
-    N: Deref<Target = NcclComm>,
-    K: ChunkSource,
-{
-    host: H,
-    nccl: N,
-    dev: GpuDevice,
-    chunk: K,
-    schedule: Schedule,
-    m: DeviceMatrices,
-    /// The scatter plan's host arrays (for [`GpuDistSpmm::workspace`]).
-    scatter: Option<ScatterPlan>,
-    /// [`Buf::Packed`].
-    packed: Flat,
-    /// [`Buf::Halo`].
-    halo: Flat,
-    /// Row-splitting workspaces of the products, per lane ([`Lane::Comm`], [`Lane::Local`]).
-    ws: [Flat; 2],
-    /// The per-edge values of the transposed products in CSC order (one run per block).
-    csc_values: Flat,
-    last: Traffic,
-    totals: TrafficTotals,
-}
+pub type GpuDistSpmm<H, N, K> = Operator<GpuEngine<H, N>, K>;
 
-/// One program of a call on device memory: its kind and the operands it names.
+/// One program of a call on device memory: the operands it names.
 #[derive(Debug, Clone, Copy)]
-struct Run {
-    kind: Kind,
+pub(crate) struct Run {
     /// [`Dense::Input`].
     x: RawDense,
     /// [`Dense::Output`] (no rows for the SDDMM).
@@ -355,6 +367,47 @@ fn lane_index(lane: Lane) -> usize {
     }
 }
 
+/// The block a program names for block `k` of the per-edge layout.
+fn layout_block(kind: ScheduleKind, k: usize, b: &EdgeBlock) -> Matrix {
+    if k == 0 {
+        Matrix::Diagonal
+    } else {
+        match kind {
+            ScheduleKind::Halo => Matrix::Remote(k - 1),
+            ScheduleKind::Broadcast => Matrix::QLocal(b.source),
+        }
+    }
+}
+
+/// Columns `first..first + w` of `d`.
+fn columns(d: RawDense, first: usize, w: usize) -> RawDense {
+    RawDense {
+        rows: d.rows,
+        cols: w,
+        ld: d.ld,
+        ptr: d.ptr + (first * size_of::<f32>()) as u64,
+    }
+}
+
+/// One group of a grouped product over per-edge values: where its run of values starts
+/// (values after run 0's start) and its columns of the dense operands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct GroupSlice {
+    values: usize,
+    first_column: usize,
+    columns: usize,
+}
+
+/// The groups of a product with `groups` groups of `w` columns over runs `stride` values
+/// apart: group g reads run g and columns `g·w..(g+1)·w` (the CPU's head-major layout).
+fn group_slices(groups: usize, stride: usize, w: usize) -> impl Iterator<Item = GroupSlice> {
+    (0..groups).map(move |g| GroupSlice {
+        values: g * stride,
+        first_column: g * w,
+        columns: w,
+    })
+}
+
 impl<H, N, K> GpuDistSpmm<H, N, K>
 where
     H: Deref,
@@ -370,130 +423,20 @@ where
     /// device, out of memory) gets [`DistSpmmError::Comm`] and the others a
     /// [`DistSpmmError::Disagreement`] naming it.
     pub fn new(host: H, nccl: N, chunk: K, schedule: ScheduleKind) -> Result<Self, DistSpmmError> {
-        let view = chunk.chunk();
-        let built = Self::build(&*host, &nccl, &view, schedule);
-        if let Err(e) = &built {
-            tracing::warn!(rank = host.rank(), error = %e, "cannot build the GPU operator");
-        }
-        agree::agree_on_chunk(&*host, &view, chunk.listed(), schedule, built.is_ok())?;
-        let (dev, schedule, m, scatter) = built?;
-        Ok(Self {
+        let agreed = operator::agree_and_build(&*host, chunk, schedule, |view, s, blocks| {
+            GpuEngine::<H, N>::build(&*host, &nccl, view, s, &blocks.edges)
+        })?;
+        Ok(agreed.with_engine(|(dev, m, scatter)| GpuEngine {
             host,
             nccl,
             dev,
-            chunk,
-            schedule,
             m,
             scatter,
             packed: Flat::default(),
             halo: Flat::default(),
             ws: [Flat::default(), Flat::default()],
             csc_values: Flat::default(),
-            last: Traffic::default(),
-            totals: TrafficTotals::default(),
-        })
-    }
-
-    /// Opens the device and uploads what the schedule needs (local).
-    fn build(
-        host: &H::Target,
-        nccl: &NcclComm,
-        chunk: &ChunkView<'_>,
-        kind: ScheduleKind,
-    ) -> Result<(GpuDevice, Schedule, DeviceMatrices, Option<ScatterPlan>), DistSpmmError> {
-        if (nccl.rank(), nccl.size()) != (host.rank(), host.size()) {
-            return Err(DistSpmmError::Shape(format!(
-                "the NCCL communicator's rank {} of {} is not the host communicator's rank {} \
-                 of {}: build both over the same ranks",
-                nccl.rank(),
-                nccl.size(),
-                host.rank(),
-                host.size()
-            )));
-        }
-        let schedule = Schedule::new(chunk, kind)?;
-        let n = chunk.num_local_nodes();
-        let scatter = match kind {
-            ScheduleKind::Halo => Some(scatter_plan(&schedule.layout, n)?),
-            ScheduleKind::Broadcast => None,
-        };
-        let dev = GpuDevice::open(nccl.ordinal()).map_err(cuda)?;
-        let m = Self::upload(&dev, chunk, &schedule, scatter.as_ref()).map_err(cuda)?;
-        // The uploads ran on the device stream; the NCCL stream uses them next.
-        dev.synchronize().map_err(cuda)?;
-        tracing::debug!(
-            rank = chunk.part_id(),
-            ordinal = dev.ordinal(),
-            schedule = ?kind,
-            "uploaded the chunk for the GPU operator"
-        );
-        Ok((dev, schedule, m, scatter))
-    }
-
-    /// Uploads the blocks the schedule names (the same host views the CPU operator uses).
-    fn upload(
-        dev: &GpuDevice,
-        chunk: &ChunkView<'_>,
-        schedule: &Schedule,
-        scatter: Option<&ScatterPlan>,
-    ) -> Result<DeviceMatrices, CudaError> {
-        let diagonal = DeviceBlock::of(dev, &blocks::diagonal(chunk))?;
-        let (mut remote, mut q_local, mut empty, mut halo) = (Vec::new(), Vec::new(), None, None);
-        match schedule.kind {
-            ScheduleKind::Halo => {
-                remote = blocks::remote(chunk)
-                    .iter()
-                    .map(|(_, b)| DeviceBlock::of(dev, b))
-                    .collect::<Result<_, _>>()?;
-                if let Some(plan) = scatter {
-                    halo = Some((
-                        DeviceRows::new(dev, &schedule.layout.send_rows)?,
-                        DeviceScatter::new(dev, plan)?,
-                    ));
-                }
-            }
-            ScheduleKind::Broadcast => {
-                q_local = blocks::q_local(chunk)
-                    .iter()
-                    .map(|b| {
-                        b.as_ref()
-                            .map(|b| {
-                                let (csr, csc) = b.views(chunk);
-                                let (csr, csc) = (&csr, &csc);
-                                DeviceBlock::upload(
-                                    dev,
-                                    (csr.nrows(), csr.ncols()),
-                                    (csr.indptr(), csr.indices(), csr.data()),
-                                    (csc.indptr(), csc.indices(), csc.data()),
-                                )
-                            })
-                            .transpose()
-                    })
-                    .collect::<Result<_, _>>()?;
-                let widest = crate::backend::buffer_rows(schedule.program(Kind::Backward))
-                    [Buf::Packed as usize];
-                let zeros = vec![0u64; widest + 1];
-                empty = Some(DeviceCsr::new(
-                    dev,
-                    SparseParts {
-                        nrows: widest,
-                        ncols: chunk.num_local_nodes(),
-                        indptr: &zeros,
-                        indices: &[],
-                        values: &[],
-                    },
-                )?);
-            }
-        }
-        Ok(DeviceMatrices {
-            diagonal,
-            remote,
-            q_local,
-            empty,
-            halo,
-            edges: EdgeLayout::new(chunk),
-            csc_order: None,
-        })
+        }))
     }
 
     /// `Y_p = (Â·X)_p` from this rank's `X_p` into `Y_p` (`n_p × F` each, any leading
@@ -505,18 +448,11 @@ where
     /// handle is a [`DistSpmmError::Shape`] (use [`device`](Self::device) to allocate).
     pub fn forward(&mut self, x: &DeviceDense, y: &mut DeviceDense) -> Result<(), DistSpmmError> {
         let local = self.same_device(&[x, y]);
+        let stream = Some(self.engine.dev.stream());
         // SAFETY: both are live allocations of this operator's device with the extents
         // their raw() describes; `y` is borrowed mutably, so it is not `x`; the device stream
-        // is live as long as `self.dev`.
-        unsafe {
-            self.call(
-                Op::Forward,
-                x.raw(),
-                y.raw(),
-                Some(self.dev.stream()),
-                local,
-            )
-        }
+        // is live as long as the engine's device.
+        unsafe { self.spmm_call(Op::Forward, x.raw(), y.raw(), stream, local) }
     }
 
     /// `dX_p = (Âᵀ·dY)_p` from `dY_p` into `dX_p` on the device's stream. Collective.
@@ -529,16 +465,9 @@ where
         dx: &mut DeviceDense,
     ) -> Result<(), DistSpmmError> {
         let local = self.same_device(&[dy, dx]);
+        let stream = Some(self.engine.dev.stream());
         // SAFETY: as in forward.
-        unsafe {
-            self.call(
-                Op::Backward,
-                dy.raw(),
-                dx.raw(),
-                Some(self.dev.stream()),
-                local,
-            )
-        }
+        unsafe { self.spmm_call(Op::Backward, dy.raw(), dx.raw(), stream, local) }
     }
 
     /// [`forward`](Self::forward) on device memory given by address, ordered after the work
@@ -560,7 +489,7 @@ where
         stream: Option<RawStream>,
     ) -> Result<(), DistSpmmError> {
         // SAFETY: forwarded contract.
-        unsafe { self.call(Op::Forward, x, y, stream, Ok(())) }
+        unsafe { self.spmm_call(Op::Forward, x, y, stream, Ok(())) }
     }
 
     /// [`backward`](Self::backward) on device memory given by address (see
@@ -578,7 +507,7 @@ where
         stream: Option<RawStream>,
     ) -> Result<(), DistSpmmError> {
         // SAFETY: forwarded contract.
-        unsafe { self.call(Op::Backward, dy, dx, stream, Ok(())) }
+        unsafe { self.spmm_call(Op::Backward, dy, dx, stream, Ok(())) }
     }
 
     /// `Y_p = (A_e·X)_p` with the per-edge values `e` (an `edge_count() × 1` column in the
@@ -594,7 +523,26 @@ where
         x: &DeviceDense,
         y: &mut DeviceDense,
     ) -> Result<(), DistSpmmError> {
-        self.values_call(Op::SpmmValues, e, x, y)
+        self.spmm_values_grouped(1, e, x, y)
+    }
+
+    /// [`spmm_values`](Self::spmm_values) for `groups` groups at once, as
+    /// [`DistSpmm::spmm_values_grouped`](crate::DistSpmm::spmm_values_grouped): `e` is one
+    /// contiguous column of `groups · edge_count()` values (run g first at `g·edge_count`),
+    /// `X` and `Y` have `F = groups·C` columns, group g's product over columns
+    /// `g·C..(g+1)·C`. One exchange of all F columns. Collective.
+    ///
+    /// # Errors
+    /// As [`spmm_values`](Self::spmm_values); no group, F not a multiple of `groups` or `e`
+    /// of another length than `groups · edge_count()` is a [`DistSpmmError::Shape`].
+    pub fn spmm_values_grouped(
+        &mut self,
+        groups: usize,
+        e: &DeviceDense,
+        x: &DeviceDense,
+        y: &mut DeviceDense,
+    ) -> Result<(), DistSpmmError> {
+        self.values_call(Op::SpmmValues, groups, e, x, y)
     }
 
     /// `dX_p = (A_eᵀ·dY)_p` with the per-edge values `e`, on the device's stream, as
@@ -609,12 +557,29 @@ where
         dy: &DeviceDense,
         dx: &mut DeviceDense,
     ) -> Result<(), DistSpmmError> {
-        self.values_call(Op::SpmmValuesTranspose, e, dy, dx)
+        self.spmm_values_transpose_grouped(1, e, dy, dx)
+    }
+
+    /// [`spmm_values_transpose`](Self::spmm_values_transpose) for `groups` groups at once, `e`
+    /// as in [`spmm_values_grouped`](Self::spmm_values_grouped); the CSC-ordered copy of the
+    /// values holds `groups` runs. Collective.
+    ///
+    /// # Errors
+    /// As [`spmm_values_grouped`](Self::spmm_values_grouped).
+    pub fn spmm_values_transpose_grouped(
+        &mut self,
+        groups: usize,
+        e: &DeviceDense,
+        dy: &DeviceDense,
+        dx: &mut DeviceDense,
+    ) -> Result<(), DistSpmmError> {
+        self.values_call(Op::SpmmValuesTranspose, groups, e, dy, dx)
     }
 
     fn values_call(
         &mut self,
         op: Op,
+        groups: usize,
         e: &DeviceDense,
         input: &DeviceDense,
         output: &mut DeviceDense,
@@ -623,26 +588,25 @@ where
         let same = self.same_device(&[e, input, output]);
         let (e, input_raw, output_raw) = (e.raw(), input.raw(), output.raw());
         let local = same.and_then(|()| {
-            check_device_call(
-                op,
-                self.rank(),
-                (self.local_rows(), self.edge_count()),
+            self.check_device_call(
+                op.name(),
+                groups,
                 &[("E", &e), (i, &input_raw)],
                 &[(o, &output_raw)],
             )
         });
         let run = Run {
-            kind: op.programs()[0],
             x: input_raw,
             y: output_raw,
             left: None,
             values: e.ptr,
             out: 0,
         };
+        let stream = Some(self.engine.dev.stream());
         // SAFETY: live allocations of this operator's device (checked above, `e` through its
         // extent) with the extents their raw() describes; the output is borrowed mutably, so
-        // it is none of the inputs; the device stream is live as long as `self.dev`.
-        unsafe { self.queue(op, input_raw.cols, &[run], Some(self.dev.stream()), local) }
+        // it is none of the inputs; the device stream is live as long as the engine's device.
+        unsafe { self.call_programs(op, groups, input_raw.cols, local, [run], stream) }
     }
 
     /// `E[k] = ⟨U_i, V_j⟩` over this rank's stored non-zeros into `e` (an `edge_count() × 1`
@@ -657,18 +621,34 @@ where
         v: &DeviceDense,
         e: &mut DeviceDense,
     ) -> Result<(), DistSpmmError> {
+        self.sddmm_grouped(1, u, v, e)
+    }
+
+    /// [`sddmm`](Self::sddmm) for `groups` groups at once, as
+    /// [`DistSpmm::sddmm_grouped`](crate::DistSpmm::sddmm_grouped): `U` and `V` have
+    /// `F = groups·w` columns, `e` is one contiguous column of `groups · edge_count()` values
+    /// (run g first at `g·edge_count`), written in one pass over the edges. Collective.
+    ///
+    /// # Errors
+    /// As [`spmm_values_grouped`](Self::spmm_values_grouped).
+    pub fn sddmm_grouped(
+        &mut self,
+        groups: usize,
+        u: &DeviceDense,
+        v: &DeviceDense,
+        e: &mut DeviceDense,
+    ) -> Result<(), DistSpmmError> {
         let (u_raw, v_raw, e_raw) = (u.raw(), v.raw(), e.raw());
+        let op = Op::Sddmm;
         let local = self.same_device(&[u, v, e]).and_then(|()| {
-            check_device_call(
-                Op::Sddmm,
-                self.rank(),
-                (self.local_rows(), self.edge_count()),
+            self.check_device_call(
+                op.name(),
+                groups,
                 &[("U", &u_raw), ("V", &v_raw)],
                 &[("E", &e_raw)],
             )
         });
         let run = Run {
-            kind: Kind::Sddmm,
             x: v_raw,
             y: RawDense {
                 rows: 0,
@@ -680,16 +660,9 @@ where
             values: 0,
             out: e_raw.ptr,
         };
+        let stream = Some(self.engine.dev.stream());
         // SAFETY: as in spmm_values; `e` is borrowed mutably.
-        unsafe {
-            self.queue(
-                Op::Sddmm,
-                u_raw.cols,
-                &[run],
-                Some(self.dev.stream()),
-                local,
-            )
-        }
+        unsafe { self.call_programs(op, groups, u_raw.cols, local, [run], stream) }
     }
 
     /// The gradients of [`sddmm`](Self::sddmm) (`dU`, `dV` overwritten), on the device's
@@ -705,55 +678,53 @@ where
         du: &mut DeviceDense,
         dv: &mut DeviceDense,
     ) -> Result<(), DistSpmmError> {
+        self.sddmm_backward_grouped(1, de, u, v, du, dv)
+    }
+
+    /// The gradients of [`sddmm_grouped`](Self::sddmm_grouped), as
+    /// [`DistSpmm::sddmm_backward_grouped`](crate::DistSpmm::sddmm_backward_grouped), `dE` in
+    /// runs as the SDDMM wrote them. Collective.
+    ///
+    /// # Errors
+    /// As [`spmm_values_grouped`](Self::spmm_values_grouped).
+    pub fn sddmm_backward_grouped(
+        &mut self,
+        groups: usize,
+        de: &DeviceDense,
+        u: &DeviceDense,
+        v: &DeviceDense,
+        du: &mut DeviceDense,
+        dv: &mut DeviceDense,
+    ) -> Result<(), DistSpmmError> {
         let (de_raw, u_raw, v_raw) = (de.raw(), u.raw(), v.raw());
         let (du_raw, dv_raw) = (du.raw(), dv.raw());
         let op = Op::SddmmBackward;
         let local = self.same_device(&[de, u, v, du, dv]).and_then(|()| {
-            check_device_call(
-                op,
-                self.rank(),
-                (self.local_rows(), self.edge_count()),
-                &[("dE", &de_raw), ("U", &u_raw), ("V", &v_raw)],
+            self.check_device_call(
+                op.name(),
+                groups,
+                &[("U", &u_raw), ("V", &v_raw), ("dE", &de_raw)],
                 &[("dU", &du_raw), ("dV", &dv_raw)],
             )
         });
-        let runs = [
-            Run {
-                kind: Kind::ForwardEdges,
-                x: v_raw,
-                y: du_raw,
-                left: None,
-                values: de_raw.ptr,
-                out: 0,
-            },
-            Run {
-                kind: Kind::BackwardEdges,
-                x: u_raw,
-                y: dv_raw,
-                left: None,
-                values: de_raw.ptr,
-                out: 0,
-            },
-        ];
+        let run = |x, y| Run {
+            x,
+            y,
+            left: None,
+            values: de_raw.ptr,
+            out: 0,
+        };
+        let runs = [run(v_raw, du_raw), run(u_raw, dv_raw)];
+        let stream = Some(self.engine.dev.stream());
         // SAFETY: as in spmm_values; `du` and `dv` are borrowed mutably.
-        unsafe { self.queue(op, u_raw.cols, &runs, Some(self.dev.stream()), local) }
-    }
-
-    /// Values of the per-edge operand of this rank: its stored non-zeros.
-    pub fn edge_count(&self) -> usize {
-        self.m.edges.len()
-    }
-
-    /// The layout of the per-edge operand (as the CPU operator's).
-    pub fn edge_layout(&self) -> &EdgeLayout {
-        &self.m.edges
+        unsafe { self.call_programs(op, groups, u_raw.cols, local, runs, stream) }
     }
 
     fn same_device(&self, operands: &[&DeviceDense]) -> Result<(), DistSpmmError> {
-        let ordinal = self.dev.ordinal();
+        let ordinal = self.engine.dev.ordinal();
         if operands
             .iter()
-            .all(|m| m.device().stream() == self.dev.stream())
+            .all(|m| m.device().stream() == self.engine.dev.stream())
         {
             Ok(())
         } else {
@@ -765,11 +736,24 @@ where
         }
     }
 
-    /// An SpMM call (`forward`, `backward`): checks locally, agrees, then queues the program.
+    /// The device operands of a call `name` with `groups` groups on this rank (see
+    /// [`check_device_call`]).
+    fn check_device_call(
+        &self,
+        name: &str,
+        groups: usize,
+        inputs: &[(&'static str, &RawDense)],
+        outputs: &[(&'static str, &RawDense)],
+    ) -> Result<(), DistSpmmError> {
+        let rows = (self.local_rows(), self.edge_count());
+        check_device_call(name, self.rank(), rows, groups, inputs, outputs)
+    }
+
+    /// An SpMM call with the chunk's values (`forward`, `backward`).
     ///
     /// # Safety
     /// As [`forward_raw`](Self::forward_raw).
-    unsafe fn call(
+    unsafe fn spmm_call(
         &mut self,
         op: Op,
         input: RawDense,
@@ -781,7 +765,6 @@ where
             check_device_operands(op, self.rank(), self.local_rows(), &input, &output)
         });
         let run = Run {
-            kind: op.programs()[0],
             x: input,
             y: output,
             left: None,
@@ -789,145 +772,194 @@ where
             out: 0,
         };
         // SAFETY: forwarded contract.
-        unsafe { self.queue(op, input.cols, &[run], stream, local) }
+        unsafe { self.call_programs(op, 1, input.cols, local, [run], stream) }
     }
 
-    /// Reserves, agrees, then queues `runs` (the programs of one call of `op` with `f` columns)
-    /// in order on the operator's streams, ordered after `stream`'s work and before its later
-    /// work.
-    ///
-    /// # Safety
-    /// Every operand of `runs` is device memory of this operator's device with the extents
-    /// it describes, outputs not overlapping anything else; `stream` a live stream of the
-    /// device's primary context; all alive and untouched by other streams until the work
-    /// queued on `stream` by this call has finished.
-    unsafe fn queue(
-        &mut self,
-        op: Op,
-        f: usize,
-        runs: &[Run],
-        stream: Option<RawStream>,
-        local: Result<(), DistSpmmError>,
-    ) -> Result<(), DistSpmmError> {
-        let ready = local.and_then(|()| self.reserve(op, f));
-        agree::agree_on_call(&*self.host, op, 1, f, ready)?;
-        let mut total = Traffic::default();
-        let main = RawStream(self.nccl.raw_stream());
-        let streams = Streams {
-            caller: stream.unwrap_or(main),
-            main,
-            side: self.dev.stream(),
+    /// The device the operator runs on; allocate the operands of
+    /// [`forward`](Self::forward) and [`backward`](Self::backward) on it.
+    pub fn device(&self) -> &GpuDevice {
+        &self.engine.dev
+    }
+
+    /// The NCCL communicator.
+    pub fn nccl(&self) -> &NcclComm {
+        &self.engine.nccl
+    }
+
+    /// The host communicator the ranks agree over.
+    pub fn host(&self) -> &H::Target {
+        &self.engine.host
+    }
+
+    /// Device memory this operator holds: `buffers` the exchange buffers, row-splitting
+    /// workspaces and the CSC-ordered copy of per-edge values (sized for the largest F and
+    /// group count so far), `structure` the uploaded blocks (CSR and CSC), send lists, scatter
+    /// plan, the CSR→CSC ranks once uploaded and the edge softmax's row table.
+    pub fn workspace(&self) -> Workspace {
+        self.engine.workspace()
+    }
+}
+
+impl<H, N> GpuEngine<H, N>
+where
+    H: Deref,
+    H::Target: AllGather + AllReduce + Sized,
+    N: Deref<Target = NcclComm>,
+{
+    /// Opens the device and uploads what the schedule needs (local).
+    fn build(
+        host: &H::Target,
+        nccl: &NcclComm,
+        chunk: &ChunkView<'_>,
+        schedule: &Schedule,
+        edges: &EdgeLayout,
+    ) -> Result<(GpuDevice, DeviceMatrices, Option<ScatterPlan>), DistSpmmError> {
+        if (nccl.rank(), nccl.size()) != (host.rank(), host.size()) {
+            return Err(DistSpmmError::Shape(format!(
+                "the NCCL communicator's rank {} of {} is not the host communicator's rank {} \
+                 of {}: build both over the same ranks",
+                nccl.rank(),
+                nccl.size(),
+                host.rank(),
+                host.size()
+            )));
+        }
+        let n = chunk.num_local_nodes();
+        let scatter = match schedule.kind {
+            ScheduleKind::Halo => Some(scatter_plan(&schedule.layout, n)?),
+            ScheduleKind::Broadcast => None,
         };
-        let mut joined = false;
-        for (k, r) in runs.iter().enumerate() {
-            let traffic = if f == 0 && r.kind == Kind::Sddmm {
-                // SAFETY: forwarded contract.
-                unsafe { self.zero_edges(r.out, stream.unwrap_or(main))? };
-                Traffic::default()
-            } else if f == 0 || r.x.rows == 0 && self.parts() == 1 {
-                Traffic::default()
-            } else {
-                let mut call = GpuCall {
-                    dev: &self.dev,
-                    nccl: &self.nccl,
-                    m: &self.m,
-                    packed: &self.packed,
-                    halo: &self.halo,
-                    ws: [&self.ws[0], &self.ws[1]],
-                    csc: &self.csc_values,
-                    run: *r,
-                    streams,
-                    f,
-                };
-                // SAFETY: the caller's contract covers the operands and its stream; the NCCL
-                // and device streams are live as long as `self`. A later program's local lane
-                // starts after the earlier program's end.
-                unsafe {
-                    if !joined {
-                        call.join_raw(streams.main, streams.caller)?;
-                        call.join_raw(streams.side, streams.caller)?;
-                        joined = true;
-                    } else if k > 0 {
-                        call.join_raw(streams.side, streams.main)?;
-                    }
-                }
-                run(&mut call, self.schedule.program(r.kind))?;
-                self.schedule.program_traffic(r.kind, f)
-            };
-            self.totals.record(r.kind, traffic);
-            total += traffic;
-        }
-        if joined {
-            // SAFETY: as above.
-            unsafe {
-                self.dev
-                    .join_streams(Some(streams.caller), Some(streams.main))
+        let dev = GpuDevice::open(nccl.ordinal()).map_err(cuda)?;
+        let m = upload(&dev, chunk, schedule, edges, scatter.as_ref())?;
+        // The uploads ran on the device stream; the NCCL stream uses them next.
+        dev.synchronize().map_err(cuda)?;
+        tracing::debug!(
+            rank = chunk.part_id(),
+            ordinal = dev.ordinal(),
+            schedule = ?schedule.kind,
+            "uploaded the chunk for the GPU operator"
+        );
+        Ok((dev, m, scatter))
+    }
+}
+
+/// Uploads the blocks the schedule names (the same host views the CPU operator uses), and
+/// the per-edge layout's row table for the edge softmax.
+fn upload(
+    dev: &GpuDevice,
+    chunk: &ChunkView<'_>,
+    schedule: &Schedule,
+    edges: &EdgeLayout,
+    scatter: Option<&ScatterPlan>,
+) -> Result<DeviceMatrices, DistSpmmError> {
+    let diagonal = DeviceBlock::of(dev, &blocks::diagonal(chunk))?;
+    let (mut remote, mut q_local, mut empty, mut halo) = (Vec::new(), Vec::new(), None, None);
+    match schedule.kind {
+        ScheduleKind::Halo => {
+            remote = blocks::remote(chunk)
+                .iter()
+                .map(|(_, b)| DeviceBlock::of(dev, b))
+                .collect::<Result<_, _>>()?;
+            if let Some(plan) = scatter {
+                halo = Some((
+                    DeviceRows::new(dev, &schedule.layout.send_rows)?,
+                    DeviceScatter::new(dev, plan)?,
+                ));
             }
-            .map_err(cuda)?;
         }
-        self.last = total;
-        Ok(())
+        ScheduleKind::Broadcast => {
+            q_local = blocks::q_local(chunk)
+                .iter()
+                .map(|b| {
+                    b.as_ref()
+                        .map(|b| {
+                            let (csr, csc) = b.views(chunk);
+                            let (csr, csc) = (&csr, &csc);
+                            DeviceBlock::upload(
+                                dev,
+                                (csr.nrows(), csr.ncols()),
+                                (csr.indptr(), csr.indices(), csr.data()),
+                                (csc.indptr(), csc.indices(), csc.data()),
+                            )
+                        })
+                        .transpose()
+                })
+                .collect::<Result<_, _>>()?;
+            let widest =
+                crate::backend::buffer_rows(schedule.program(Kind::Backward))[Buf::Packed as usize];
+            let zeros = vec![0u64; widest + 1];
+            empty = Some(DeviceCsr::new(
+                dev,
+                SparseParts {
+                    nrows: widest,
+                    ncols: chunk.num_local_nodes(),
+                    indptr: &zeros,
+                    indices: &[],
+                    values: &[],
+                },
+            )?);
+        }
+    }
+    let mut m = DeviceMatrices {
+        diagonal,
+        remote,
+        q_local,
+        empty,
+        halo,
+        csc_order: None,
+        rows: None,
+    };
+    let mut table = Vec::with_capacity(edges.blocks().len());
+    for (k, b) in edges.blocks().iter().enumerate() {
+        let block = m.block(layout_block(schedule.kind, k, b))?;
+        table.push(RawEdgeBlock {
+            first: b.first,
+            rowptr: block.csr.raw().indptr,
+        });
+    }
+    // SAFETY: the row pointers are this operator's uploads of the layout's blocks (`n_p + 1`
+    // non-decreasing entries each, validated with the chunk), alive as long as `m`, which
+    // holds the table; block k's entries are the layout's run `first..first + len`, within
+    // `edges.len()` and disjoint from the others'.
+    m.rows =
+        Some(unsafe { EdgeRows::from_device(dev, chunk.num_local_nodes(), edges.len(), &table) }?);
+    Ok(m)
+}
+
+impl<H, N> Engine for GpuEngine<H, N>
+where
+    H: Deref,
+    H::Target: AllGather + AllReduce + Sized,
+    N: Deref<Target = NcclComm>,
+{
+    type Host = H::Target;
+    type Operands<'a> = Run;
+    type Stream = Option<RawStream>;
+
+    fn host(&self) -> &H::Target {
+        &self.host
     }
 
-    /// `out = 0` for every block: the SDDMM of no columns (nothing travels), on `stream`.
-    ///
-    /// # Safety
-    /// `out` addresses `edge_count()` f32 of this operator's device, alive until the work
-    /// queued on `stream` (a live stream of the device's context) has finished.
-    unsafe fn zero_edges(&self, out: u64, stream: RawStream) -> Result<(), DistSpmmError> {
-        for (k, b) in self.m.edges.blocks().iter().enumerate() {
-            let block = if k == 0 {
-                Matrix::Diagonal
-            } else {
-                match self.schedule.kind {
-                    ScheduleKind::Halo => Matrix::Remote(k - 1),
-                    ScheduleKind::Broadcast => Matrix::QLocal(b.source),
-                }
-            };
-            let pattern = self.m.block(block)?.csr.raw();
-            let none = |rows| RawDense {
-                rows,
-                cols: 0,
-                ld: 0,
-                ptr: 0,
-            };
-            let into = RawDense {
-                rows: b.len,
-                cols: 1,
-                ld: 1,
-                ptr: out + 4 * b.first as u64,
-            };
-            // SAFETY: the pattern is this operator's upload; U and V have no columns, so the
-            // kernel reads neither; `into` is the block's run of the caller's `out`.
-            unsafe {
-                self.dev.sddmm_raw(
-                    &pattern,
-                    none(pattern.nrows),
-                    none(pattern.ncols),
-                    into,
-                    Some(stream),
-                )
-            }
-            .map_err(cuda)?;
-        }
-        Ok(())
-    }
-
-    /// Grows the buffers for a call of `op` with `f` columns, after waiting for the streams
-    /// that may still use the old ones.
-    fn reserve(&mut self, op: Op, f: usize) -> Result<(), DistSpmmError> {
-        let rank = self.rank();
-        let rows = self.schedule.buffer_rows(op);
+    /// Grows the buffers for a call of `op` with `groups` groups over `f` columns, after
+    /// waiting for the streams that may still use the old ones; uploads the CSR→CSC ranks at
+    /// the first transposed product over per-edge values.
+    fn reserve(
+        &mut self,
+        s: &Shared<'_>,
+        op: Op,
+        groups: usize,
+        f: usize,
+    ) -> Result<(), DistSpmmError> {
+        let rows = s.schedule.buffer_rows(op);
         let mut ws = [0usize; 2];
         for &kind in op.programs() {
-            split_workspace(&self.m, self.schedule.program(kind), f, &mut ws)?;
+            split_workspace(&self.m, s.schedule.program(kind), f, &mut ws)?;
         }
+        let edges = &s.blocks.edges;
         let transposes = op.transposes_edges() && f > 0;
         if transposes && self.m.csc_order.is_none() {
-            let order = CscOrder::new(&self.chunk.chunk(), &self.m.edges)?;
-            let ranks: Vec<u32> = self
-                .m
-                .edges
+            let order = CscOrder::new(&s.chunk, edges)?;
+            let ranks: Vec<u32> = edges
                 .blocks()
                 .iter()
                 .flat_map(|b| order.ranks(b).iter().copied())
@@ -939,7 +971,7 @@ where
             rows[Buf::Halo as usize] * f,
             ws[0],
             ws[1],
-            if transposes { self.m.edges.len() } else { 0 },
+            if transposes { groups * edges.len() } else { 0 },
         ];
         let bufs = [
             &self.packed,
@@ -953,7 +985,7 @@ where
         }
         let bytes = value_bytes(wanted.iter().sum());
         let alloc = |e: CudaError| DistSpmmError::Allocation {
-            rank,
+            rank: 0,
             bytes,
             reason: e.to_string(),
         };
@@ -976,68 +1008,76 @@ where
         dev.synchronize().map_err(cuda)
     }
 
-    /// The schedule this operator runs.
-    pub fn schedule(&self) -> ScheduleKind {
-        self.schedule.kind
+    /// Queues the programs in order on the operator's streams, ordered after `stream`'s work
+    /// (the NCCL stream's when `None`) and before its later work.
+    unsafe fn execute<'a, I>(
+        &mut self,
+        s: &Shared<'_>,
+        groups: usize,
+        f: usize,
+        programs: I,
+        stream: Option<RawStream>,
+    ) -> Result<(), DistSpmmError>
+    where
+        I: IntoIterator<Item = (Kind, Self::Operands<'a>)>,
+    {
+        let main = RawStream(self.nccl.raw_stream());
+        let streams = Streams {
+            caller: stream.unwrap_or(main),
+            main,
+            side: self.dev.stream(),
+        };
+        let parts = s.chunk.num_parts();
+        let mut joined = false;
+        for (k, (kind, run)) in programs.into_iter().enumerate() {
+            if f == 0 && kind == Kind::Sddmm {
+                // SAFETY: forwarded contract.
+                unsafe { self.zero_edges(s, groups, run.out, streams.caller)? };
+                continue;
+            }
+            if f == 0 || run.x.rows == 0 && parts == 1 {
+                continue;
+            }
+            let mut call = GpuCall {
+                dev: &self.dev,
+                nccl: &self.nccl,
+                m: &self.m,
+                edges: &s.blocks.edges,
+                packed: &self.packed,
+                halo: &self.halo,
+                ws: [&self.ws[0], &self.ws[1]],
+                csc: &self.csc_values,
+                run,
+                groups,
+                streams,
+                f,
+            };
+            // SAFETY: the caller's contract covers the operands and its stream; the NCCL and
+            // device streams are live as long as `self`. A later program's local lane starts
+            // after the earlier program's end.
+            unsafe {
+                if !joined {
+                    call.join_raw(streams.main, streams.caller)?;
+                    call.join_raw(streams.side, streams.caller)?;
+                    joined = true;
+                } else if k > 0 {
+                    call.join_raw(streams.side, streams.main)?;
+                }
+            }
+            run_program(&mut call, s.schedule.program(kind))?;
+        }
+        if joined {
+            // SAFETY: as above.
+            unsafe {
+                self.dev
+                    .join_streams(Some(streams.caller), Some(streams.main))
+            }
+            .map_err(cuda)?;
+        }
+        Ok(())
     }
 
-    /// This rank (= its part p).
-    pub fn rank(&self) -> usize {
-        self.chunk.chunk().part_id()
-    }
-
-    /// Number of ranks P.
-    pub fn parts(&self) -> usize {
-        self.chunk.chunk().num_parts()
-    }
-
-    /// Rows this rank owns, `n_p`.
-    pub fn local_rows(&self) -> usize {
-        self.chunk.chunk().num_local_nodes()
-    }
-
-    /// The device the operator runs on; allocate the operands of
-    /// [`forward`](Self::forward) and [`backward`](Self::backward) on it.
-    pub fn device(&self) -> &GpuDevice {
-        &self.dev
-    }
-
-    /// The NCCL communicator.
-    pub fn nccl(&self) -> &NcclComm {
-        &self.nccl
-    }
-
-    /// The host communicator the ranks agree over.
-    pub fn host(&self) -> &H::Target {
-        &self.host
-    }
-
-    /// The chunk.
-    pub fn chunk(&self) -> ChunkView<'_> {
-        self.chunk.chunk()
-    }
-
-    /// Payload bytes this rank handed to NCCL in its last call (the CPU operator's
-    /// conventions).
-    pub fn bytes_last_call(&self) -> Traffic {
-        self.last
-    }
-
-    /// Payload bytes and calls so far, per direction.
-    pub fn bytes_total(&self) -> TrafficTotals {
-        self.totals
-    }
-
-    /// The bytes the plan predicts for one forward and one backward call with `features`
-    /// columns.
-    pub fn predicted_traffic(&self, features: usize) -> LayerTraffic {
-        predicted_traffic(&self.chunk.chunk(), self.schedule(), features)
-    }
-
-    /// Device memory this operator holds: `buffers` the exchange buffers and row-splitting
-    /// workspaces (sized for the largest F so far), `structure` the uploaded blocks (CSR and
-    /// CSC), send lists and scatter plan.
-    pub fn workspace(&self) -> Workspace {
+    fn workspace(&self) -> Workspace {
         let buffers = [
             &self.packed,
             &self.halo,
@@ -1050,8 +1090,174 @@ where
         .sum::<usize>();
         Workspace {
             buffers: value_bytes(buffers),
-            structure: self.m.bytes(&self.schedule.layout, self.scatter.as_ref()),
+            structure: self.m.bytes(self.scatter.as_ref()),
         }
+    }
+}
+
+impl<H, N> GpuEngine<H, N>
+where
+    N: Deref<Target = NcclComm>,
+{
+    /// `out = 0` in every group's run of every block: the SDDMM of no columns (nothing
+    /// travels), on `stream`.
+    ///
+    /// # Safety
+    /// `out` addresses `groups · edge_count()` f32 of this operator's device, alive until the
+    /// work queued on `stream` (a live stream of the device's context) has finished.
+    unsafe fn zero_edges(
+        &self,
+        s: &Shared<'_>,
+        groups: usize,
+        out: u64,
+        stream: RawStream,
+    ) -> Result<(), DistSpmmError> {
+        let edges = &s.blocks.edges;
+        for (k, b) in edges.blocks().iter().enumerate() {
+            let block = layout_block(s.schedule.kind, k, b);
+            let pattern = self.m.block(block)?.csr.raw();
+            let none = |rows| RawDense {
+                rows,
+                cols: 0,
+                ld: 0,
+                ptr: 0,
+            };
+            let runs = RawEdgeRuns {
+                ptr: out + 4 * b.first as u64,
+                groups,
+                len: b.len,
+                stride: edges.len(),
+            };
+            // SAFETY: the pattern is this operator's upload; U and V have no columns, so the
+            // kernel reads neither; `runs` are the block's runs of the caller's `out`.
+            unsafe {
+                self.dev.sddmm_grouped_raw(
+                    &pattern,
+                    none(pattern.nrows),
+                    none(pattern.ncols),
+                    runs,
+                    Some(stream),
+                )
+            }
+            .map_err(cuda)?;
+        }
+        Ok(())
+    }
+}
+
+/// Per-edge softmax calls of the GPU operator, as the CPU operator's (local to the rank: no
+/// communication), on the device's stream over the operator's uploaded row pointers.
+impl<H, N, K> GpuDistSpmm<H, N, K>
+where
+    H: Deref,
+    H::Target: AllGather + AllReduce + Sized,
+    N: Deref<Target = NcclComm>,
+    K: ChunkSource,
+{
+    /// The softmax of `logits` over each row's entries into `out` (one contiguous column of
+    /// [`edge_count`](Self::edge_count) values each), as
+    /// [`DistSpmm::edge_softmax`](crate::DistSpmm::edge_softmax). Local.
+    ///
+    /// # Errors
+    /// [`DistSpmmError::Shape`] when an operand is not one contiguous column of
+    /// `edge_count()` values or belongs to another device handle; device errors.
+    pub fn edge_softmax(
+        &self,
+        logits: &DeviceDense,
+        out: &mut DeviceDense,
+    ) -> Result<(), DistSpmmError> {
+        self.softmax("edge_softmax", None, logits, out)
+    }
+
+    /// [`edge_softmax`](Self::edge_softmax) of `LeakyReLU_slope(logits)`, fused, as
+    /// [`DistSpmm::leaky_relu_edge_softmax`](crate::DistSpmm::leaky_relu_edge_softmax).
+    ///
+    /// # Errors
+    /// As [`edge_softmax`](Self::edge_softmax).
+    pub fn leaky_relu_edge_softmax(
+        &self,
+        slope: f32,
+        logits: &DeviceDense,
+        out: &mut DeviceDense,
+    ) -> Result<(), DistSpmmError> {
+        self.softmax("leaky_relu_edge_softmax", Some(slope), logits, out)
+    }
+
+    /// The gradient of [`edge_softmax`](Self::edge_softmax) from its result `out` and
+    /// `d_out` into `d_logits`, as
+    /// [`DistSpmm::edge_softmax_backward`](crate::DistSpmm::edge_softmax_backward).
+    ///
+    /// # Errors
+    /// As [`edge_softmax`](Self::edge_softmax).
+    pub fn edge_softmax_backward(
+        &self,
+        out: &DeviceDense,
+        d_out: &DeviceDense,
+        d_logits: &mut DeviceDense,
+    ) -> Result<(), DistSpmmError> {
+        self.softmax_backward("edge_softmax_backward", None, out, d_out, d_logits)
+    }
+
+    /// The gradient of [`leaky_relu_edge_softmax`](Self::leaky_relu_edge_softmax) with
+    /// respect to the pre-activation `logits`, as
+    /// [`DistSpmm::leaky_relu_edge_softmax_backward`](crate::DistSpmm::leaky_relu_edge_softmax_backward).
+    ///
+    /// # Errors
+    /// As [`edge_softmax`](Self::edge_softmax).
+    pub fn leaky_relu_edge_softmax_backward(
+        &self,
+        slope: f32,
+        logits: &DeviceDense,
+        out: &DeviceDense,
+        d_out: &DeviceDense,
+        d_logits: &mut DeviceDense,
+    ) -> Result<(), DistSpmmError> {
+        let name = "leaky_relu_edge_softmax_backward";
+        self.softmax_backward(name, Some((slope, logits)), out, d_out, d_logits)
+    }
+
+    fn softmax_rows(&self) -> Result<&EdgeRows, DistSpmmError> {
+        self.engine
+            .m
+            .rows
+            .as_ref()
+            .ok_or_else(|| internal("no row table for the edge softmax"))
+    }
+
+    fn softmax(
+        &self,
+        name: &str,
+        slope: Option<f32>,
+        logits: &DeviceDense,
+        out: &mut DeviceDense,
+    ) -> Result<(), DistSpmmError> {
+        let (z, o) = (logits.raw(), out.raw());
+        self.same_device(&[logits, out])?;
+        self.check_device_call(name, 1, &[("logits", &z)], &[("out", &o)])?;
+        distspmm_cuda::edge_softmax(self.softmax_rows()?, slope, logits, out).map_err(cuda)
+    }
+
+    fn softmax_backward(
+        &self,
+        name: &str,
+        leaky: Option<(f32, &DeviceDense)>,
+        out: &DeviceDense,
+        d_out: &DeviceDense,
+        d_logits: &mut DeviceDense,
+    ) -> Result<(), DistSpmmError> {
+        let (o, d, dz) = (out.raw(), d_out.raw(), d_logits.raw());
+        self.same_device(&[out, d_out, d_logits])?;
+        let z = leaky.map(|(_, z)| z.raw());
+        if let Some((_, z)) = leaky {
+            self.same_device(&[z])?;
+        }
+        let mut inputs = vec![("out", &o), ("d_out", &d)];
+        if let Some(z) = &z {
+            inputs.push(("logits", z));
+        }
+        self.check_device_call(name, 1, &inputs, &[("d_logits", &dz)])?;
+        distspmm_cuda::edge_softmax_backward(self.softmax_rows()?, leaky, out, d_out, d_logits)
+            .map_err(cuda)
     }
 }
 
@@ -1079,12 +1285,9 @@ fn split_workspace(
     Ok(())
 }
 
-impl<H, N, K> Drop for GpuDistSpmm<H, N, K>
+impl<H, N> Drop for GpuEngine<H, N>
 where
-    H: Deref,
-    H::Target: AllGather + AllReduce + Sized,
     N: Deref<Target = NcclComm>,
-    K: ChunkSource,
 {
     /// The device memory is freed in the order of the device stream, but the last call may
     /// still be using it on the NCCL stream: make the device stream wait for that first (no
@@ -1110,13 +1313,18 @@ struct GpuCall<'g> {
     dev: &'g GpuDevice,
     nccl: &'g NcclComm,
     m: &'g DeviceMatrices,
+    /// The layout of the per-edge operand.
+    edges: &'g EdgeLayout,
     packed: &'g Flat,
     halo: &'g Flat,
     ws: [&'g Flat; 2],
     /// Room for per-edge values in CSC order.
     csc: &'g Flat,
-    /// The program and its operands.
+    /// The program's operands.
     run: Run,
+    /// The call's group count G: F splits into G groups of columns, each product over
+    /// per-edge values and each SDDMM into G runs of `edge_count()` values.
+    groups: usize,
     streams: Streams,
     f: usize,
 }
@@ -1235,47 +1443,64 @@ impl GpuCall<'_> {
 impl Backend for GpuCall<'_> {
     fn spmm(&mut self, p: &Product) -> Result<(), DistSpmmError> {
         let block = self.m.block(p.a)?;
-        let (mut a, split) = block.oriented(p.orient);
-        if p.values == Values::Edges {
-            let (first, nnz) = self.m.edge_run(p.a)?;
-            if self.run.values == 0 && nnz > 0 {
-                return Err(internal("a product over per-edge values without them"));
-            }
-            let csr = self.run.values + 4 * first as u64;
-            a.values = match p.orient {
-                Orient::Plain => csr,
-                Orient::Transposed => {
-                    let order = self
-                        .m
-                        .csc_order
-                        .as_ref()
-                        .ok_or_else(|| internal("no CSR→CSC ranks for a transposed product"))?;
-                    if (first + nnz) > self.csc.len() {
-                        return Err(internal("no room for per-edge values in CSC order"));
-                    }
-                    let csc = self.csc.ptr() + 4 * first as u64;
-                    let copy = RawCscValues {
-                        order,
-                        first,
-                        nnz,
-                        rowptr: block.csr.raw().indptr,
-                        rows: block.csc.raw().indices,
-                        csr,
-                        csc,
-                    };
-                    // SAFETY: the row pointers and row ids are this operator's upload of one
-                    // block (CSR and CSC of the same entries, the ranks derived from them);
-                    // `csr` is the block's run of the caller's edge operand (its contract),
-                    // `csc` the block's run of this operator's scratch (checked to fit); the
-                    // lane's stream is live.
-                    unsafe { self.dev.csc_values_raw(&copy, Some(self.stream(p.lane))) }
-                        .map_err(cuda)?;
-                    csc
-                }
-            };
-        }
+        let (a, split) = block.oriented(p.orient);
         let (x, y) = (self.dense(p.x)?, self.dense(p.y)?);
-        self.product(p.lane, (a, split), x, p.acc.beta(), y)
+        if p.values == Values::Chunk {
+            return self.product(p.lane, (a, split), x, p.acc.beta(), y);
+        }
+        let (first, nnz) = edge_run(self.edges, p.a)?;
+        if self.run.values == 0 && nnz > 0 {
+            return Err(internal("a product over per-edge values without them"));
+        }
+        let stride = self.edges.len();
+        let csr = self.run.values + 4 * first as u64;
+        let values = match p.orient {
+            Orient::Plain => csr,
+            Orient::Transposed => {
+                let order = self
+                    .m
+                    .csc_order
+                    .as_ref()
+                    .ok_or_else(|| internal("no CSR→CSC ranks for a transposed product"))?;
+                if (self.groups - 1) * stride + first + nnz > self.csc.len() {
+                    return Err(internal("no room for per-edge values in CSC order"));
+                }
+                let csc = self.csc.ptr() + 4 * first as u64;
+                let copy = RawCscValues {
+                    order,
+                    first,
+                    nnz,
+                    rowptr: block.csr.raw().indptr,
+                    rows: block.csc.raw().indices,
+                    csr,
+                    csc,
+                    groups: self.groups,
+                    stride,
+                };
+                // SAFETY: the row pointers and row ids are this operator's upload of one
+                // block (CSR and CSC of the same entries, the ranks derived from them); `csr`
+                // is the block's runs of the caller's edge operand (its contract, G runs of
+                // `stride` values), `csc` the block's runs of this operator's scratch (checked
+                // to fit); the lane's stream is live.
+                unsafe { self.dev.csc_values_raw(&copy, Some(self.stream(p.lane))) }
+                    .map_err(cuda)?;
+                csc
+            }
+        };
+        // Group g: its run of values over its columns of X and Y (one group: all of them).
+        let w = self.f / self.groups;
+        for g in group_slices(self.groups, stride, w) {
+            let a = RawCsr {
+                values: values + 4 * g.values as u64,
+                ..a
+            };
+            let (xg, yg) = (
+                columns(x, g.first_column, g.columns),
+                columns(y, g.first_column, g.columns),
+            );
+            self.product(p.lane, (a, split), xg, p.acc.beta(), yg)?;
+        }
+        Ok(())
     }
 
     fn sddmm(
@@ -1290,21 +1515,21 @@ impl Backend for GpuCall<'_> {
             return Err(internal("an SDDMM without an edge operand to write"));
         }
         let pattern = self.m.block(block)?.csr.raw();
-        let (first, nnz) = self.m.edge_run(block)?;
-        let out = RawDense {
-            rows: nnz,
-            cols: 1,
-            ld: 1,
+        let (first, nnz) = edge_run(self.edges, block)?;
+        let out = RawEdgeRuns {
             ptr: self.run.out + 4 * first as u64,
+            groups: self.groups,
+            len: nnz,
+            stride: self.edges.len(),
         };
         let (u, v) = (self.dense(u)?, self.dense(v)?);
         // SAFETY: the pattern is this operator's upload; `u` and `v` are the caller's operands
-        // or regions checked to lie in this operator's buffers; `out` is the block's run of the
-        // caller's edge operand, which no other instruction of the program writes; the lane's
-        // stream is live.
+        // or regions checked to lie in this operator's buffers; `out` is the block's runs of
+        // the caller's edge operand, which no other instruction of the program writes; the
+        // lane's stream is live.
         unsafe {
             self.dev
-                .sddmm_raw(&pattern, u, v, out, Some(self.stream(lane)))
+                .sddmm_grouped_raw(&pattern, u, v, out, Some(self.stream(lane)))
         }
         .map_err(cuda)
     }
@@ -1372,7 +1597,7 @@ impl Backend for GpuCall<'_> {
         }
         // The body is queued after the exchange on the NCCL stream (or ordered after it by a
         // join), so it sees the received rows.
-        run(self, &ex.body)
+        run_program(self, &ex.body)
     }
 
     fn join(&mut self, waiter: Lane, signaller: Lane) -> Result<(), DistSpmmError> {
@@ -1427,43 +1652,49 @@ fn check_device_operands(
 ) -> Result<(), DistSpmmError> {
     let (name_in, name_out) = op.operand_names();
     check_device_call(
-        op,
+        op.name(),
         rank,
-        (n, usize::MAX),
+        (n, 0),
+        1,
         &[(name_in, input)],
         &[(name_out, output)],
     )
 }
 
-/// The device operands of any call: dense ones `n × F` (F the first's columns), per-edge ones
-/// (names starting with `E` or `dE`) `nnz × 1` with `ld = 1`, then the rules of
-/// [`operands`](crate::operands) over all of them, outputs against everything else.
+/// The names of per-edge operands in the device calls' messages.
+const EDGE_OPERANDS: [&str; 6] = ["E", "dE", "logits", "out", "d_out", "d_logits"];
+
+/// The device operands of any call (`call` names it in messages) with `groups` groups: dense
+/// ones `n × F` (F the first's columns), per-edge ones (named in [`EDGE_OPERANDS`]) one
+/// contiguous column of `groups · nnz` values (`ld = 1`, F splitting into the groups:
+/// [`check_groups`]), then the rules of [`operands`](crate::operands) over all of them,
+/// outputs against everything else.
 fn check_device_call(
-    op: Op,
+    call: &str,
     rank: usize,
     (n, nnz): (usize, usize),
+    groups: usize,
     inputs: &[(&'static str, &RawDense)],
     outputs: &[(&'static str, &RawDense)],
 ) -> Result<(), DistSpmmError> {
-    let is_edges = |name: &str| name == "E" || name == "dE";
+    let is_edges = |name: &str| EDGE_OPERANDS.contains(&name);
     let all = || inputs.iter().chain(outputs);
     let dense: Vec<(&str, (usize, usize))> = all()
         .filter(|(name, _)| !is_edges(name))
         .map(|&(name, d)| (name, (d.rows, d.cols)))
         .collect();
-    let edges: Vec<(&str, usize, usize)> = all()
+    let edges: Vec<(&str, usize)> = all()
         .filter(|(name, _)| is_edges(name))
-        .map(|&(name, d)| (name, d.rows, nnz))
+        .map(|&(name, d)| (name, d.rows))
         .collect();
-    check_operands(op.name(), rank, n, &dense, &edges)?;
+    check_operands(call, rank, n, &dense, &[])?;
+    let f = dense.first().map_or(0, |&(_, (_, f))| f);
+    check_groups(call, rank, groups, f, &edges, nnz)?;
     if let Some((name, d)) = all().find(|(name, d)| is_edges(name) && (d.cols != 1 || d.ld != 1)) {
         return Err(DistSpmmError::Shape(format!(
-            "{} on rank {rank}: {name} is {} × {} with leading dimension {}; per-edge values \
-             are one contiguous column (edge_count() × 1, ld 1)",
-            op.name(),
-            d.rows,
-            d.cols,
-            d.ld
+            "{call} on rank {rank}: {name} is {} × {} with leading dimension {}; per-edge values \
+             are one contiguous column (groups · edge_count() × 1, ld 1)",
+            d.rows, d.cols, d.ld
         )));
     }
     let operand = |&(name, d): &(&'static str, &RawDense)| Operand {
@@ -1475,8 +1706,7 @@ fn check_device_call(
     };
     let ins: Vec<Operand> = inputs.iter().map(operand).collect();
     let outs: Vec<Operand> = outputs.iter().map(operand).collect();
-    check_all(&ins, &outs)
-        .map_err(|e| DistSpmmError::Shape(format!("{} on rank {rank}: {e}", op.name())))
+    check_all(&ins, &outs).map_err(|e| DistSpmmError::Shape(format!("{call} on rank {rank}: {e}")))
 }
 
 #[cfg(test)]
@@ -1542,6 +1772,50 @@ mod tests {
             check_device_operands(Op::Backward, 0, 0, &empty(0), &empty(0)),
             Ok(())
         );
+    }
+
+    #[test]
+    fn a_group_reads_its_run_and_its_columns() {
+        let got: Vec<GroupSlice> = group_slices(3, 10, 4).collect();
+        let want = |g: usize| GroupSlice {
+            values: 10 * g,
+            first_column: 4 * g,
+            columns: 4,
+        };
+        assert_eq!(got, vec![want(0), want(1), want(2)]);
+        let x = columns(dense(5, 12, 16, 0x1000), 8, 4);
+        assert_eq!(x, dense(5, 4, 16, 0x1000 + 32));
+    }
+
+    #[test]
+    fn grouped_device_operands_are_checked_on_the_host() {
+        let check = |groups, e: RawDense| {
+            check_device_call(
+                "spmm_values_grouped",
+                0,
+                (10, 7),
+                groups,
+                &[("E", &e), ("X", &dense(10, 6, 6, 0x10_000))],
+                &[("Y", &dense(10, 6, 6, 0x20_000))],
+            )
+        };
+        let shape = |r: Result<(), DistSpmmError>, text: &str| match r {
+            Err(DistSpmmError::Shape(m)) => assert!(m.contains(text), "{m}"),
+            other => panic!("expected a shape error with {text:?}, got {other:?}"),
+        };
+        assert_eq!(check(3, dense(21, 1, 1, 0x30_000)), Ok(()));
+        assert_eq!(check(1, dense(7, 1, 1, 0x30_000)), Ok(()));
+        shape(check(3, dense(7, 1, 1, 0x30_000)), "3 groups");
+        shape(
+            check(4, dense(28, 1, 1, 0x30_000)),
+            "do not split into 4 groups",
+        );
+        shape(
+            check(0, dense(0, 1, 1, 0x30_000)),
+            "do not split into 0 groups",
+        );
+        shape(check(2, dense(14, 2, 2, 0x30_000)), "one contiguous column");
+        shape(check(3, dense(21, 1, 1, 0x20_000 + 8)), "overlap");
     }
 
     #[test]
