@@ -18,7 +18,8 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
-    /// Train a GCN: data-parallel over chunks (the distributed SpMM) or tensor-parallel.
+    /// Train a GNN (GCN, GraphSAGE, GIN, GAT): data-parallel over chunks (the distributed SpMM)
+    /// or tensor-parallel (every layer's input columns split across ranks).
     Train(cmd::train::Args),
     /// Generate a synthetic graph (RMAT or CSBM) as .npz.
     Generate(cmd::generate::Args),

@@ -9,49 +9,14 @@ use super::{
 use anyhow::{bail, Context, Result};
 use chunk_format::ChunkView;
 use dist_comm::Counting;
-use distspmm_core::kernel;
 use distspmm_core::schedule::ScheduleKind;
-use distspmm_core::sparse::{CscOwned, CsrOwned, DenseView, DenseViewMut};
-use distspmm_op::{DistSpmm, RankChunk};
-
-/// Â·X over all rows in one process (tensor mode, where every rank holds the whole graph).
-#[derive(Debug)]
-pub struct LocalAggregate {
-    a: CsrOwned<f32>,
-    a_csc: CscOwned<f32>,
-}
-
-impl LocalAggregate {
-    /// From Â and its CSC form.
-    pub fn new(a: CsrOwned<f32>, a_csc: CscOwned<f32>) -> Self {
-        Self { a, a_csc }
-    }
-}
-
-impl Aggregate for LocalAggregate {
-    fn forward(&mut self, x: &[f32], f: usize, y: &mut [f32]) -> Result<()> {
-        let n = self.a.nrows();
-        let x = DenseView::from_row_major(&x[..n * f], n, f)?;
-        let y = DenseViewMut::from_row_major(&mut y[..n * f], n, f)?;
-        kernel::spmm(1.0, &self.a.view(), x, 0.0, y)?;
-        Ok(())
-    }
-    fn backward(&mut self, dy: &[f32], f: usize, dx: &mut [f32]) -> Result<()> {
-        let n = self.a.nrows();
-        let x = DenseView::from_row_major(&dy[..n * f], n, f)?;
-        let y = DenseViewMut::from_row_major(&mut dx[..n * f], n, f)?;
-        kernel::spmm_transpose(1.0, &self.a_csc.view(), x, 0.0, y)?;
-        Ok(())
-    }
-    fn bytes_received(&self) -> u64 {
-        0
-    }
-}
+use distspmm_core::sparse::{DenseView, DenseViewMut};
+use distspmm_op::{ChunkSource, DistSpmm, RankChunk};
 
 /// Â·X through the distributed SpMM: this rank's rows, communication per the schedule, over a
 /// [`Counting`] layer that measures what the schedule hands the transport.
-pub struct DistAggregate<'a, C: dist_comm::Communicator> {
-    op: DistSpmm<Box<Counting<'a, C>>, &'a RankChunk>,
+pub struct DistAggregate<'a, C: dist_comm::Communicator, K: ChunkSource = &'a RankChunk> {
+    op: DistSpmm<Box<Counting<'a, C>>, K>,
     edges: EdgeData,
 }
 
@@ -65,7 +30,7 @@ struct EdgeData {
     ends: Option<Vec<(u64, u64)>>,
 }
 
-impl<C: dist_comm::Communicator> std::fmt::Debug for DistAggregate<'_, C> {
+impl<C: dist_comm::Communicator, K: ChunkSource> std::fmt::Debug for DistAggregate<'_, C, K> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("DistAggregate")
             .field("schedule", &self.op.schedule())
@@ -99,7 +64,21 @@ pub fn dist_aggregate<'a, C: dist_comm::Communicator>(
     })
 }
 
-impl<C: dist_comm::Communicator> Aggregate for DistAggregate<'_, C> {
+/// A whole graph held by one process as the operator over its one-part `chunk` (tensor-parallel
+/// training: every rank holds every row; `solo` is a communicator of this process alone).
+pub fn whole_graph<K: ChunkSource>(
+    solo: &dist_comm::LocalComm,
+    chunk: K,
+) -> Result<DistAggregate<'_, dist_comm::LocalComm, K>> {
+    let op = DistSpmm::new(Box::new(Counting::new(solo)), chunk, ScheduleKind::Halo)
+        .context("cannot set up the whole graph's SpMM")?;
+    Ok(DistAggregate {
+        op,
+        edges: EdgeData::default(),
+    })
+}
+
+impl<C: dist_comm::Communicator, K: ChunkSource> Aggregate for DistAggregate<'_, C, K> {
     fn forward(&mut self, x: &[f32], f: usize, y: &mut [f32]) -> Result<()> {
         let n = self.op.local_rows();
         let x = DenseView::from_row_major(&x[..n * f], n, f)?;
@@ -121,7 +100,7 @@ impl<C: dist_comm::Communicator> Aggregate for DistAggregate<'_, C> {
     }
 }
 
-impl<C: dist_comm::Communicator> DistAggregate<'_, C> {
+impl<C: dist_comm::Communicator, K: ChunkSource> DistAggregate<'_, C, K> {
     /// The graph's own edge weights in the per-edge layout (read from the chunk once).
     fn raw_weights(&mut self) -> Result<&[f32]> {
         if self.edges.raw.is_none() {
@@ -135,8 +114,8 @@ impl<C: dist_comm::Communicator> DistAggregate<'_, C> {
 }
 
 /// Each position's destination row, in layout order.
-fn edge_rows<'o, C: dist_comm::Communicator>(
-    op: &'o DistSpmm<Box<Counting<'_, C>>, &RankChunk>,
+fn edge_rows<'o, C: dist_comm::Communicator, K: ChunkSource>(
+    op: &'o DistSpmm<Box<Counting<'_, C>>, K>,
 ) -> impl Iterator<Item = usize> + 'o {
     op.edges().map(|(row, _)| row)
 }
@@ -144,7 +123,7 @@ fn edge_rows<'o, C: dist_comm::Communicator>(
 /// Bits of an original id per f32 piece: exact in an f32's 24-bit significand.
 const ID_PIECE_BITS: u32 = 22;
 
-impl<C: dist_comm::Communicator> Graph for DistAggregate<'_, C> {
+impl<C: dist_comm::Communicator, K: ChunkSource> Graph for DistAggregate<'_, C, K> {
     fn rows(&self) -> usize {
         self.op.local_rows()
     }
@@ -280,29 +259,27 @@ impl<C: dist_comm::Communicator> Graph for DistAggregate<'_, C> {
         Ok(self.op.sddmm_backward_grouped(groups, de, u, v, du, dv)?)
     }
 
-    fn edge_softmax(&mut self, slope: Option<f32>, logits: &[f32], out: &mut [f32]) -> Result<()> {
-        match slope {
-            Some(s) => self.op.leaky_relu_edge_softmax(s, logits, out)?,
-            None => self.op.edge_softmax(logits, out)?,
-        }
-        Ok(())
+    fn edge_softmax_grouped(
+        &mut self,
+        groups: usize,
+        slope: Option<f32>,
+        logits: &[f32],
+        out: &mut [f32],
+    ) -> Result<()> {
+        Ok(self.op.edge_softmax_grouped(groups, slope, logits, out)?)
     }
 
-    fn edge_softmax_backward(
+    fn edge_softmax_backward_grouped(
         &mut self,
+        groups: usize,
         slope: Option<f32>,
         logits: &[f32],
         out: &[f32],
-        d_out: &[f32],
-        d_logits: &mut [f32],
+        d: &mut [f32],
     ) -> Result<()> {
-        match slope {
-            Some(s) => self
-                .op
-                .leaky_relu_edge_softmax_backward(s, logits, out, d_out, d_logits)?,
-            None => self.op.edge_softmax_backward(out, d_out, d_logits)?,
-        }
-        Ok(())
+        Ok(self
+            .op
+            .edge_softmax_backward_grouped(groups, slope, logits, out, d)?)
     }
 }
 

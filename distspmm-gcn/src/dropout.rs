@@ -214,12 +214,21 @@ pub struct EdgeKey {
 
 impl EdgeKey {
     /// The keys of the edge `src → dst` (original ids), its heads in the columns' place.
+    fn pair(&self, dst: u64, src: u64) -> (u32, u32) {
+        Self::pair_of(self.destination(dst), src)
+    }
+
+    /// The destination's half of its edges' keys.
+    fn destination(&self, dst: u64) -> u64 {
+        splitmix64(self.base ^ dst.wrapping_mul(0x9E37_79B9_7F4A_7C15))
+    }
+
+    /// The keys of the edge from `src` into the destination whose half is `d`.
     #[allow(
         clippy::cast_possible_truncation,
         reason = "deliberate: the two halves of a 64-bit hash"
     )]
-    fn pair(&self, dst: u64, src: u64) -> (u32, u32) {
-        let d = splitmix64(self.base ^ dst.wrapping_mul(0x9E37_79B9_7F4A_7C15));
+    fn pair_of(d: u64, src: u64) -> (u32, u32) {
         let k = splitmix64(d ^ src.wrapping_mul(0xD1B5_4A32_D192_ED03));
         ((k as u32) | 1, (k >> 32) as u32)
     }
@@ -239,11 +248,11 @@ impl EdgeKey {
     /// Drops and rescales, in place, head-major per-edge values: `values` holds one run of
     /// `ends.len()` values per head, position `k` of each run being the edge `ends[k] = (dst,
     /// src)`; a kept value is multiplied by [`EdgeKey::scale`], a dropped one becomes 0. Edges
-    /// run in parallel on the current rayon pool, each edge's keys derived once for all heads.
+    /// run in parallel on the current rayon pool, each edge's keys derived once for all heads, each head's decisions
+    /// made lane by lane on the widest instruction set this CPU has (the same bits on every one).
     ///
     /// # Panics
     /// If `values.len()` is not a multiple of `ends.len()` (the caller wires fixed shapes).
-    #[allow(clippy::cast_possible_truncation, reason = "a head index, a u32")]
     pub fn apply_in_place(&self, ends: &[(u64, u64)], values: &mut [f32]) {
         let edges = ends.len();
         if edges == 0 || self.threshold == 0 {
@@ -264,23 +273,57 @@ impl EdgeKey {
                 t.push(part);
             }
         }
-        let scale = self.scale();
+        let isa = isa();
         tasks
             .into_par_iter()
             .zip(ends.par_chunks(task))
-            .for_each(|(mut runs, ends)| {
-                for (k, &(dst, src)) in ends.iter().enumerate() {
-                    let (mul, add) = self.pair(dst, src);
-                    for (h, run) in runs.iter_mut().enumerate() {
-                        let v = &mut run[k];
-                        *v = if draw(mul, add, h as u32) >= self.threshold {
-                            *v * scale
-                        } else {
-                            0.0
-                        };
-                    }
+            .for_each(|(mut runs, ends)| match isa {
+                #[cfg(target_arch = "x86_64")]
+                Isa::Avx512 => {
+                    // SAFETY: `isa()` returned Avx512 only after detecting AVX-512F on this CPU.
+                    unsafe { x86::edges_avx512(self, ends, &mut runs) }
                 }
+                #[cfg(target_arch = "x86_64")]
+                Isa::Avx2 => {
+                    // SAFETY: `isa()` returned Avx2 only after detecting AVX2 on this CPU.
+                    unsafe { x86::edges_avx2(self, ends, &mut runs) }
+                }
+                Isa::Portable => self.apply_runs(ends, &mut runs),
             });
+    }
+
+    /// One task's edges `ends`, `runs[h]` being their values of head `h`: tiles of edges
+    /// derive their keys first (the destination's half once per run of equal destinations, as
+    /// the layout stores a row's edges together), then each head's values are decided and
+    /// scaled in one branch-free, lane-wise loop over the tile.
+    #[inline(always)]
+    #[allow(clippy::cast_possible_truncation, reason = "a head index, a u32")]
+    fn apply_runs(&self, ends: &[(u64, u64)], runs: &mut [&mut [f32]]) {
+        const TILE: usize = 64;
+        let (mut mul, mut add) = ([0u32; TILE], [0u32; TILE]);
+        let scale = self.scale();
+        let mut last: Option<(u64, u64)> = None;
+        for (t, tile) in ends.chunks(TILE).enumerate() {
+            for ((&(dst, src), m), a) in tile.iter().zip(&mut mul).zip(&mut add) {
+                let d = match last {
+                    Some((id, d)) if id == dst => d,
+                    _ => {
+                        let d = self.destination(dst);
+                        last = Some((dst, d));
+                        d
+                    }
+                };
+                (*m, *a) = Self::pair_of(d, src);
+            }
+            let at = t * TILE..t * TILE + tile.len();
+            for (h, run) in runs.iter_mut().enumerate() {
+                let keys = mul.iter().zip(&add);
+                for (v, (&m, &a)) in run[at.clone()].iter_mut().zip(keys) {
+                    let keep = draw(m, a, h as u32) >= self.threshold;
+                    *v = if keep { *v * scale } else { 0.0 };
+                }
+            }
+        }
     }
 }
 
@@ -352,7 +395,7 @@ fn apply_body(key: &RowKey, cols: Cols<'_>, src: &[f32], dst: &mut [f32]) {
 
 #[cfg(target_arch = "x86_64")]
 mod x86 {
-    use super::{apply_body, Cols, RowKey};
+    use super::{apply_body, Cols, EdgeKey, RowKey};
 
     #[target_feature(enable = "avx512f")]
     pub(super) fn apply_avx512(key: &RowKey, cols: Cols<'_>, src: &[f32], dst: &mut [f32]) {
@@ -362,6 +405,16 @@ mod x86 {
     #[target_feature(enable = "avx2")]
     pub(super) fn apply_avx2(key: &RowKey, cols: Cols<'_>, src: &[f32], dst: &mut [f32]) {
         apply_body(key, cols, src, dst);
+    }
+
+    #[target_feature(enable = "avx512f")]
+    pub(super) fn edges_avx512(key: &EdgeKey, ends: &[(u64, u64)], runs: &mut [&mut [f32]]) {
+        key.apply_runs(ends, runs);
+    }
+
+    #[target_feature(enable = "avx2")]
+    pub(super) fn edges_avx2(key: &EdgeKey, ends: &[(u64, u64)], runs: &mut [&mut [f32]]) {
+        key.apply_runs(ends, runs);
     }
 }
 
@@ -596,6 +649,44 @@ mod tests {
             assert_eq!(got, want);
         }
         assert_eq!(k.scale(), 4.0);
+    }
+
+    type EdgeApply = fn(&EdgeKey, &[(u64, u64)], &mut [&mut [f32]]);
+
+    /// Every instruction-set variant of the per-edge loop this CPU has, against the scalar
+    /// definition: tiles cut mid-run of a destination, lone edges, several heads.
+    #[test]
+    fn every_edge_path_matches_the_scalar_definition() {
+        let mut paths: Vec<(&str, EdgeApply)> = vec![("portable", |k, e, r| k.apply_runs(e, r))];
+        #[cfg(target_arch = "x86_64")]
+        {
+            if std::is_x86_feature_detected!("avx2") {
+                // SAFETY: AVX2 was detected just above.
+                paths.push(("avx2", |k, e, r| unsafe { x86::edges_avx2(k, e, r) }));
+            }
+            if std::is_x86_feature_detected!("avx512f") {
+                // SAFETY: AVX-512F was detected just above.
+                paths.push(("avx512", |k, e, r| unsafe { x86::edges_avx512(k, e, r) }));
+            }
+        }
+        let k = key(0.3).edges();
+        let ends: Vec<(u64, u64)> = (0..517u64)
+            .map(|i| (i / 37 + 9 * (i % 3), i.wrapping_mul(0x9E37) % 1000))
+            .collect();
+        let (heads, e) = (5, ends.len());
+        let values: Vec<f32> = (0..heads * e).map(|i| i as f32 - 100.5).collect();
+        for (name, apply) in paths {
+            let mut got = values.clone();
+            let mut runs: Vec<&mut [f32]> = got.chunks_exact_mut(e).collect();
+            apply(&k, &ends, &mut runs);
+            for h in 0..heads {
+                for (i, &(d, s)) in ends.iter().enumerate() {
+                    let v = values[h * e + i];
+                    let want = if k.keeps(d, s, h) { v * k.scale() } else { 0.0 };
+                    assert_eq!(got[h * e + i], want, "{name}: head {h}, edge {i}");
+                }
+            }
+        }
     }
 
     #[test]

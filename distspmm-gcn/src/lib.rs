@@ -18,7 +18,7 @@ pub mod par;
 pub mod sparse_input;
 pub mod tensor;
 
-use anyhow::{bail, ensure, Context, Result};
+use anyhow::{bail, Context, Result};
 use dist_comm::{AllGather, AllReduce, Communicator, Counting, Group, ReduceOp};
 use model::{Aggregate, LocalData, Metrics, ModelConfig, Reduce, TRAIN};
 use nn::Graph;
@@ -377,11 +377,6 @@ impl<'a, C> CommReduce<'a, C> {
             seconds: 0.0,
         }
     }
-
-    /// Bytes this rank has received from other ranks in its reductions so far (0 on one rank).
-    pub fn bytes_received(&self) -> u64 {
-        self.comm.counts().all_reduce.received
-    }
 }
 
 impl<C> std::fmt::Debug for CommReduce<'_, C> {
@@ -402,6 +397,10 @@ impl<C: AllReduce> Reduce for CommReduce<'_, C> {
         let r = self.comm.all_reduce_sum(buf);
         self.seconds += t.elapsed().as_secs_f64();
         r.context("allreduce across ranks failed")
+    }
+    /// Bytes this rank has received from other ranks in its reductions so far (0 on one rank).
+    fn bytes_received(&self) -> u64 {
+        self.comm.counts().all_reduce.received
     }
 }
 
@@ -507,18 +506,40 @@ impl<G: Graph + ?Sized> Graph for TimedGraph<'_, G> {
     ) -> Result<()> {
         self.timed(|g| g.sddmm_backward_grouped(groups, de, u, v, du, dv))
     }
-    fn edge_softmax(&mut self, slope: Option<f32>, logits: &[f32], out: &mut [f32]) -> Result<()> {
-        self.timed(|g| g.edge_softmax(slope, logits, out))
-    }
-    fn edge_softmax_backward(
+    fn edge_softmax_grouped(
         &mut self,
+        groups: usize,
+        slope: Option<f32>,
+        logits: &[f32],
+        out: &mut [f32],
+    ) -> Result<()> {
+        self.timed(|g| g.edge_softmax_grouped(groups, slope, logits, out))
+    }
+    fn edge_softmax_backward_grouped(
+        &mut self,
+        groups: usize,
         slope: Option<f32>,
         logits: &[f32],
         out: &[f32],
-        d_out: &[f32],
-        d_logits: &mut [f32],
+        d: &mut [f32],
     ) -> Result<()> {
-        self.timed(|g| g.edge_softmax_backward(slope, logits, out, d_out, d_logits))
+        self.timed(|g| g.edge_softmax_backward_grouped(groups, slope, logits, out, d))
+    }
+    // A column split's sums are reductions, counted by `column_traffic`, not aggregation time.
+    fn column_split(&self) -> Option<(usize, usize)> {
+        self.inner.column_split()
+    }
+    fn columns(&self, width: usize) -> std::ops::Range<usize> {
+        self.inner.columns(width)
+    }
+    fn sum_columns(&mut self, partial: &mut [f32]) -> Result<()> {
+        self.inner.sum_columns(partial)
+    }
+    fn gather_columns(&mut self, width: usize, block: &[f32], dx: &mut [f32]) -> Result<()> {
+        self.inner.gather_columns(width, block, dx)
+    }
+    fn column_traffic(&self) -> (u64, f64) {
+        self.inner.column_traffic()
     }
 }
 
@@ -642,87 +663,6 @@ pub fn check_features(
     }
 }
 
-/// The models behind one interface for the loop, over the graph view `G` each needs: the
-/// layer stack ([`nn::net::Net`]) over a [`Graph`], the tensor-parallel GCN over an
-/// [`Aggregate`].
-trait Trainable<G: ?Sized> {
-    fn step(
-        &mut self,
-        g: &mut TimedGraph<'_, G>,
-        red: &mut dyn Reduce,
-        data: &LocalData<'_>,
-        epoch: u64,
-    ) -> Result<f64>;
-    fn eval(
-        &mut self,
-        g: &mut TimedGraph<'_, G>,
-        red: &mut dyn Reduce,
-        data: &LocalData<'_>,
-    ) -> Result<Metrics>;
-    /// The parameters as named tensors, and the optimiser state.
-    fn state(&self) -> (model::Params, &model::Adam);
-    /// Takes a checkpoint's parameters and optimiser state.
-    fn restore(&mut self, params: &model::Params, adam: model::Adam) -> Result<()>;
-}
-
-impl<G: Graph + ?Sized> Trainable<G> for nn::net::Net {
-    fn step(
-        &mut self,
-        g: &mut TimedGraph<'_, G>,
-        red: &mut dyn Reduce,
-        data: &LocalData<'_>,
-        epoch: u64,
-    ) -> Result<f64> {
-        self.train_step(g, red, data, epoch)
-    }
-    fn eval(
-        &mut self,
-        g: &mut TimedGraph<'_, G>,
-        red: &mut dyn Reduce,
-        data: &LocalData<'_>,
-    ) -> Result<Metrics> {
-        self.evaluate(g, red, data)
-    }
-    fn state(&self) -> (model::Params, &model::Adam) {
-        (self.params(), &self.adam)
-    }
-    fn restore(&mut self, params: &model::Params, adam: model::Adam) -> Result<()> {
-        nn::net::Net::restore(self, params, adam)
-    }
-}
-
-impl<G: Aggregate + ?Sized> Trainable<G> for tensor::TensorGcn {
-    fn step(
-        &mut self,
-        g: &mut TimedGraph<'_, G>,
-        red: &mut dyn Reduce,
-        data: &LocalData<'_>,
-        epoch: u64,
-    ) -> Result<f64> {
-        self.train_step(g, red, data, epoch)
-    }
-    fn eval(
-        &mut self,
-        g: &mut TimedGraph<'_, G>,
-        red: &mut dyn Reduce,
-        data: &LocalData<'_>,
-    ) -> Result<Metrics> {
-        self.evaluate(g, red, data)
-    }
-    fn state(&self) -> (model::Params, &model::Adam) {
-        (self.params.clone(), &self.adam)
-    }
-    fn restore(&mut self, params: &model::Params, adam: model::Adam) -> Result<()> {
-        ensure!(
-            params.same_layout(&self.params) && adam.m.len() == self.params.len(),
-            "the checkpoint's parameters do not have this model's tensors"
-        );
-        self.params = params.clone();
-        self.adam = adam;
-        Ok(())
-    }
-}
-
 /// Everything the epoch loop needs, whatever the mode.
 struct Job<'a> {
     args: &'a Config,
@@ -802,19 +742,21 @@ fn run_tensor<C: AllReduce + AllGather + Group>(
     on: &mut dyn FnMut(Event),
 ) -> Result<Summary> {
     let (rank, ranks) = (comm.rank(), comm.size());
-    if args.model != model::ModelKind::Gcn {
-        // Every rank holds the same options: the same verdict everywhere, before any collective.
-        bail!(
-            "--mode tensor trains --model gcn only (its column split is written for the GCN's \
-             layer); train --model {} data-parallel: `distspmm partition` the graph and pass \
-             --chunks",
-            args.model
-        );
-    }
     let loaded = agree(comm, tensor_inputs(args, input));
-    let (a, a_csc, mut features, labels, masks, ids, in_dim, classes, fingerprint) = loaded?;
+    let WholeGraph {
+        chunk,
+        mut features,
+        labels,
+        masks,
+        ids,
+        in_dim,
+        classes,
+        fingerprint,
+    } = loaded?;
     let n = labels.len();
     let cfg = args.model_config(in_dim, classes);
+    // Every rank holds the same options and graph: the same verdict everywhere.
+    agree(comm, check_column_split(&cfg, ranks))?;
     if args.normalize_features {
         maybe_normalize_rows(comm, &mut features, in_dim, |r| r as u64, on)?;
     }
@@ -824,34 +766,67 @@ fn run_tensor<C: AllReduce + AllGather + Group>(
         masks: &masks,
         original_ids: &ids,
     };
-    let model = agree(
-        comm,
-        tensor::TensorGcn::new(cfg.clone(), n, rank, ranks, &data),
-    )?;
-    let mut agg = data::LocalAggregate::new(a, a_csc);
+    // Every rank holds every row: the training nodes are counted, not summed.
+    let train_total = nn::net::local_train_count(&data);
+    let solo = dist_comm::LocalComm::group(1);
+    let set_up = || -> Result<_> {
+        let view = chunk_format::ChunkView::parse(chunk.as_bytes())
+            .context("cannot read the whole graph's chunk back")?;
+        let whole = data::whole_graph(&solo[0], view)?;
+        let g = tensor::ColumnSplit::new(whole, CommReduce::new(comm), rank, ranks)?;
+        let model = nn::net::Net::new(cfg.clone(), n, g.edge_count(), train_total)?;
+        Ok((g, model))
+    };
+    let (mut g, model) = agree(comm, set_up())?;
     let job = Job::new(args, cfg, "tensor", fingerprint, None, input, comm);
-    train_loop(&job, comm, model, &mut agg, &data, on)
+    train_loop(&job, comm, model, &mut g, &data, on)
 }
 
-type TensorInputs = (
-    distspmm_core::sparse::CsrOwned<f32>,
-    distspmm_core::sparse::CscOwned<f32>,
-    Vec<f32>,
-    Vec<i32>,
-    Vec<u8>,
-    Vec<u64>,
-    usize,
-    usize,
-    String,
-);
+/// Whether a column split over `ranks` ranks gives every rank at least one column of every
+/// layer's input.
+fn check_column_split(cfg: &ModelConfig, ranks: usize) -> Result<()> {
+    // The first layer reads the features, every later one the inner width.
+    let narrowest = [(1, cfg.in_dim), (2, cfg.inner())]
+        .into_iter()
+        .take(cfg.layers)
+        .find(|&(_, w)| w < ranks);
+    if let Some((l, width)) = narrowest {
+        bail!(
+            "--mode tensor splits each layer's input columns across the {ranks} ranks, but \
+             layer {} has {width} input columns; run on at most {width} ranks or widen the \
+             model (--hidden{})",
+            l,
+            if cfg.model == model::ModelKind::Gat {
+                ", --heads"
+            } else {
+                ""
+            }
+        );
+    }
+    Ok(())
+}
 
-fn tensor_inputs(args: &Config, input: &Path) -> Result<TensorInputs> {
-    let g = distspmm_core::graph::load(input)
+/// What tensor-parallel training reads of a graph file: the whole graph as one part's chunk
+/// (built in memory, without the features), and the node data.
+struct WholeGraph {
+    chunk: chunk_format::AlignedBuf,
+    features: Vec<f32>,
+    labels: Vec<i32>,
+    masks: Vec<u8>,
+    ids: Vec<u64>,
+    in_dim: usize,
+    classes: usize,
+    fingerprint: String,
+}
+
+fn tensor_inputs(args: &Config, input: &Path) -> Result<WholeGraph> {
+    let mut g = distspmm_core::graph::load(input)
         .with_context(|| format!("cannot load {}", input.display()))?;
     let n = g.num_nodes;
-    let feats = g.features.as_ref().with_context(|| {
+    let fingerprint = distspmm_core::chunk::fingerprint_hex(&g.fingerprint());
+    let feats = g.features.take().with_context(|| {
         format!(
-            "{} has no node features (`x`); a GCN needs them",
+            "{} has no node features (`x`); the models need them",
             input.display()
         )
     })?;
@@ -881,8 +856,10 @@ fn tensor_inputs(args: &Config, input: &Path) -> Result<TensorInputs> {
         );
     }
     let mut features = feats.data.to_vec();
-    check_features(&mut features, feats.dim, |r| r as u64, args.on_nonfinite)?;
-    let a = distspmm_core::normalize::adjacency(
+    let in_dim = feats.dim;
+    check_features(&mut features, in_dim, |r| r as u64, args.on_nonfinite)?;
+    drop(feats);
+    let (a_hat, edge_weights) = distspmm_core::normalize::adjacency_with_weights(
         n,
         &g.src,
         &g.dst,
@@ -890,35 +867,38 @@ fn tensor_inputs(args: &Config, input: &Path) -> Result<TensorInputs> {
         distspmm_core::normalize::Normalization::Gcn,
     )
     .with_context(|| format!("cannot normalise the adjacency of {}", input.display()))?;
-    let a_csc = a
-        .to_csc()
-        .context("cannot build the transposed adjacency")?;
-    Ok((
-        a,
-        a_csc,
+    let part_of = vec![0u32; n];
+    let partition = distspmm_core::partition::Partition::new(1, part_of, "whole")
+        .context("cannot describe the whole graph as one part")?;
+    let builder = distspmm_core::chunk::ChunkBuilder::new(&g, a_hat.view(), &partition)
+        .and_then(|b| b.with_edge_weights(&edge_weights))
+        .with_context(|| format!("cannot build the whole graph of {}", input.display()))?;
+    let chunk = chunk_format::encode(&builder.build(0).contents())
+        .with_context(|| format!("cannot encode the whole graph of {}", input.display()))?;
+    Ok(WholeGraph {
+        chunk,
         features,
         labels,
         masks,
-        (0..n as u64).collect(),
-        feats.dim,
-        classes.max(0) as usize,
-        distspmm_core::chunk::fingerprint_hex(&g.fingerprint()),
-    ))
+        ids: (0..n as u64).collect(),
+        in_dim,
+        classes: classes.max(0) as usize,
+        fingerprint,
+    })
 }
 
 /// The epoch loop shared by both modes: train, evaluate, report, checkpoint.
-fn train_loop<C, M, G>(
+fn train_loop<C, G>(
     job: &Job<'_>,
     comm: &C,
-    mut model: M,
+    mut model: nn::net::Net,
     agg: &mut G,
     data: &LocalData<'_>,
     on: &mut dyn FnMut(Event),
 ) -> Result<Summary>
 where
     C: AllReduce + AllGather + Group,
-    M: Trainable<G>,
-    G: Aggregate + ?Sized,
+    G: Graph + ?Sized,
 {
     let args = job.args;
     let mut red = CommReduce::new(comm);
@@ -987,10 +967,16 @@ where
             par::start_recording();
         }
         let t = Instant::now();
-        let before = [timed.bytes_received(), red.bytes_received()];
-        let clocks = (timed.seconds, model::dense_seconds(), red.seconds);
+        // A column split's sums count with the reductions.
+        let (split_bytes, split_seconds) = timed.column_traffic();
+        let before = [timed.bytes_received(), red.bytes_received() + split_bytes];
+        let clocks = (
+            timed.seconds,
+            model::dense_seconds(),
+            red.seconds + split_seconds,
+        );
         // Every rank reaches the same verdict on the summed gradient, so skipping stays in step.
-        let (loss, step_skipped) = match model.step(&mut timed, &mut red, data, epoch) {
+        let (loss, step_skipped) = match model.train_step(&mut timed, &mut red, data, epoch) {
             Ok(loss) => (loss, false),
             Err(e) => match (
                 e.downcast_ref::<model::NonFiniteGradient>(),
@@ -1015,14 +1001,15 @@ where
                 (None, _) => return Err(e),
             },
         };
-        let metrics = model.eval(&mut timed, &mut red, data)?;
+        let metrics = model.evaluate(&mut timed, &mut red, data)?;
         let local = t.elapsed().as_secs_f64();
         if logging {
             products = par::stop_recording();
         }
         let spmm = timed.seconds - clocks.0;
         let dense = model::dense_seconds() - clocks.1;
-        let reduce = red.seconds - clocks.2;
+        let (split_bytes, split_seconds) = timed.column_traffic();
+        let reduce = red.seconds + split_seconds - clocks.2;
         let split = [
             spmm,
             dense,
@@ -1031,7 +1018,7 @@ where
         ];
         let mut bytes = [
             timed.bytes_received() - before[0],
-            red.bytes_received() - before[1],
+            red.bytes_received() + split_bytes - before[1],
         ];
         comm.all_reduce_sum(&mut bytes)?;
         let mut seconds = [t.elapsed().as_secs_f64()];
@@ -1059,7 +1046,7 @@ where
         let due = args.checkpoint_every > 0 && done % args.checkpoint_every == 0;
         if let Some(dir) = &args.checkpoint {
             if due || done == args.epochs {
-                let (params, adam) = model.state();
+                let (params, adam) = (model.params(), &model.adam);
                 let state = checkpoint::State {
                     identity: job.identity.clone(),
                     epoch: done,
@@ -1117,7 +1104,7 @@ where
         comm_bytes_per_epoch: last.bytes,
         spmm_bytes_per_epoch: last.spmm_bytes,
         allreduce_bytes_per_epoch: last.allreduce_bytes,
-        parameters: model.state().0.len() as u64,
+        parameters: model.params().len() as u64,
         ranks: job.ranks,
         mode: job.mode,
         schedule: match (job.mode, args.schedule) {

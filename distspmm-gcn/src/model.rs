@@ -9,7 +9,6 @@
 //! optimise the same objective: the loss is the mean over *all* training nodes of all ranks, so
 //! local gradients are summed, not averaged.
 
-pub(crate) use super::dropout::DropoutKey;
 use super::par;
 use anyhow::{ensure, Result};
 use rand::{Rng, SeedableRng};
@@ -31,6 +30,10 @@ pub trait Reduce {
     fn sum_f32(&mut self, buf: &mut [f32]) -> Result<()>;
     /// Sums `buf` across ranks.
     fn sum_f64(&mut self, buf: &mut [f64]) -> Result<()>;
+    /// Bytes this rank has received from other ranks in its sums so far (0 unless counted).
+    fn bytes_received(&self) -> u64 {
+        0
+    }
 }
 
 /// The message-passing layer a model stacks.
@@ -716,53 +719,10 @@ pub(crate) fn log_sum_exp(row: &[f32]) -> (usize, f32) {
     (arg, max + s.ln())
 }
 
-/// Stand-ins for the distributed pieces, shared by the model's and the tensor-parallel tests.
+/// Stand-ins for the distributed pieces, shared by the models' and the tensor-parallel tests.
 #[cfg(test)]
 pub(crate) mod testing {
-    use super::super::dense::{gemm, Op, Shape};
-    use super::{Aggregate, Reduce, Result};
-
-    /// Â as a dense matrix over all rows (one rank).
-    pub(crate) struct DenseAgg {
-        pub(crate) n: usize,
-        pub(crate) a: Vec<f32>,
-    }
-
-    impl Aggregate for DenseAgg {
-        fn forward(&mut self, x: &[f32], f: usize, y: &mut [f32]) -> Result<()> {
-            gemm(
-                1.0,
-                &self.a,
-                Shape::new(self.n, self.n),
-                Op::N,
-                x,
-                Shape::new(self.n, f),
-                Op::N,
-                0.0,
-                y,
-                Shape::new(self.n, f),
-            );
-            Ok(())
-        }
-        fn backward(&mut self, dy: &[f32], f: usize, dx: &mut [f32]) -> Result<()> {
-            gemm(
-                1.0,
-                &self.a,
-                Shape::new(self.n, self.n),
-                Op::T,
-                dy,
-                Shape::new(self.n, f),
-                Op::N,
-                0.0,
-                dx,
-                Shape::new(self.n, f),
-            );
-            Ok(())
-        }
-        fn bytes_received(&self) -> u64 {
-            0
-        }
-    }
+    use super::{Reduce, Result};
 
     /// Runs `f` on a fresh rayon pool of `threads` threads.
     pub(crate) fn pool<T: Send>(threads: usize, f: impl FnOnce() -> T + Send) -> T {

@@ -1,325 +1,207 @@
-//! Tensor-parallel GCN (the seed's `dist_gcn_TP.py`): every rank holds the whole graph and owns a
-//! slice of each layer's input *columns*. Per layer, rank r computes `(Â·H[:, cols_r])·W[cols_r, :]`
-//! locally and the partial outputs are summed across ranks (one allreduce of `N × out`); the
-//! backward pass mirrors it with one allreduce of `N × in` for the input gradient. The parameters
-//! are replicated; each rank contributes the weight-gradient rows of its columns.
+//! Tensor parallelism as a strategy under the layers (the seed's `dist_gcn_TP.py`, for every
+//! model): every rank holds the whole graph and every row, and owns a contiguous slice of each
+//! layer's input *columns*. A layer computes its column-linear stage (see
+//! [`Graph::column_split`]: the part of its forward pass that is linear in its input, e.g.
+//! `(Â·x̃[:, cols_r])·W[cols_r, :]` for the GCN) over its slice, and one allreduce of
+//! `rows × stage width` sums the slices; the rest of the layer (bias, activation, GIN's second
+//! product, GAT's attention) runs on every rank alike. The backward pass mirrors it: each rank
+//! forms the weight-gradient rows and the input-gradient columns of its slice, and one allreduce
+//! of `rows × in` assembles the input gradient of the layer below.
 //!
-//! Dropout keys, loss and optimiser are those of the data-parallel model, so both modes optimise
+//! The layers do not know which strategy runs them: [`ColumnSplit`] is a [`Graph`] that passes
+//! the graph's calls to the whole graph it wraps and answers the column questions. The model
+//! stack ([`crate::nn::net::Net`]) only counts the metrics once (every rank holds every row) and
+//! lets rank 0 alone contribute the gradients every rank computes alike.
+//!
+//! Dropout keys, loss and optimiser are those of data-parallel training, so both modes optimise
 //! the same objective and see the same dropout masks.
 
-use super::dense::{gemm, Op, Shape};
-use super::model::{
-    count_metrics, len_of, nll_grad, zeros, Adam, Aggregate, DropoutKey, LocalData, Metrics,
-    ModelConfig, NonFiniteGradient, Params, Reduce, TRAIN,
-};
-use anyhow::{ensure, Result};
 use std::ops::Range;
+use std::time::Instant;
+
+use anyhow::{ensure, Result};
+use distspmm_core::sparse::{DenseView, DenseViewMut};
+
+use crate::model::{Aggregate, Reduce};
+use crate::nn::{EdgeWeights, Graph};
 
 /// The columns of a `width`-wide matrix that `rank` of `size` owns (contiguous, balanced).
 pub fn column_range(width: usize, rank: usize, size: usize) -> Range<usize> {
+    let size = size.max(1);
     let base = width / size;
     let rem = width % size;
     let start = rank * base + rank.min(rem);
     start..start + base + usize::from(rank < rem)
 }
 
+/// A whole graph `G` on one of `ranks` ranks that split every layer's input columns, the sums
+/// going through `R` (collective: every rank makes the same calls in the same order).
 #[derive(Debug)]
-struct Layer {
-    cols: Range<usize>,
-    /// This rank's input columns after dropout (`n × |cols|`).
-    input: Vec<f32>,
-    /// `Â · input` (`n × |cols|`).
-    agg: Vec<f32>,
-    /// Pre-activation output (`n × out`), summed over ranks.
-    z: Vec<f32>,
-    /// Activated output (`n × out`).
-    out: Vec<f32>,
-}
-
-/// A tensor-parallel GCN on one rank.
-#[derive(Debug)]
-pub struct TensorGcn {
-    /// Hyperparameters.
-    pub cfg: ModelConfig,
-    /// Parameters (replicated on every rank).
-    pub params: Params,
-    /// Optimiser state (replicated).
-    pub adam: Adam,
+pub struct ColumnSplit<G, R> {
+    inner: G,
+    red: R,
     rank: usize,
-    dims: Vec<usize>,
-    n: usize,
-    layers: Vec<Layer>,
-    grad: Vec<f32>,
-    dz: Vec<f32>,
-    scratch: Vec<f32>,
-    dh: Vec<f32>,
-    train_total: f64,
+    ranks: usize,
+    /// Seconds spent in this split's reductions.
+    seconds: f64,
 }
 
-impl TensorGcn {
-    /// A fresh model for `rank` of `size` over all `n` nodes.
-    pub fn new(
-        cfg: ModelConfig,
-        n: usize,
-        rank: usize,
-        size: usize,
-        data: &LocalData<'_>,
-    ) -> Result<Self> {
-        cfg.validate()?;
-        let train_total = data
-            .masks
-            .iter()
-            .zip(data.labels)
-            .filter(|(&m, &y)| m & TRAIN != 0 && y >= 0)
-            .count();
+impl<G: Graph, R: Reduce> ColumnSplit<G, R> {
+    /// Rank `rank` of `ranks` over the whole graph `inner`, summing through `red`.
+    ///
+    /// # Errors
+    /// When `rank` is not below `ranks`.
+    pub fn new(inner: G, red: R, rank: usize, ranks: usize) -> Result<Self> {
         ensure!(
-            train_total > 0,
-            "the training mask is empty: nothing to train on"
+            rank < ranks,
+            "rank {rank} of a column split over {ranks} ranks"
         );
-        // Per layer this rank's input and aggregated columns and the full z and out; three
-        // buffers of the widest layer.
-        let r = n as u64;
-        let share = |width: u64| width.div_ceil(size.max(1) as u64);
-        let elements = cfg.elements(
-            |fi, fo| {
-                r.saturating_mul(
-                    share(fi)
-                        .saturating_mul(2)
-                        .saturating_add(fo.saturating_mul(2)),
-                )
-            },
-            |_| {
-                let widest = (cfg.in_dim.max(cfg.hidden).max(cfg.classes)) as u64;
-                r.saturating_mul(widest).saturating_mul(3)
-            },
-        );
-        cfg.check_memory(n, elements)?;
-        let params = Params::glorot(&cfg)?;
-        let dims = cfg.dims();
-        let what = "the GCN's activations";
-        let layers = (0..cfg.layers)
-            .map(|l| {
-                let cols = column_range(dims[l], rank, size);
-                let w = cols.len();
-                Ok(Layer {
-                    cols,
-                    input: zeros(len_of(n, w, what)?, what)?,
-                    agg: zeros(len_of(n, w, what)?, what)?,
-                    z: zeros(len_of(n, dims[l + 1], what)?, what)?,
-                    out: zeros(len_of(n, dims[l + 1], what)?, what)?,
-                })
-            })
-            .collect::<Result<_>>()?;
-        let widest = dims.iter().copied().max().unwrap_or(0);
-        let what = "the GCN's gradients";
         Ok(Self {
-            adam: Adam::new(params.len())?,
-            grad: zeros(params.len(), what)?,
-            params,
+            inner,
+            red,
             rank,
-            n,
-            layers,
-            dz: zeros(len_of(n, widest, what)?, what)?,
-            scratch: zeros(len_of(n, widest, what)?, what)?,
-            dh: zeros(len_of(n, widest, what)?, what)?,
-            dims,
-            train_total: train_total as f64,
-            cfg,
+            ranks,
+            seconds: 0.0,
         })
     }
 
-    fn forward(
+    fn sum(&mut self, buf: &mut [f32]) -> Result<()> {
+        if self.ranks == 1 {
+            return Ok(());
+        }
+        let t = Instant::now();
+        let r = self.red.sum_f32(buf);
+        self.seconds += t.elapsed().as_secs_f64();
+        r
+    }
+}
+
+impl<G: Graph, R: Reduce> Aggregate for ColumnSplit<G, R> {
+    fn forward(&mut self, x: &[f32], f: usize, y: &mut [f32]) -> Result<()> {
+        self.inner.forward(x, f, y)
+    }
+    fn backward(&mut self, dy: &[f32], f: usize, dx: &mut [f32]) -> Result<()> {
+        self.inner.backward(dy, f, dx)
+    }
+    fn bytes_received(&self) -> u64 {
+        self.inner.bytes_received()
+    }
+}
+
+impl<G: Graph, R: Reduce> Graph for ColumnSplit<G, R> {
+    fn rows(&self) -> usize {
+        self.inner.rows()
+    }
+    fn edge_count(&self) -> usize {
+        self.inner.edge_count()
+    }
+    fn edge_weights(&mut self, kind: EdgeWeights) -> Result<&[f32]> {
+        self.inner.edge_weights(kind)
+    }
+    fn edge_ends(&mut self) -> Result<&[(u64, u64)]> {
+        self.inner.edge_ends()
+    }
+    fn spmm_edges_grouped(
         &mut self,
-        agg: &mut dyn Aggregate,
-        red: &mut dyn Reduce,
-        data: &LocalData<'_>,
-        epoch: u64,
-        training: bool,
+        groups: usize,
+        e: &[f32],
+        x: DenseView<'_, f32>,
+        y: DenseViewMut<'_, f32>,
     ) -> Result<()> {
-        let n = self.n;
-        for l in 0..self.cfg.layers {
-            let (fi, fo) = (self.dims[l], self.dims[l + 1]);
-            let key = DropoutKey {
-                seed: self.cfg.seed,
-                epoch,
-                layer: l,
-                p: if training { self.cfg.dropout } else { 0.0 },
-            };
-            let (done, rest) = self.layers.split_at_mut(l);
-            let layer = &mut rest[0];
-            let src: &[f32] = if l == 0 {
-                data.features
-            } else {
-                &done[l - 1].out
-            };
-            let w = layer.cols.len();
-            key.apply(
-                data.original_ids,
-                &src[..n * fi],
-                fi,
-                layer.cols.clone(),
-                &mut layer.input,
-            );
-            let w_rows = &self.params.weight(l)[layer.cols.start * fo..layer.cols.end * fo];
-            if w > 0 {
-                agg.forward(&layer.input, w, &mut layer.agg)?;
-            }
-            gemm(
-                1.0,
-                &layer.agg,
-                Shape::new(n, w),
-                Op::N,
-                w_rows,
-                Shape::new(w, fo),
-                Op::N,
-                0.0,
-                &mut layer.z,
-                Shape::new(n, fo),
-            );
-            red.sum_f32(&mut layer.z)?;
-            let last = l + 1 == self.cfg.layers;
-            let b = self.params.bias(l);
-            for (zr, or) in layer
-                .z
-                .chunks_exact_mut(fo)
-                .zip(layer.out.chunks_exact_mut(fo))
-            {
-                for ((z, o), &bb) in zr.iter_mut().zip(or.iter_mut()).zip(b) {
-                    *z += bb;
-                    *o = if last { *z } else { z.max(0.0) };
-                }
-            }
-        }
-        Ok(())
+        self.inner.spmm_edges_grouped(groups, e, x, y)
+    }
+    fn spmm_edges_transpose_grouped(
+        &mut self,
+        groups: usize,
+        e: &[f32],
+        dy: DenseView<'_, f32>,
+        dx: DenseViewMut<'_, f32>,
+    ) -> Result<()> {
+        self.inner.spmm_edges_transpose_grouped(groups, e, dy, dx)
+    }
+    fn sddmm_grouped(
+        &mut self,
+        groups: usize,
+        u: DenseView<'_, f32>,
+        v: DenseView<'_, f32>,
+        e: &mut [f32],
+    ) -> Result<()> {
+        self.inner.sddmm_grouped(groups, u, v, e)
+    }
+    fn sddmm_backward_grouped(
+        &mut self,
+        groups: usize,
+        de: &[f32],
+        u: DenseView<'_, f32>,
+        v: DenseView<'_, f32>,
+        du: DenseViewMut<'_, f32>,
+        dv: DenseViewMut<'_, f32>,
+    ) -> Result<()> {
+        self.inner.sddmm_backward_grouped(groups, de, u, v, du, dv)
+    }
+    fn edge_softmax_grouped(
+        &mut self,
+        groups: usize,
+        slope: Option<f32>,
+        logits: &[f32],
+        out: &mut [f32],
+    ) -> Result<()> {
+        self.inner.edge_softmax_grouped(groups, slope, logits, out)
+    }
+    fn edge_softmax_backward_grouped(
+        &mut self,
+        groups: usize,
+        slope: Option<f32>,
+        logits: &[f32],
+        out: &[f32],
+        d: &mut [f32],
+    ) -> Result<()> {
+        self.inner
+            .edge_softmax_backward_grouped(groups, slope, logits, out, d)
     }
 
-    /// Evaluates without dropout. Every rank holds every row's logits, so no reduction is needed.
-    pub fn evaluate(
-        &mut self,
-        agg: &mut dyn Aggregate,
-        red: &mut dyn Reduce,
-        data: &LocalData<'_>,
-    ) -> Result<Metrics> {
-        self.forward(agg, red, data, 0, false)?;
-        let last = &self.layers[self.cfg.layers - 1].out;
-        Ok(Metrics::from_counts(&count_metrics(
-            last,
-            self.cfg.classes,
-            data.labels,
-            data.masks,
-        )))
+    fn column_split(&self) -> Option<(usize, usize)> {
+        Some((self.rank, self.ranks))
     }
 
-    /// One training step; returns the mean training loss of its forward pass.
-    pub fn train_step(
-        &mut self,
-        agg: &mut dyn Aggregate,
-        red: &mut dyn Reduce,
-        data: &LocalData<'_>,
-        epoch: u64,
-    ) -> Result<f64> {
-        self.forward(agg, red, data, epoch, true)?;
-        let n = self.n;
-        let layers = self.cfg.layers;
-        let c = self.cfg.classes;
-        let counts = count_metrics(&self.layers[layers - 1].out, c, data.labels, data.masks);
-        nll_grad(
-            &self.layers[layers - 1].out,
-            c,
-            data.labels,
-            data.masks,
-            self.train_total,
-            &mut self.dz[..n * c],
+    fn columns(&self, width: usize) -> Range<usize> {
+        column_range(width, self.rank, self.ranks)
+    }
+
+    fn sum_columns(&mut self, partial: &mut [f32]) -> Result<()> {
+        self.sum(partial)
+    }
+
+    /// Each rank places its columns into a zeroed `rows × width` matrix and the sum assembles
+    /// them: every entry is one rank's value plus zeros, so the result is exact.
+    fn gather_columns(&mut self, width: usize, block: &[f32], dx: &mut [f32]) -> Result<()> {
+        let rows = self.rows();
+        let cols = self.columns(width);
+        let w = cols.len();
+        let len = rows * width;
+        ensure!(
+            block.len() >= rows * w && dx.len() >= len,
+            "the input gradient's buffers hold {} and {} values, {} and {len} needed",
+            block.len(),
+            dx.len(),
+            rows * w
         );
-        self.grad.fill(0.0);
-        let mut at = 0;
-        let mut offsets = Vec::with_capacity(layers);
-        for l in 0..layers {
-            offsets.push(at);
-            at += self.dims[l] * self.dims[l + 1] + self.dims[l + 1];
-        }
-        for l in (0..layers).rev() {
-            let (fi, fo) = (self.dims[l], self.dims[l + 1]);
-            let layer = &self.layers[l];
-            let w = layer.cols.len();
-            let (gw, rest) = self.grad[offsets[l]..].split_at_mut(fi * fo);
-            // Every rank has the full dZ; rank 0 alone contributes the bias gradient so the
-            // sum across ranks counts it once.
-            if self.rank == 0 {
-                for row in self.dz[..n * fo].chunks_exact(fo) {
-                    for (g, &v) in rest[..fo].iter_mut().zip(row) {
-                        *g += v;
-                    }
-                }
-            }
-            let gw_rows = &mut gw[layer.cols.start * fo..layer.cols.end * fo];
-            gemm(
-                1.0,
-                &layer.agg,
-                Shape::new(n, w),
-                Op::T,
-                &self.dz,
-                Shape::new(n, fo),
-                Op::N,
-                0.0,
-                gw_rows,
-                Shape::new(w, fo),
-            );
-            if l == 0 {
-                continue;
-            }
-            // d(Â·H_cols) = dZ·W[cols]ᵀ, dH_cols = Âᵀ·that, then through dropout and ReLU; other
-            // ranks fill the other columns and one sum assembles the full dZ of the layer below.
-            let w_rows = &self.params.weight(l)[layer.cols.start * fo..layer.cols.end * fo];
-            gemm(
-                1.0,
-                &self.dz,
-                Shape::new(n, fo),
-                Op::N,
-                w_rows,
-                Shape::new(w, fo),
-                Op::T,
-                0.0,
-                &mut self.scratch,
-                Shape::new(n, w),
-            );
-            let dh_cols = &mut self.dh[..n * w];
+        let dx = &mut dx[..len];
+        if w == width {
+            dx.copy_from_slice(&block[..len]);
+        } else {
+            dx.fill(0.0);
             if w > 0 {
-                agg.backward(&self.scratch[..n * w], w, dh_cols)?;
-            }
-            let scale = 1.0 / (1.0 - self.cfg.dropout);
-            let prev_z = &self.layers[l - 1].z;
-            let dz = &mut self.dz[..n * fi];
-            dz.fill(0.0);
-            for r in 0..n {
-                for (k, c) in layer.cols.clone().enumerate() {
-                    let kept = layer.input[r * w + k];
-                    let keep = if self.cfg.dropout == 0.0 {
-                        1.0
-                    } else if kept == 0.0 {
-                        0.0
-                    } else {
-                        scale
-                    };
-                    dz[r * fi + c] = if prev_z[r * fi + c] > 0.0 {
-                        dh_cols[r * w + k] * keep
-                    } else {
-                        0.0
-                    };
+                for (d, b) in dx.chunks_exact_mut(width).zip(block.chunks_exact(w)) {
+                    d[cols.clone()].copy_from_slice(b);
                 }
             }
-            red.sum_f32(dz)?;
         }
-        red.sum_f32(&mut self.grad)?;
-        let loss = counts[0] / counts[2].max(1.0);
-        NonFiniteGradient::check(&self.grad, epoch, loss)?;
-        let w0 = self.params.weight(0).len();
-        for (g, &w) in self.grad[..w0].iter_mut().zip(self.params.weight(0)) {
-            *g += self.cfg.weight_decay * w;
-        }
-        self.adam
-            .step_params(&mut self.params, &self.grad, self.cfg.lr);
-        Ok(loss)
+        self.sum(dx)
+    }
+
+    fn column_traffic(&self) -> (u64, f64) {
+        (self.red.bytes_received(), self.seconds)
     }
 }
 
@@ -330,11 +212,10 @@ impl TensorGcn {
 )]
 mod tests {
     use super::*;
-    use crate::model::testing::{Alone, DenseAgg};
-    use crate::model::TEST;
+    use crate::model::testing::Alone;
+    use crate::model::{LocalData, ModelKind, TEST, TRAIN};
     use crate::nn::net::Net;
     use crate::nn::testing::DenseGraph;
-    use crate::nn::Graph;
     use rand::{Rng, SeedableRng};
     use std::sync::{Arc, Barrier, Mutex};
 
@@ -356,23 +237,39 @@ mod tests {
     /// Sums across threads through shared memory (test stand-in for a communicator).
     struct ThreadSum {
         rank: usize,
+        size: usize,
         acc: Arc<Mutex<Vec<f64>>>,
         barrier: Arc<Barrier>,
     }
 
     impl ThreadSum {
+        /// A group of `size`: the returned function makes rank `r`'s member.
+        fn group(size: usize) -> impl Fn(usize) -> ThreadSum {
+            let acc = Arc::new(Mutex::new(Vec::new()));
+            let barrier = Arc::new(Barrier::new(size));
+            move |rank| ThreadSum {
+                rank,
+                size,
+                acc: acc.clone(),
+                barrier: barrier.clone(),
+            }
+        }
+
+        /// Sums in rank order (each rank adds in turn), so every run adds alike.
         fn sum(&mut self, buf: &mut [f64]) {
             if self.rank == 0 {
                 *self.acc.lock().unwrap() = vec![0.0; buf.len()];
             }
             self.barrier.wait();
-            {
-                let mut acc = self.acc.lock().unwrap();
-                for (a, b) in acc.iter_mut().zip(buf.iter()) {
-                    *a += *b;
+            for turn in 0..self.size {
+                if turn == self.rank {
+                    let mut acc = self.acc.lock().unwrap();
+                    for (a, b) in acc.iter_mut().zip(buf.iter()) {
+                        *a += *b;
+                    }
                 }
+                self.barrier.wait();
             }
-            self.barrier.wait();
             buf.copy_from_slice(&self.acc.lock().unwrap());
             self.barrier.wait();
         }
@@ -391,14 +288,16 @@ mod tests {
         }
     }
 
+    /// Every model trained with its columns split over 1, 2 and 3 ranks follows the losses of
+    /// the same model in one process, and all ranks hold the same parameters.
     #[test]
-    fn tensor_parallel_matches_the_single_process_model() {
-        let n = 9;
+    fn every_model_split_by_columns_matches_the_single_process_model() {
+        let n = 11;
         let in_dim = 7;
         let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(11);
         let a: Vec<f32> = (0..n * n)
             .map(|_| {
-                if rng.random::<f32>() < 0.35 {
+                if rng.random::<f32>() < 0.3 {
                     rng.random_range(0.1..1.0)
                 } else {
                     0.0
@@ -413,60 +312,121 @@ mod tests {
             .map(|i| if i % 3 != 2 { TRAIN } else { TEST })
             .collect();
         let ids: Vec<u64> = (0..n as u64).map(|i| i * 7 + 1).collect();
-        let cfg = ModelConfig {
-            in_dim,
-            hidden: 5,
-            classes: 3,
-            layers: 2,
-            dropout: 0.4,
-            lr: 0.02,
-            weight_decay: 5e-4,
-            seed: 5,
-            ..crate::nn::net::tests::test_config(in_dim, 5, 2)
-        };
         let data = LocalData {
             features: &x,
             labels: &labels,
             masks: &masks,
             original_ids: &ids,
         };
-        let epochs = 15;
-
-        let mut agg = DenseGraph::from_dense(n, &a);
         let train_n = masks.iter().filter(|&&m| m & TRAIN != 0).count() as u64;
-        let mut single = Net::new(cfg.clone(), n, agg.edge_count(), train_n).unwrap();
-        let want: Vec<f64> = (0..epochs)
-            .map(|e| single.train_step(&mut agg, &mut Alone, &data, e).unwrap())
-            .collect();
+        let epochs = 12;
+        for model in [
+            ModelKind::Gcn,
+            ModelKind::Sage,
+            ModelKind::Gin,
+            ModelKind::Gat,
+        ] {
+            let cfg = crate::model::ModelConfig {
+                model,
+                hidden: 5,
+                layers: 3,
+                dropout: 0.4,
+                attn_dropout: if model == ModelKind::Gat { 0.3 } else { 0.0 },
+                heads: if model == ModelKind::Gat { 2 } else { 1 },
+                out_heads: if model == ModelKind::Gat { 2 } else { 1 },
+                train_eps: model == ModelKind::Gin,
+                residual: true,
+                lr: 0.02,
+                weight_decay: 5e-4,
+                seed: 5,
+                ..crate::nn::net::tests::test_config(in_dim, 5, 3)
+            };
+            let mut g = DenseGraph::from_dense(n, &a);
+            g.ids.clone_from(&ids);
+            let mut single = Net::new(cfg.clone(), n, g.edge_count(), train_n).unwrap();
+            let want: Vec<f64> = (0..epochs)
+                .map(|e| single.train_step(&mut g, &mut Alone, &data, e).unwrap())
+                .collect();
 
-        for size in [1, 2, 3] {
-            let acc = Arc::new(Mutex::new(Vec::new()));
-            let barrier = Arc::new(Barrier::new(size));
-            let losses: Vec<Vec<f64>> = std::thread::scope(|s| {
-                let handles: Vec<_> = (0..size)
-                    .map(|rank| {
-                        let (acc, barrier, a, cfg) =
-                            (acc.clone(), barrier.clone(), a.clone(), cfg.clone());
-                        s.spawn(move || {
-                            let mut red = ThreadSum { rank, acc, barrier };
-                            let mut agg = DenseAgg { n, a };
-                            let mut m = TensorGcn::new(cfg, n, rank, size, &data).unwrap();
-                            (0..epochs)
-                                .map(|e| m.train_step(&mut agg, &mut red, &data, e).unwrap())
-                                .collect()
+            for size in [1, 2, 3] {
+                let grads = ThreadSum::group(size);
+                let stages = ThreadSum::group(size);
+                let runs: Vec<(Vec<f64>, Vec<f32>)> = std::thread::scope(|s| {
+                    let handles: Vec<_> = (0..size)
+                        .map(|rank| {
+                            let (mut red, stage_red) = (grads(rank), stages(rank));
+                            let (cfg, a, ids) = (cfg.clone(), a.clone(), ids.clone());
+                            s.spawn(move || {
+                                let mut whole = DenseGraph::from_dense(n, &a);
+                                whole.ids = ids;
+                                let edges = whole.edge_count();
+                                let mut g = ColumnSplit::new(whole, stage_red, rank, size).unwrap();
+                                let mut m = Net::new(cfg, n, edges, train_n).unwrap();
+                                let losses = (0..epochs)
+                                    .map(|e| m.train_step(&mut g, &mut red, &data, e).unwrap())
+                                    .collect();
+                                let params = m
+                                    .params()
+                                    .tensors
+                                    .into_iter()
+                                    .flat_map(|t| t.values)
+                                    .collect();
+                                (losses, params)
+                            })
                         })
-                    })
-                    .collect();
-                handles.into_iter().map(|h| h.join().unwrap()).collect()
-            });
-            for rank_losses in &losses {
-                for (got, want) in rank_losses.iter().zip(&want) {
-                    assert!(
-                        (got - want).abs() <= 1e-4 * want.abs().max(1.0),
-                        "P={size}: {got} vs {want}"
+                        .collect();
+                    handles.into_iter().map(|h| h.join().unwrap()).collect()
+                });
+                for (rank, (losses, params)) in runs.iter().enumerate() {
+                    for (e, (got, want)) in losses.iter().zip(&want).enumerate() {
+                        assert!(
+                            (got - want).abs() <= 1e-4 * want.abs().max(1.0),
+                            "{model} P={size} rank {rank} epoch {e}: {got} vs {want}"
+                        );
+                    }
+                    assert_eq!(
+                        params, &runs[0].1,
+                        "{model} P={size}: rank {rank}'s weights"
                     );
                 }
             }
+        }
+    }
+
+    #[test]
+    fn a_rank_outside_the_split_is_refused() {
+        let g = DenseGraph::from_dense(2, &[0.0, 1.0, 1.0, 0.0]);
+        assert!(ColumnSplit::new(g, Alone, 2, 2).is_err());
+    }
+
+    #[test]
+    fn gathered_columns_are_the_ranks_blocks_side_by_side() {
+        let (n, width, size) = (3, 5, 2);
+        let sums = ThreadSum::group(size);
+        let got: Vec<Vec<f32>> = std::thread::scope(|s| {
+            let handles: Vec<_> = (0..size)
+                .map(|rank| {
+                    let red = sums(rank);
+                    s.spawn(move || {
+                        let whole = DenseGraph::from_dense(n, &[0.0; 9]);
+                        let mut g = ColumnSplit::new(whole, red, rank, size).unwrap();
+                        let cols = g.columns(width);
+                        let block: Vec<f32> = (0..n)
+                            .flat_map(|r| cols.clone().map(move |c| (r * 10 + c) as f32))
+                            .collect();
+                        let mut dx = vec![f32::NAN; n * width];
+                        g.gather_columns(width, &block, &mut dx).unwrap();
+                        dx
+                    })
+                })
+                .collect();
+            handles.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        let want: Vec<f32> = (0..n)
+            .flat_map(|r| (0..width).map(move |c| (r * 10 + c) as f32))
+            .collect();
+        for dx in got {
+            assert_eq!(dx, want);
         }
     }
 }

@@ -316,13 +316,19 @@ pub(crate) fn run_sddmm<T: Scalar>(
     }
     let work = (out.len() * out.groups()) as u64 + ROW_COST * rows as u64;
     let grain = grain_for(work, MIN_GRAIN);
-    let block = |r: Range<usize>, out: EdgeRunsMut<'_, T>| {
-        sddmm_rows(isa, indptr, indices, &u, &v, r, out);
+    // The common group widths get loops of a width known at compile time (the same dot
+    // products, unrolled).
+    let block = |r: Range<usize>, out: EdgeRunsMut<'_, T>| match u.cols() / out.groups() {
+        2 => sddmm_rows::<T, 2>(isa, indptr, indices, &u, &v, r, out),
+        8 => sddmm_rows::<T, 8>(isa, indptr, indices, &u, &v, r, out),
+        _ => sddmm_rows::<T, 0>(isa, indptr, indices, &u, &v, r, out),
     };
     for_each_block(indptr, 0..rows, ROW_COST, grain, out, &block);
 }
 
-fn sddmm_rows<T: Scalar>(
+/// The rows `rows` into `out`, each group `N` columns wide (`N = 0`: as many as `U` has
+/// columns per group).
+fn sddmm_rows<T: Scalar, const N: usize>(
     isa: Isa,
     indptr: &[u64],
     indices: &[u32],
@@ -335,16 +341,16 @@ fn sddmm_rows<T: Scalar>(
     if isa >= Isa::Avx2 {
         // SAFETY: `isa` never exceeds what the CPU supports (see `super::isa`), and every
         // instruction set at or above AVX2 here includes AVX2 and FMA.
-        unsafe { sddmm_rows_avx2(indptr, indices, u, v, rows, &mut out.runs) };
+        unsafe { sddmm_rows_avx2::<T, N>(indptr, indices, u, v, rows, &mut out.runs) };
         return;
     }
     let _ = isa;
-    sddmm_body(indptr, indices, u, v, rows, &mut out.runs);
+    sddmm_body::<T, N>(indptr, indices, u, v, rows, &mut out.runs);
 }
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
-fn sddmm_rows_avx2<T: Scalar>(
+fn sddmm_rows_avx2<T: Scalar, const N: usize>(
     indptr: &[u64],
     indices: &[u32],
     u: &DenseView<'_, T>,
@@ -352,12 +358,12 @@ fn sddmm_rows_avx2<T: Scalar>(
     rows: Range<usize>,
     runs: &mut [&mut [T]],
 ) {
-    sddmm_body(indptr, indices, u, v, rows, runs);
+    sddmm_body::<T, N>(indptr, indices, u, v, rows, runs);
 }
 
 /// The rows `rows` into `runs`, whose first values are the entry at `indptr[rows.start]`.
 #[inline(always)]
-fn sddmm_body<T: Scalar>(
+fn sddmm_body<T: Scalar, const N: usize>(
     indptr: &[u64],
     indices: &[u32],
     u: &DenseView<'_, T>,
@@ -366,7 +372,7 @@ fn sddmm_body<T: Scalar>(
     runs: &mut [&mut [T]],
 ) {
     let (f, groups) = (u.cols(), runs.len());
-    let w = f / groups;
+    let w = if N > 0 { N } else { f / groups };
     let (vs, ldv) = (v.as_slice(), v.ld());
     let base = index::offset(indptr[rows.start]);
     let last = index::offset(indptr[rows.end]).saturating_sub(1);
@@ -520,16 +526,34 @@ pub(crate) fn run_spmm<T: Scalar>(
             beta,
         };
         let block = |r: Range<usize>, y: DenseViewMut<'_, T>| match width {
-            8 => pass_w::<T, 8>(isa, &pass, r, y),
-            16 => pass_w::<T, 16>(isa, &pass, r, y),
-            32 => pass_w::<T, 32>(isa, &pass, r, y),
-            _ => pass_w::<T, 64>(isa, &pass, r, y),
+            8 => pass_c::<T, 8>(isa, &pass, r, y),
+            16 => pass_c::<T, 16>(isa, &pass, r, y),
+            32 => pass_c::<T, 32>(isa, &pass, r, y),
+            _ => pass_c::<T, 64>(isa, &pass, r, y),
         };
         for_each_block(indptr, 0..rows, ROW_COST, grain, y.reborrow(), &block);
     }
 }
 
-fn pass_w<T: Scalar, const W: usize>(
+/// A pass of width `W` with the loops for its group width: columns per group `C` of 2, 4, 8
+/// or 16 dividing `W` (every group of the pass whole, starting at a multiple of `C`), or any
+/// other (`C = 0`: the groups' spans computed at run time).
+fn pass_c<T: Scalar, const W: usize>(
+    isa: Isa,
+    pass: &GroupedPass<'_, T>,
+    rows: Range<usize>,
+    y: DenseViewMut<'_, T>,
+) {
+    match pass.c {
+        2 => pass_w::<T, W, 2>(isa, pass, rows, y),
+        4 => pass_w::<T, W, 4>(isa, pass, rows, y),
+        8 => pass_w::<T, W, 8>(isa, pass, rows, y),
+        16 if W.is_multiple_of(16) => pass_w::<T, W, 16>(isa, pass, rows, y),
+        _ => pass_w::<T, W, 0>(isa, pass, rows, y),
+    }
+}
+
+fn pass_w<T: Scalar, const W: usize, const C: usize>(
     isa: Isa,
     pass: &GroupedPass<'_, T>,
     rows: Range<usize>,
@@ -540,46 +564,48 @@ fn pass_w<T: Scalar, const W: usize>(
         if isa >= Isa::Avx512 {
             // SAFETY: `isa` never exceeds what the CPU supports (see `super::isa`), and
             // `Isa::Avx512` means AVX-512F is present.
-            unsafe { pass_avx512::<T, W>(pass, rows, y) };
+            unsafe { pass_avx512::<T, W, C>(pass, rows, y) };
             return;
         }
         if isa >= Isa::Avx2 {
             // SAFETY: as above; every instruction set at or above AVX2 here includes AVX2 and
             // FMA.
-            unsafe { pass_avx2::<T, W>(pass, rows, y) };
+            unsafe { pass_avx2::<T, W, C>(pass, rows, y) };
             return;
         }
     }
     let _ = isa;
-    pass_body::<T, W>(pass, rows, y);
+    pass_body::<T, W, C>(pass, rows, y);
 }
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
-fn pass_avx2<T: Scalar, const W: usize>(
+fn pass_avx2<T: Scalar, const W: usize, const C: usize>(
     pass: &GroupedPass<'_, T>,
     rows: Range<usize>,
     y: DenseViewMut<'_, T>,
 ) {
-    pass_body::<T, W>(pass, rows, y);
+    pass_body::<T, W, C>(pass, rows, y);
 }
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f")]
-fn pass_avx512<T: Scalar, const W: usize>(
+fn pass_avx512<T: Scalar, const W: usize, const C: usize>(
     pass: &GroupedPass<'_, T>,
     rows: Range<usize>,
     y: DenseViewMut<'_, T>,
 ) {
-    pass_body::<T, W>(pass, rows, y);
+    pass_body::<T, W, C>(pass, rows, y);
 }
 
 /// The rows `rows` of one pass into `y`, whose row 0 is row `rows.start`. Each entry first
 /// spreads its G values over the pass's columns (`scale[l]` is the value of column `l`'s
 /// group), then adds `scale ⊙ X_j` into the accumulators, lane by lane: the sums of the
-/// reference, in its order.
+/// reference, in its order. With a group width `C` known at compile time (every group of the
+/// pass whole), each group's `C` lanes instead add `e_g·X_j` directly from the broadcast
+/// value: the same products and sums, without writing and re-reading `scale`.
 #[inline(always)]
-fn pass_body<T: Scalar, const W: usize>(
+fn pass_body<T: Scalar, const W: usize, const C: usize>(
     pass: &GroupedPass<'_, T>,
     rows: Range<usize>,
     mut y: DenseViewMut<'_, T>,
@@ -625,10 +651,22 @@ fn pass_body<T: Scalar, const W: usize>(
             }
             prefetch(row.wrapping_add(w - 1));
             prefetch_nta(indices.as_ptr().wrapping_add(k + STREAM_AHEAD));
+            let off = indices[k] as usize * ldx + f0;
+            if C > 0 {
+                // The pass's whole groups f0 / C.., C lanes each (`w` is a multiple of C).
+                let xr = &xs[off..off + w];
+                let lanes = acc[..w].chunks_exact_mut(C).zip(xr.chunks_exact(C));
+                for (q, (acc_g, x_g)) in lanes.enumerate() {
+                    let v = e.value(f0 / C + q, k);
+                    for (acc_l, &x_l) in acc_g.iter_mut().zip(x_g) {
+                        *acc_l += v * x_l;
+                    }
+                }
+                continue;
+            }
             for &(g, a, b) in segments {
                 scale[a..b].fill(e.value(g, k));
             }
-            let off = indices[k] as usize * ldx + f0;
             // As in the single product: a narrower pass still runs at the full width wherever
             // X has W values from the row's offset on (the lanes past `w` are never stored).
             if let Some(xr) = xs.get(off..off + W).and_then(|x| x.first_chunk::<W>()) {

@@ -1,6 +1,8 @@
 //! The element-wise steps around a layer: its output activation and its input dropout, forward
 //! and backward, each written once for every layer.
 
+use std::ops::Range;
+
 use crate::dropout::DropoutKey;
 use crate::par;
 use rayon::prelude::*;
@@ -108,7 +110,14 @@ pub fn dropout(key: &DropoutKey, ids: &[u64], src: &[f32], width: usize, dst: &m
 /// scaling applied to the gradient (a dropped entry's gradient is 0, a kept one's is scaled).
 /// Rows in parallel on the current rayon pool.
 pub fn dropout_backward(key: &DropoutKey, ids: &[u64], d: &mut [f32], width: usize) {
-    if key.p == 0.0 {
+    dropout_backward_cols(key, ids, d, 0..width);
+}
+
+/// [`dropout_backward`] of columns `cols` of a wider input: `d` holds those columns of every
+/// row (`ids.len() × cols.len()`), keyed by their place in the whole row.
+pub fn dropout_backward_cols(key: &DropoutKey, ids: &[u64], d: &mut [f32], cols: Range<usize>) {
+    let width = cols.len();
+    if key.p == 0.0 || width == 0 {
         return;
     }
     let rows = ids.len();
@@ -116,20 +125,20 @@ pub fn dropout_backward(key: &DropoutKey, ids: &[u64], d: &mut [f32], width: usi
     d[..rows * width]
         .par_chunks_mut(task * width)
         .zip(ids.par_chunks(task))
-        .for_each(|(d, ids)| dropout_backward_rows(key, ids, d, width));
+        .for_each(|(d, ids)| dropout_backward_rows(key, ids, d, cols.clone()));
 }
 
-/// [`dropout_backward`] of consecutive rows (`ids.len()` rows of `d`) on the calling thread:
-/// a row block's epilogue.
-pub fn dropout_backward_rows(key: &DropoutKey, ids: &[u64], d: &mut [f32], width: usize) {
+/// [`dropout_backward`] of a block of rows (`ids.len() × cols.len()`, columns `cols` of the
+/// whole row) on the calling thread.
+pub fn dropout_backward_rows(key: &DropoutKey, ids: &[u64], d: &mut [f32], cols: Range<usize>) {
+    let width = cols.len();
     if key.p == 0.0 || width == 0 {
         return;
     }
-    // `apply` reads and writes distinct rows: each row goes through a copy.
     let mut src = vec![0.0f32; width];
     for (row, &id) in d.chunks_exact_mut(width).zip(ids) {
         src.copy_from_slice(row);
-        key.row(id).apply(0, &src, row);
+        key.row(id).apply(cols.start, &src, row);
     }
 }
 

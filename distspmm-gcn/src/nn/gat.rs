@@ -14,7 +14,7 @@
 //! the edge softmax's backward, and the SDDMM's backward for `ds_i = Σ_j de_ij` and `dt_j =
 //! Σ_i de_ij` (the latter summed on the sources' owners). Every SDDMM and SpMM is one grouped
 //! call for all heads (the heads are the groups: one pass over the edges, one exchange of
-//! all heads' rows); the edge softmax runs head by head.
+//! all heads' rows), and so is the edge softmax (one pass over each row for all heads).
 
 use super::act::{self, Act};
 use super::{Graph, Layer, ParamSpec, Pass};
@@ -89,12 +89,12 @@ pub struct GatConv {
     /// Per row `[s_0, 1, …, s_{H−1}, 1 | 1, t_0, …, 1, t_{H−1}]` (`rows × 4H`): the grouped
     /// SDDMM's `u` (the first `2H` columns, two per head) and `v` (the last `2H`).
     uv: Vec<f32>,
-    /// Attention logits `e`, one run of `edges` per head; in the backward pass, `d e` (each
-    /// head's run replaced once its softmax's backward has read it).
+    /// Attention logits `e`, one run of `edges` per head.
     logits: Vec<f32>,
     /// `softmax(LeakyReLU(e))`, one run per head.
     alpha: Vec<f32>,
-    /// The dropped coefficients of the forward pass, then `dα` in the backward pass.
+    /// The dropped coefficients of the forward pass, then `dα` and, in its place, `d e` in the
+    /// backward pass.
     work: Vec<f32>,
     /// Each head's aggregation when the heads are averaged (`rows × H·C`); in the backward
     /// pass, each head's output gradient (`dy` repeated per head).
@@ -108,8 +108,6 @@ pub struct GatConv {
     /// Whether a training forward pass awaits its backward pass (which overwrites `work`).
     pending: bool,
     dz: Vec<f32>,
-    /// One head's `d e` (`edges`).
-    de: Vec<f32>,
     /// The SDDMM's `du` and `dv` (`rows × 2H`, two columns per head).
     du: Vec<f32>,
     dv: Vec<f32>,
@@ -196,7 +194,6 @@ impl GatConv {
             dropped: false,
             pending: false,
             dz: Vec::new(),
-            de: Vec::new(),
             du: Vec::new(),
             dv: Vec::new(),
             dsdt: Vec::new(),
@@ -289,21 +286,25 @@ impl Layer for GatConv {
                 name: "lin.weight",
                 shape: [self.opts.in_dim, hc],
                 decay: true,
+                split: true,
             },
             ParamSpec {
                 name: "att_src",
                 shape: [1, hc],
                 decay: true,
+                split: false,
             },
             ParamSpec {
                 name: "att_dst",
                 shape: [1, hc],
                 decay: true,
+                split: false,
             },
             ParamSpec {
                 name: "bias",
                 shape: [1, self.opts.out_dim()],
                 decay: true,
+                split: false,
             },
         ]
     }
@@ -347,9 +348,14 @@ impl Layer for GatConv {
             pass.training,
         );
         self.pending = false;
-        self.size_forward(n, e, key.p > 0.0)?;
-        let input: &[f32] = if key.p > 0.0 {
-            act::dropout(&key, pass.ids, x, fi, &mut self.input);
+        // Under a column split this rank's stage is `x̃_c·W[c]` over its columns c (`in_cols`), summed across
+        // ranks; the attention and aggregation then run on every rank alike.
+        let split = g.column_split().is_some();
+        let in_cols = g.columns(fi);
+        let wc = in_cols.len();
+        self.size_forward(n, e, key.p > 0.0 || split)?;
+        let input: &[f32] = if key.p > 0.0 || split {
+            key.apply(pass.ids, x, fi, in_cols.clone(), &mut self.input);
             &self.input
         } else {
             x
@@ -357,8 +363,8 @@ impl Layer for GatConv {
         par::gemm_rows(
             input,
             n,
-            fi,
-            &self.weight,
+            wc,
+            &self.weight[in_cols.start * hc..in_cols.end * hc],
             Op::N,
             hc,
             &mut self.z,
@@ -366,6 +372,7 @@ impl Layer for GatConv {
             0,
             |_, _, _| {},
         );
+        g.sum_columns(&mut self.z[..n * hc])?;
         let (z, att_src, att_dst) = (&self.z, &self.att_src, &self.att_dst);
         par::for_row_blocks(&mut self.uv, 4 * heads, n, |r0, block| {
             attention_halves(z, att_src, att_dst, heads, c, r0, block);
@@ -373,14 +380,7 @@ impl Layer for GatConv {
         let u = cols(&self.uv, n, 0, 2 * heads, 4 * heads)?;
         let v = cols(&self.uv, n, 2 * heads, 2 * heads, 4 * heads)?;
         g.sddmm_grouped(heads, u, v, &mut self.logits)?;
-        for h in 0..heads {
-            let run = h * e..(h + 1) * e;
-            g.edge_softmax(
-                Some(NEGATIVE_SLOPE),
-                &self.logits[run.clone()],
-                &mut self.alpha[run],
-            )?;
-        }
+        g.edge_softmax_grouped(heads, Some(NEGATIVE_SLOPE), &self.logits, &mut self.alpha)?;
         self.dropped = pass.training && self.opts.attn_dropout > 0.0;
         if self.dropped {
             let what = "the GAT layer's attention";
@@ -477,7 +477,6 @@ impl Layer for GatConv {
         self.pending = false;
         let what = "the GAT layer's gradients";
         fit(&mut self.dz, n * hc, what)?;
-        fit(&mut self.de, e, what)?;
         fit(&mut self.du, n * 2 * heads, what)?;
         fit(&mut self.dv, n * 2 * heads, what)?;
         fit(&mut self.dsdt, n * 2 * heads, what)?;
@@ -536,24 +535,15 @@ impl Layer for GatConv {
             .edges();
             edge_key.apply_in_place(g.edge_ends()?, &mut self.work);
         }
-        // de = softmax'(dα) per head, into the logits' runs (read for the last time here);
-        // ds_i = Σ_j de_ij and dt_j = Σ_i de_ij through the SDDMM's backward.
-        for h in 0..heads {
-            let run = h * e..(h + 1) * e;
-            g.edge_softmax_backward(
-                Some(NEGATIVE_SLOPE),
-                &self.logits[run.clone()],
-                &self.alpha[run.clone()],
-                &self.work[run.clone()],
-                &mut self.de,
-            )?;
-            self.logits[run].copy_from_slice(&self.de);
-        }
+        // de = softmax'(dα) for all heads, in place of dα; ds_i = Σ_j de_ij and dt_j = Σ_i de_ij
+        // through the SDDMM's backward.
+        let slope = Some(NEGATIVE_SLOPE);
+        g.edge_softmax_backward_grouped(heads, slope, &self.logits, &self.alpha, &mut self.work)?;
         let u = cols(&self.uv, n, 0, 2 * heads, 4 * heads)?;
         let v = cols(&self.uv, n, 2 * heads, 2 * heads, 4 * heads)?;
         let du = DenseViewMut::from_row_major(&mut self.du[..], n, 2 * heads)?;
         let dv = DenseViewMut::from_row_major(&mut self.dv[..], n, 2 * heads)?;
-        g.sddmm_backward_grouped(heads, &self.logits, u, v, du, dv)?;
+        g.sddmm_backward_grouped(heads, &self.work, u, v, du, dv)?;
         let (du, dv) = (&self.du, &self.dv);
         par::for_row_blocks(&mut self.dsdt, 2 * heads, n, |r0, block| {
             for (i, row) in block.chunks_exact_mut(2 * heads).enumerate() {
@@ -601,22 +591,46 @@ impl Layer for GatConv {
             self.opts.dropout,
             pass.training,
         );
-        let input: &[f32] = if key.p > 0.0 { &self.input } else { x };
-        par::gemm_tn_sum(input, fi, &self.dz, hc, n, gw, &mut self.partials);
+        let split = g.column_split().is_some();
+        let in_cols = g.columns(fi);
+        let wc = in_cols.len();
+        let c_rows = in_cols.start * hc..in_cols.end * hc;
+        let input: &[f32] = if key.p > 0.0 || split { &self.input } else { x };
+        par::gemm_tn_sum(
+            input,
+            wc,
+            &self.dz,
+            hc,
+            n,
+            &mut gw[c_rows.clone()],
+            &mut self.partials,
+        );
         if let Some(dx) = dx {
+            // This rank's columns of the input gradient: `dx` itself, or (split) a block that
+            // the split gathers into it.
+            let what = "the GAT layer's input gradient";
+            let mut block = if split {
+                zeros(len_of(n, wc, what)?, what)?
+            } else {
+                Vec::new()
+            };
+            let target: &mut [f32] = if split { &mut block } else { &mut dx[..n * fi] };
             par::gemm_rows(
                 &self.dz,
                 n,
                 hc,
-                &self.weight,
+                &self.weight[c_rows],
                 Op::T,
-                fi,
-                dx,
+                wc,
+                target,
                 &mut [],
                 0,
                 |_, _, _| {},
             );
-            act::dropout_backward(&key, pass.ids, dx, fi);
+            act::dropout_backward_cols(&key, pass.ids, target, in_cols);
+            if split {
+                g.gather_columns(fi, &block, dx)?;
+            }
         }
         Ok(())
     }

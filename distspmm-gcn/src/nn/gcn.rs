@@ -156,11 +156,13 @@ impl Layer for GcnConv {
                 name: "lin.weight",
                 shape: [self.fi, self.fo],
                 decay: true,
+                split: true,
             },
             ParamSpec {
                 name: "bias",
                 shape: [1, self.fo],
                 decay: false,
+                split: false,
             },
         ]
     }
@@ -181,7 +183,12 @@ impl Layer for GcnConv {
         let (n, fi, fo) = (self.rows, self.fi, self.fo);
         let first = self.index == 0;
         let x = &x[..n * fi];
-        if first {
+        // Under a column split this rank's stage is `Â·x̃[:, cols]·W[cols, :]`, summed across
+        // ranks before the epilogue; otherwise the epilogue is fused into the last product.
+        let split = g.column_split().is_some();
+        let cols = g.columns(fi);
+        let wc = cols.len();
+        if first && !split {
             self.look_at_input(x)?;
         }
         let key = act::key(
@@ -191,9 +198,18 @@ impl Layer for GcnConv {
             self.dropout,
             pass.training,
         );
-        let (w, b, act) = (&self.weight, &self.bias, self.act);
+        let (w, b, act) = (
+            &self.weight[cols.start * fo..cols.end * fo],
+            &self.bias,
+            self.act,
+        );
         let epilogue =
             |_: usize, z: &mut [f32], out: &mut [f32]| act::bias_act(z, None, b, act, out);
+        let (fused, fused_width): (&mut [f32], usize) = if split {
+            (&mut [], 0)
+        } else {
+            (&mut self.out, fo)
+        };
         if self.aggregate_first {
             let mid: &[f32] = if first && !pass.training {
                 let id = (x.as_ptr() as usize, x.len());
@@ -201,27 +217,36 @@ impl Layer for GcnConv {
                     Some((seen, m)) if *seen == id => m,
                     cache => {
                         let what = "the aggregated features";
-                        let mut m = zeros(len_of(n, fi, what)?, what)?;
-                        g.forward(x, fi, &mut m)?;
+                        let mut m = zeros(len_of(n, wc, what)?, what)?;
+                        if split {
+                            key.apply(pass.ids, x, fi, cols.clone(), &mut self.input);
+                            g.forward(&self.input, wc, &mut m)?;
+                        } else {
+                            g.forward(x, fi, &mut m)?;
+                        }
                         &cache.insert((id, m)).1
                     }
                 }
             } else {
-                key.apply(pass.ids, x, fi, 0..fi, &mut self.input);
-                g.forward(&self.input, fi, &mut self.mid)?;
+                key.apply(pass.ids, x, fi, cols.clone(), &mut self.input);
+                g.forward(&self.input, wc, &mut self.mid)?;
                 &self.mid
             };
             par::gemm_rows(
                 mid,
                 n,
-                fi,
+                wc,
                 w,
                 Op::N,
                 fo,
                 &mut self.z,
-                &mut self.out,
-                fo,
-                epilogue,
+                fused,
+                fused_width,
+                |r0, z, out| {
+                    if !split {
+                        epilogue(r0, z, out);
+                    }
+                },
             );
         } else {
             // The first layer over sparse features reads their non-zeros only (the same bits;
@@ -237,16 +262,16 @@ impl Layer for GcnConv {
                 let dropout = pass.training.then_some((&key, pass.ids));
                 dense(|| sp.product(dropout, w, fo, &mut self.mid));
             } else {
-                if self.input.len() < n * fi {
+                if self.input.len() < n * wc {
                     // Released when the sparse path was chosen; back for this pass.
                     let what = "the GCN's activations";
                     self.input = zeros(len_of(n, fi, what)?, what)?;
                 }
-                key.apply(pass.ids, x, fi, 0..fi, &mut self.input);
+                key.apply(pass.ids, x, fi, cols.clone(), &mut self.input);
                 par::gemm_rows(
                     &self.input,
                     n,
-                    fi,
+                    wc,
                     w,
                     Op::N,
                     fo,
@@ -257,6 +282,9 @@ impl Layer for GcnConv {
                 );
             }
             g.forward(&self.mid, fo, &mut self.z)?;
+        }
+        if split || !self.aggregate_first {
+            g.sum_columns(&mut self.z[..n * fo])?;
             let block = par::task_rows(n, fo);
             self.z
                 .par_chunks_mut(block * fo)
@@ -276,9 +304,13 @@ impl Layer for GcnConv {
         pass: &Pass<'_>,
     ) -> Result<()> {
         let (n, fi, fo) = (self.rows, self.fi, self.fo);
+        let split = g.column_split().is_some();
+        let cols = g.columns(fi);
+        let wc = cols.len();
         let dz = &mut dy[..n * fo];
         self.act.backward(&self.z, dz);
         let (gw, rest) = grad.split_at_mut(fi * fo);
+        let gw = &mut gw[cols.start * fo..cols.end * fo];
         let gb = &mut rest[..fo];
         let partials = &mut self.partials;
         par::col_sums(dz, fo, n, gb, partials);
@@ -286,54 +318,73 @@ impl Layer for GcnConv {
         let ids = pass.ids;
         // Through this layer's input dropout, on each row block as soon as its product is done.
         let mask = |r0: usize, d: &mut [f32]| {
-            let rows = d.len() / fi.max(1);
-            act::dropout_backward_rows(&key, &ids[r0..r0 + rows], d, fi);
+            let rows = d.len() / wc.max(1);
+            act::dropout_backward_rows(&key, &ids[r0..r0 + rows], d, cols.clone());
         };
-        let w = &self.weight;
+        let w = &self.weight[cols.start * fo..cols.end * fo];
         let scratch = &mut self.scratch;
-        if self.aggregate_first {
-            // Z = (Â·H)·W: dW = (Â·H)ᵀ·dZ, d(Â·H) = dZ·Wᵀ, dH = Âᵀ·d(Â·H).
-            par::gemm_tn_sum(&self.mid, fi, dz, fo, n, gw, partials);
-            if let Some(dx) = dx {
-                par::gemm_rows(dz, n, fo, w, Op::T, fi, scratch, &mut [], 0, |_, _, _| {});
-                g.backward(&scratch[..n * fi], fi, &mut dx[..n * fi])?;
-                par::for_row_blocks(dx, fi, n, mask);
-            }
-        } else {
-            // Z = Â·(H·W): d(H·W) = Âᵀ·dZ, dW = Hᵀ·d(H·W), dH = d(H·W)·Wᵀ.
-            g.backward(dz, fo, &mut scratch[..n * fo])?;
-            let sparse = match &self.first_input {
-                FirstInput::Sparse(sp) if self.index == 0 && self.sparse_step => Some(sp),
-                _ => None,
+        // This rank's columns of the input gradient: `dx` itself, or a block that the split
+        // gathers into it.
+        let (mut dx, mut block) = (dx, Vec::new());
+        if split && dx.is_some() {
+            let what = "the GCN's input gradient";
+            block = zeros(len_of(n, wc, what)?, what)?;
+        }
+        {
+            let target: Option<&mut [f32]> = match (&mut dx, split) {
+                (None, _) => None,
+                (Some(_), true) => Some(&mut block[..]),
+                (Some(d), false) => Some(&mut d[..]),
             };
-            if !sparse.is_some_and(|sp| dense(|| sp.tn_sum(&scratch[..n * fo], fo, gw))) {
-                // Dense, or sparse with a non-finite gradient: the dropped input made dense.
-                let densified;
-                let input: &[f32] = match sparse {
-                    Some(sp) => {
-                        let what = "the GCN's activations";
-                        let mut d = zeros(len_of(n, fi, what)?, what)?;
-                        sp.densify_kept(&mut d);
-                        densified = d;
-                        &densified
-                    }
-                    None => &self.input,
+            if self.aggregate_first {
+                // Z = (Â·H)·W: dW = (Â·H)ᵀ·dZ, d(Â·H) = dZ·Wᵀ, dH = Âᵀ·d(Â·H).
+                par::gemm_tn_sum(&self.mid, wc, dz, fo, n, gw, partials);
+                if let Some(t) = target {
+                    par::gemm_rows(dz, n, fo, w, Op::T, wc, scratch, &mut [], 0, |_, _, _| {});
+                    g.backward(&scratch[..n * wc], wc, &mut t[..n * wc])?;
+                    par::for_row_blocks(t, wc, n, mask);
+                }
+            } else {
+                // Z = Â·(H·W): d(H·W) = Âᵀ·dZ, dW = Hᵀ·d(H·W), dH = d(H·W)·Wᵀ.
+                g.backward(dz, fo, &mut scratch[..n * fo])?;
+                let sparse = match &self.first_input {
+                    FirstInput::Sparse(sp) if self.index == 0 && self.sparse_step => Some(sp),
+                    _ => None,
                 };
-                par::gemm_tn_sum(input, fi, &scratch[..n * fo], fo, n, gw, partials);
+                if !sparse.is_some_and(|sp| dense(|| sp.tn_sum(&scratch[..n * fo], fo, gw))) {
+                    // Dense, or sparse with a non-finite gradient: the dropped input made dense.
+                    let densified;
+                    let input: &[f32] = match sparse {
+                        Some(sp) => {
+                            let what = "the GCN's activations";
+                            let mut d = zeros(len_of(n, fi, what)?, what)?;
+                            sp.densify_kept(&mut d);
+                            densified = d;
+                            &densified
+                        }
+                        None => &self.input,
+                    };
+                    par::gemm_tn_sum(input, wc, &scratch[..n * fo], fo, n, gw, partials);
+                }
+                if let Some(t) = target {
+                    par::gemm_rows(
+                        &scratch[..n * fo],
+                        n,
+                        fo,
+                        w,
+                        Op::T,
+                        wc,
+                        t,
+                        &mut [],
+                        0,
+                        |r0, d, _| mask(r0, d),
+                    );
+                }
             }
+        }
+        if split {
             if let Some(dx) = dx {
-                par::gemm_rows(
-                    &scratch[..n * fo],
-                    n,
-                    fo,
-                    w,
-                    Op::T,
-                    fi,
-                    dx,
-                    &mut [],
-                    0,
-                    |r0, d, _| mask(r0, d),
-                );
+                g.gather_columns(fi, &block, dx)?;
             }
         }
         Ok(())

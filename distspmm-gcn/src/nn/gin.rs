@@ -209,10 +209,12 @@ impl Layer for GinConv {
     /// `Adam(model.parameters(), weight_decay=…)` applies it.
     fn specs(&self) -> Vec<ParamSpec> {
         let (fi, h, fo) = (self.fi, self.hidden, self.fo);
+        // Under a column split, W₁'s rows and ε are formed in parts (see `Graph::column_split`).
         let spec = |name, shape| ParamSpec {
             name,
             shape,
             decay: true,
+            split: name == "eps" || name == "nn.0.weight",
         };
         let mut specs = Vec::with_capacity(5);
         if self.train_eps {
@@ -249,37 +251,53 @@ impl Layer for GinConv {
         let (n, fi, h, fo) = (self.rows, self.fi, self.hidden, self.fo);
         check_forward(g, x, pass, (n, fi))?;
         load_edge_weights(g, EdgeWeights::Sum, &mut self.edges)?;
+        // Under a column split this rank's stage is `((1 + ε)·x̃_c + A·x̃_c)·W₁[c]` over its
+        // columns c, summed across ranks before b₁ and the ReLU; the rest of the MLP runs on
+        // every rank alike.
+        let split = g.column_split().is_some();
+        let cols = g.columns(fi);
+        let wc = cols.len();
         let key = self.dropout_key(pass);
-        act::dropout(&key, pass.ids, &x[..n * fi], fi, &mut self.input);
+        key.apply(pass.ids, &x[..n * fi], fi, cols.clone(), &mut self.input);
         let c = self.self_weight();
         let b1 = &self.b1[..];
+        let w1 = &self.w1[cols.start * h..cols.end * h];
         if self.aggregate_first {
             // h = A·x̃ + (1 + ε)·x̃; a1 = h·W₁ + b₁.
             g.spmm_edges(
                 &self.edges,
-                DenseView::from_row_major(&self.input[..n * fi], n, fi)?,
-                DenseViewMut::from_row_major(&mut self.mid[..n * fi], n, fi)?,
+                DenseView::from_row_major(&self.input[..n * wc], n, wc)?,
+                DenseViewMut::from_row_major(&mut self.mid[..n * wc], n, wc)?,
             )?;
-            add_scaled(&mut self.mid, c, &self.input, fi, n);
+            add_scaled(&mut self.mid, c, &self.input, wc, n);
+            let (fused, fused_width): (&mut [f32], usize) = if split {
+                (&mut [], 0)
+            } else {
+                (&mut self.r1, h)
+            };
             par::gemm_rows(
                 &self.mid,
                 n,
-                fi,
-                &self.w1,
+                wc,
+                w1,
                 Op::N,
                 h,
                 &mut self.a1,
-                &mut self.r1,
-                h,
-                |_, a1, r1| act::bias_act(a1, None, b1, Act::Relu, r1),
+                fused,
+                fused_width,
+                |_, a1, r1| {
+                    if !split {
+                        act::bias_act(a1, None, b1, Act::Relu, r1);
+                    }
+                },
             );
         } else {
             // u = x̃·W₁; a1 = A·u + (1 + ε)·u + b₁.
             par::gemm_rows(
                 &self.input,
                 n,
-                fi,
-                &self.w1,
+                wc,
+                w1,
                 Op::N,
                 h,
                 &mut self.mid,
@@ -292,17 +310,29 @@ impl Layer for GinConv {
                 DenseView::from_row_major(&self.mid[..n * h], n, h)?,
                 DenseViewMut::from_row_major(&mut self.a1[..n * h], n, h)?,
             )?;
+            if split {
+                add_scaled(&mut self.a1, c, &self.mid, h, n);
+            } else {
+                let block = par::task_rows(n, h);
+                let u = &self.mid;
+                self.a1[..n * h]
+                    .par_chunks_mut(block * h)
+                    .zip(self.r1[..n * h].par_chunks_mut(block * h))
+                    .enumerate()
+                    .for_each(|(i, (a1, r1))| {
+                        let at = i * block * h;
+                        let u = &u[at..at + a1.len()];
+                        act::bias_act(a1, Some((c, u)), b1, Act::Relu, r1);
+                    });
+            }
+        }
+        if split {
+            g.sum_columns(&mut self.a1[..n * h])?;
             let block = par::task_rows(n, h);
-            let u = &self.mid;
             self.a1[..n * h]
                 .par_chunks_mut(block * h)
                 .zip(self.r1[..n * h].par_chunks_mut(block * h))
-                .enumerate()
-                .for_each(|(i, (a1, r1))| {
-                    let at = i * block * h;
-                    let u = &u[at..at + a1.len()];
-                    act::bias_act(a1, Some((c, u)), b1, Act::Relu, r1);
-                });
+                .for_each(|(a1, r1)| act::bias_act(a1, None, b1, Act::Relu, r1));
         }
         let (act, b2) = (self.act, &self.b2[..]);
         par::gemm_rows(
@@ -368,49 +398,54 @@ impl Layer for GinConv {
         let d_a1 = &self.d_a1[..n * h];
         par::col_sums(d_a1, h, n, g_b1, &mut self.partials);
         let c = self.self_weight();
+        let split = g.column_split().is_some();
+        let cols = g.columns(fi);
+        let wc = cols.len();
+        let g_w1 = &mut g_w1[cols.start * h..cols.end * h];
+        let w1 = &self.w1[cols.start * h..cols.end * h];
         let mid_width = if self.aggregate_first { fi } else { h };
         let need_d_mid = !self.aggregate_first || self.train_eps || dx.is_some();
         if need_d_mid && self.d_mid.len() < n * mid_width {
             let what = "the GIN layer's gradients";
             self.d_mid = zeros(len_of(n, mid_width, what)?, what)?;
         }
+        // This rank's columns of the input gradient: `dx` itself, or (split) a block that the
+        // split gathers into it.
+        let (mut dx, mut block) = (dx, Vec::new());
+        if split && dx.is_some() {
+            let what = "the GIN layer's input gradient";
+            block = zeros(len_of(n, wc, what)?, what)?;
+        }
+        let target: Option<&mut [f32]> = match (&mut dx, split) {
+            (None, _) => None,
+            (Some(_), true) => Some(&mut block[..]),
+            (Some(d), false) => Some(&mut d[..n * fi]),
+        };
         if self.aggregate_first {
             // dW₁ = hᵀ·d(a1); dh = d(a1)·W₁ᵀ; dε = Σ dh ⊙ x̃; dx̃ = Aᵀ·dh + (1 + ε)·dh.
-            par::gemm_tn_sum(&self.mid, fi, d_a1, h, n, g_w1, &mut self.partials);
+            par::gemm_tn_sum(&self.mid, wc, d_a1, h, n, g_w1, &mut self.partials);
             if !need_d_mid {
                 return Ok(());
             }
-            let dh = &mut self.d_mid[..n * fi];
-            par::gemm_rows(
-                d_a1,
-                n,
-                h,
-                &self.w1,
-                Op::T,
-                fi,
-                dh,
-                &mut [],
-                0,
-                |_, _, _| {},
-            );
+            let dh = &mut self.d_mid[..n * wc];
+            par::gemm_rows(d_a1, n, h, w1, Op::T, wc, dh, &mut [], 0, |_, _, _| {});
             if self.train_eps {
                 #[allow(
                     clippy::cast_possible_truncation,
                     reason = "deliberate: summed in f64, rounded to f32"
                 )]
-                let s = dot_rows(dh, &self.input, fi, n) as f32;
+                let s = dot_rows(dh, &self.input, wc, n) as f32;
                 g_eps[0] = s;
             }
-            if let Some(dx) = dx {
-                let dx = &mut dx[..n * fi];
+            if let Some(t) = target {
                 g.spmm_edges_transpose(
                     &self.edges,
-                    DenseView::from_row_major(&*dh, n, fi)?,
-                    DenseViewMut::from_row_major(&mut *dx, n, fi)?,
+                    DenseView::from_row_major(&*dh, n, wc)?,
+                    DenseViewMut::from_row_major(&mut *t, n, wc)?,
                 )?;
-                add_scaled(dx, c, dh, fi, n);
+                add_scaled(t, c, dh, wc, n);
                 let key = self.dropout_key(pass);
-                act::dropout_backward(&key, pass.ids, dx, fi);
+                act::dropout_backward_cols(&key, pass.ids, t, cols.clone());
             }
         } else {
             // du = Aᵀ·d(a1) + (1 + ε)·d(a1); dε = Σ d(a1) ⊙ u; dW₁ = x̃ᵀ·du; dx̃ = du·W₁ᵀ.
@@ -429,12 +464,16 @@ impl Layer for GinConv {
                 let s = dot_rows(d_a1, &self.mid, h, n) as f32;
                 g_eps[0] = s;
             }
-            par::gemm_tn_sum(&self.input, fi, du, h, n, g_w1, &mut self.partials);
-            if let Some(dx) = dx {
-                let dx = &mut dx[..n * fi];
-                par::gemm_rows(du, n, h, &self.w1, Op::T, fi, dx, &mut [], 0, |_, _, _| {});
+            par::gemm_tn_sum(&self.input, wc, du, h, n, g_w1, &mut self.partials);
+            if let Some(t) = target {
+                par::gemm_rows(du, n, h, w1, Op::T, wc, t, &mut [], 0, |_, _, _| {});
                 let key = self.dropout_key(pass);
-                act::dropout_backward(&key, pass.ids, dx, fi);
+                act::dropout_backward_cols(&key, pass.ids, t, cols.clone());
+            }
+        }
+        if split {
+            if let Some(dx) = dx {
+                g.gather_columns(fi, &block, dx)?;
             }
         }
         Ok(())

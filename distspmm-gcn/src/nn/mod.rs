@@ -18,6 +18,8 @@
 //! id, column), and attention-dropout masks by (seed, epoch, layer, destination and source
 //! original ids, head), so a run's losses do not depend on the number of ranks.
 
+use std::ops::Range;
+
 use anyhow::{ensure, Result};
 use distspmm_core::sparse::{DenseView, DenseViewMut};
 
@@ -183,14 +185,17 @@ pub trait Graph: Aggregate {
     ) -> Result<()>;
 
     /// Softmax of `LeakyReLU_slope(logits)` over each destination row's in-edges (no
-    /// LeakyReLU when `slope` is `None`). Local.
+    /// LeakyReLU when `slope` is `None`). [`Graph::edge_softmax_grouped`] with one group.
     ///
     /// # Errors
     /// When an operand does not hold [`Graph::edge_count`] values.
-    fn edge_softmax(&mut self, slope: Option<f32>, logits: &[f32], out: &mut [f32]) -> Result<()>;
+    fn edge_softmax(&mut self, slope: Option<f32>, logits: &[f32], out: &mut [f32]) -> Result<()> {
+        self.edge_softmax_grouped(1, slope, logits, out)
+    }
 
     /// The gradient of [`Graph::edge_softmax`] with respect to `logits`, from its result `out`
-    /// and `d_out` (overwrites `d_logits`). Local.
+    /// and `d_out` (overwrites `d_logits`). [`Graph::edge_softmax_backward_grouped`] with one
+    /// group.
     ///
     /// # Errors
     /// As [`Graph::edge_softmax`].
@@ -201,7 +206,99 @@ pub trait Graph: Aggregate {
         out: &[f32],
         d_out: &[f32],
         d_logits: &mut [f32],
+    ) -> Result<()> {
+        ensure!(
+            d_out.len() == d_logits.len(),
+            "edge_softmax_backward: {} values of d_out for {} of d_logits",
+            d_out.len(),
+            d_logits.len()
+        );
+        d_logits.copy_from_slice(d_out);
+        self.edge_softmax_backward_grouped(1, slope, logits, out, d_logits)
+    }
+
+    /// [`Graph::edge_softmax`] for `groups` groups (the heads of an attention layer) in one
+    /// pass over the rows: `logits` and `out` hold `groups` runs of [`Graph::edge_count`]
+    /// values (run g at `g·edge_count`), each normalised over each row's in-edges. Local.
+    ///
+    /// # Errors
+    /// When `groups` is 0 or an operand does not hold `groups` runs of [`Graph::edge_count`]
+    /// values.
+    fn edge_softmax_grouped(
+        &mut self,
+        groups: usize,
+        slope: Option<f32>,
+        logits: &[f32],
+        out: &mut [f32],
     ) -> Result<()>;
+
+    /// [`Graph::edge_softmax_backward`] for `groups` groups, the runs as in
+    /// [`Graph::edge_softmax_grouped`] (`logits` read only with a `slope`), in place: `d`
+    /// holds the gradient of `out` on entry and that of `logits` on return. Local.
+    ///
+    /// # Errors
+    /// As [`Graph::edge_softmax_grouped`].
+    fn edge_softmax_backward_grouped(
+        &mut self,
+        groups: usize,
+        slope: Option<f32>,
+        logits: &[f32],
+        out: &[f32],
+        d: &mut [f32],
+    ) -> Result<()>;
+
+    /// How this graph splits a layer's input columns across ranks (tensor parallelism,
+    /// [`crate::tensor::ColumnSplit`]): `Some((rank, ranks))` when every rank holds every row
+    /// and computes the contribution of its own slice of each layer's input columns, `None`
+    /// (the default) when the layer sees all columns of its rows.
+    ///
+    /// A layer's *column-linear stage* is the part of its forward pass that is linear in its
+    /// input (the aggregation and the first product: `Â·x̃·W` for the GCN, `mean(x̃)·W_l + x̃·W_r`
+    /// for SAGE, `((1+ε)·x̃ + Σ x̃_j)·W_1` for GIN, `x̃·W` for GAT). Under a split it is computed
+    /// over [`Graph::columns`] with the matching rows of the weights, completed by
+    /// [`Graph::sum_columns`]; the rest of the layer runs on every rank alike.
+    fn column_split(&self) -> Option<(usize, usize)> {
+        None
+    }
+
+    /// The input columns of a `width`-wide layer input whose contribution this rank computes
+    /// (all of them unless the graph splits columns).
+    fn columns(&self, width: usize) -> Range<usize> {
+        0..width
+    }
+
+    /// Completes a column-linear stage computed over [`Graph::columns`] by summing it across
+    /// the ranks that split the columns (nothing to do unless the graph splits columns).
+    ///
+    /// # Errors
+    /// When the reduction fails.
+    fn sum_columns(&mut self, _partial: &mut [f32]) -> Result<()> {
+        Ok(())
+    }
+
+    /// Assembles a layer's input gradient from each rank's columns: `block` holds this rank's
+    /// [`Graph::columns`]`(width)` of every row (`rows × cols`), `dx` gets all `width` columns
+    /// (`rows × width`). Without a split `block` is the whole gradient and is copied.
+    ///
+    /// # Errors
+    /// When the reduction fails or the buffers are shorter than their shapes.
+    fn gather_columns(&mut self, width: usize, block: &[f32], dx: &mut [f32]) -> Result<()> {
+        let len = self.rows() * width;
+        ensure!(
+            block.len() >= len && dx.len() >= len,
+            "the input gradient's buffers hold {} and {} values, {len} needed",
+            block.len(),
+            dx.len()
+        );
+        dx[..len].copy_from_slice(&block[..len]);
+        Ok(())
+    }
+
+    /// Bytes received and seconds spent in the reductions of a column split so far (0 without
+    /// one).
+    fn column_traffic(&self) -> (u64, f64) {
+        (0, 0.0)
+    }
 }
 
 /// One forward or backward pass, as a layer needs to know it.
@@ -226,6 +323,11 @@ pub struct ParamSpec {
     pub shape: [usize; 2],
     /// Whether `--weight-decay` applies to it under the model's rule.
     pub decay: bool,
+    /// Whether, under a column split ([`Graph::column_split`]), each rank computes a part of
+    /// this parameter's gradient that the ranks sum (the weights of a column-linear stage,
+    /// whose rows are the input's columns, and GIN's ε); otherwise every rank computes the
+    /// whole gradient alike.
+    pub split: bool,
 }
 
 /// One layer of a [`net::Net`]: its input dropout, its message passing, its output activation,

@@ -240,7 +240,10 @@ impl Net {
     ) -> Result<Metrics> {
         self.forward(g, data, 0, false)?;
         let mut counts = count_metrics(self.logits(), self.cfg.classes, data.labels, data.masks);
-        red.sum_f64(&mut counts)?;
+        // Under a column split every rank holds every row: its counts are already the total.
+        if g.column_split().is_none() {
+            red.sum_f64(&mut counts)?;
+        }
         Ok(Metrics::from_counts(&counts))
     }
 
@@ -256,9 +259,13 @@ impl Net {
         self.forward(g, data, epoch, true)?;
         let mut counts = count_metrics(self.logits(), self.cfg.classes, data.labels, data.masks);
         self.backward(g, data, epoch)?;
-        // Two small reductions keep the f64 sums exact.
+        // Two small reductions keep the f64 sums exact. Under a column split each rank holds
+        // a part of the split gradients and rank 0 alone the others (see `backward`), so the
+        // sum is the gradient in both strategies.
         red.sum_f32(&mut self.grad)?;
-        red.sum_f64(&mut counts)?;
+        if g.column_split().is_none() {
+            red.sum_f64(&mut counts)?;
+        }
         let loss = counts[0] / counts[2].max(1.0);
         NonFiniteGradient::check(&self.grad, epoch, loss)?;
         self.add_weight_decay();
@@ -316,6 +323,8 @@ impl Net {
             training: true,
             ids: data.original_ids,
         };
+        let split = g.column_split().is_some();
+        let replicated_elsewhere = g.column_split().is_some_and(|(rank, _)| rank != 0);
         let mut result = Ok(());
         for l in (0..self.layers.len()).rev() {
             let (done, rest) = self.layers.split_at_mut(l);
@@ -327,9 +336,24 @@ impl Net {
             // With a residual connection the output's gradient also reaches the input as is.
             let skip = self.residual[l].as_ref().map(|_| dy[..n * fo].to_vec());
             let want_dx = (l > 0).then_some(&mut dx[..n * fi]);
+            if split {
+                // The layer writes the rows of its columns only.
+                grad.fill(0.0);
+            }
             if let Err(e) = layer.backward(g, x, &mut dy[..n * fo], grad, want_dx, &pass) {
                 result = Err(e);
                 break;
+            }
+            if replicated_elsewhere {
+                // Every rank computed these gradients alike; rank 0's copy is the one summed.
+                let mut at = 0;
+                for spec in layer.specs() {
+                    let len = spec.shape[0] * spec.shape[1];
+                    if !spec.split {
+                        grad[at..at + len].fill(0.0);
+                    }
+                    at += len;
+                }
             }
             if let Some(skip) = skip {
                 for (d, s) in dx.iter_mut().zip(skip) {

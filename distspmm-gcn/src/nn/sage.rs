@@ -23,6 +23,7 @@ use crate::par;
 use anyhow::{ensure, Result};
 use distspmm_core::sparse::{DenseView, DenseViewMut};
 use rand_chacha::ChaCha8Rng;
+use rayon::prelude::*;
 
 /// GraphSAGE's layer with PyG `SAGEConv`'s defaults (see the module documentation), bound to
 /// one rank's rows, with its buffers.
@@ -146,16 +147,19 @@ impl Layer for SageConv {
                 name: "lin_l.weight",
                 shape: [fi, fo],
                 decay: true,
+                split: true,
             },
             ParamSpec {
                 name: "lin_l.bias",
                 shape: [1, fo],
                 decay: true,
+                split: false,
             },
             ParamSpec {
                 name: "lin_r.weight",
                 shape: [fi, fo],
                 decay: true,
+                split: true,
             },
         ]
     }
@@ -172,21 +176,43 @@ impl Layer for SageConv {
         let (n, fi, fo) = (self.rows, self.fi, self.fo);
         check_forward(g, x, pass, (n, fi))?;
         load_edge_weights(g, EdgeWeights::Mean, &mut self.edges)?;
+        // Under a column split this rank's stage is `mean(x̃_c)·W_l[c] + x̃_c·W_r[c]` over its
+        // columns c, summed across ranks before the bias and activation; otherwise those are
+        // fused into the last product.
+        let split = g.column_split().is_some();
+        let cols = g.columns(fi);
+        let wc = cols.len();
         let key = self.dropout_key(pass);
-        act::dropout(&key, pass.ids, &x[..n * fi], fi, &mut self.input);
+        key.apply(pass.ids, &x[..n * fi], fi, cols.clone(), &mut self.input);
         let (act, b) = (self.act, &self.b[..]);
+        let w_l = &self.w_l[cols.start * fo..cols.end * fo];
+        let w_r = &self.w_r[cols.start * fo..cols.end * fo];
+        let (fused, fused_width): (&mut [f32], usize) = if split {
+            (&mut [], 0)
+        } else {
+            (&mut self.out, fo)
+        };
+        // The last product's epilogue: adds the other branch, then (unsplit) bias and activation.
+        let epilogue = |side: &[f32], r0: usize, z: &mut [f32], out: &mut [f32]| {
+            let side = &side[r0 * fo..r0 * fo + z.len()];
+            if split {
+                z.iter_mut().zip(side).for_each(|(z, &s)| *z += s);
+            } else {
+                act::bias_act(z, Some((1.0, side)), b, act, out);
+            }
+        };
         if self.aggregate_first {
             // z = mean(x̃)·W_l + (x̃·W_r + b).
             g.spmm_edges(
                 &self.edges,
-                DenseView::from_row_major(&self.input[..n * fi], n, fi)?,
-                DenseViewMut::from_row_major(&mut self.mid[..n * fi], n, fi)?,
+                DenseView::from_row_major(&self.input[..n * wc], n, wc)?,
+                DenseViewMut::from_row_major(&mut self.mid[..n * wc], n, wc)?,
             )?;
             par::gemm_rows(
                 &self.input,
                 n,
-                fi,
-                &self.w_r,
+                wc,
+                w_r,
                 Op::N,
                 fo,
                 &mut self.side,
@@ -198,25 +224,22 @@ impl Layer for SageConv {
             par::gemm_rows(
                 &self.mid,
                 n,
-                fi,
-                &self.w_l,
+                wc,
+                w_l,
                 Op::N,
                 fo,
                 &mut self.z,
-                &mut self.out,
-                fo,
-                |r0, z, out| {
-                    let side = &side[r0 * fo..r0 * fo + z.len()];
-                    act::bias_act(z, Some((1.0, side)), b, act, out);
-                },
+                fused,
+                fused_width,
+                |r0, z, out| epilogue(side, r0, z, out),
             );
         } else {
             // z = x̃·W_r + (mean(x̃·W_l) + b).
             par::gemm_rows(
                 &self.input,
                 n,
-                fi,
-                &self.w_l,
+                wc,
+                w_l,
                 Op::N,
                 fo,
                 &mut self.mid,
@@ -233,18 +256,23 @@ impl Layer for SageConv {
             par::gemm_rows(
                 &self.input,
                 n,
-                fi,
-                &self.w_r,
+                wc,
+                w_r,
                 Op::N,
                 fo,
                 &mut self.z,
-                &mut self.out,
-                fo,
-                |r0, z, out| {
-                    let side = &side[r0 * fo..r0 * fo + z.len()];
-                    act::bias_act(z, Some((1.0, side)), b, act, out);
-                },
+                fused,
+                fused_width,
+                |r0, z, out| epilogue(side, r0, z, out),
             );
+        }
+        if split {
+            g.sum_columns(&mut self.z[..n * fo])?;
+            let block = par::task_rows(n, fo);
+            self.z[..n * fo]
+                .par_chunks_mut(block * fo)
+                .zip(self.out[..n * fo].par_chunks_mut(block * fo))
+                .for_each(|(z, out)| act::bias_act(z, None, b, act, out));
         }
         Ok(())
     }
@@ -265,15 +293,21 @@ impl Layer for SageConv {
         let (n, fi, fo) = (self.rows, self.fi, self.fo);
         check_forward(g, x, pass, (n, fi))?;
         check_backward((n, fi, fo), dy, grad, 2 * fi * fo + fo, dx.as_deref())?;
+        let split = g.column_split().is_some();
+        let cols = g.columns(fi);
+        let wc = cols.len();
         let dz = &mut dy[..n * fo];
         self.act.backward(&self.z[..n * fo], dz);
         let (g_wl, rest) = grad.split_at_mut(fi * fo);
         let (g_b, g_wr) = rest.split_at_mut(fo);
+        let c_rows = cols.start * fo..cols.end * fo;
+        let (g_wl, g_wr) = (&mut g_wl[c_rows.clone()], &mut g_wr[c_rows.clone()]);
+        let (w_l, w_r) = (&self.w_l[c_rows.clone()], &self.w_r[c_rows]);
         par::col_sums(dz, fo, n, g_b, &mut self.partials);
-        par::gemm_tn_sum(&self.input, fi, dz, fo, n, g_wr, &mut self.partials);
+        par::gemm_tn_sum(&self.input, wc, dz, fo, n, g_wr, &mut self.partials);
         if self.aggregate_first {
             // dW_l = mean(x̃)ᵀ·dz; dx̃ = meanᵀ(dz·W_lᵀ) + dz·W_rᵀ.
-            par::gemm_tn_sum(&self.mid, fi, dz, fo, n, g_wl, &mut self.partials);
+            par::gemm_tn_sum(&self.mid, wc, dz, fo, n, g_wl, &mut self.partials);
         } else {
             // d(x̃·W_l) = meanᵀ(dz); dW_l = x̃ᵀ·d(x̃·W_l); dx̃ = d(x̃·W_l)·W_lᵀ + dz·W_rᵀ.
             g.spmm_edges_transpose(
@@ -281,14 +315,21 @@ impl Layer for SageConv {
                 DenseView::from_row_major(&*dz, n, fo)?,
                 DenseViewMut::from_row_major(&mut self.side[..n * fo], n, fo)?,
             )?;
-            par::gemm_tn_sum(&self.input, fi, &self.side, fo, n, g_wl, &mut self.partials);
+            par::gemm_tn_sum(&self.input, wc, &self.side, fo, n, g_wl, &mut self.partials);
         }
         let Some(dx) = dx else {
             return Ok(());
         };
-        let dx = &mut dx[..n * fi];
-        if self.scratch.len() < n * fi {
-            let what = "the SAGE layer's input gradient";
+        // This rank's columns of the input gradient: `dx` itself, or (split) a block that the
+        // split gathers into it.
+        let what = "the SAGE layer's input gradient";
+        let mut block = if split {
+            zeros(len_of(n, wc, what)?, what)?
+        } else {
+            Vec::new()
+        };
+        let target: &mut [f32] = if split { &mut block } else { &mut dx[..n * fi] };
+        if self.scratch.len() < n * wc {
             self.scratch = zeros(len_of(n, fi, what)?, what)?;
         }
         let add = |_: usize, d: &mut [f32], s: &mut [f32]| {
@@ -299,9 +340,9 @@ impl Layer for SageConv {
                 dz,
                 n,
                 fo,
-                &self.w_l,
+                w_l,
                 Op::T,
-                fi,
+                wc,
                 &mut self.scratch,
                 &mut [],
                 0,
@@ -309,20 +350,20 @@ impl Layer for SageConv {
             );
             g.spmm_edges_transpose(
                 &self.edges,
-                DenseView::from_row_major(&self.scratch[..n * fi], n, fi)?,
-                DenseViewMut::from_row_major(&mut *dx, n, fi)?,
+                DenseView::from_row_major(&self.scratch[..n * wc], n, wc)?,
+                DenseViewMut::from_row_major(&mut *target, n, wc)?,
             )?;
-            // scratch = dz·W_rᵀ, added to dx block by block.
+            // scratch = dz·W_rᵀ, added to the gradient block by block.
             par::gemm_rows(
                 dz,
                 n,
                 fo,
-                &self.w_r,
+                w_r,
                 Op::T,
-                fi,
+                wc,
                 &mut self.scratch,
-                dx,
-                fi,
+                target,
+                wc,
                 |r0, s, d| add(r0, d, s),
             );
         } else {
@@ -330,9 +371,9 @@ impl Layer for SageConv {
                 &self.side,
                 n,
                 fo,
-                &self.w_l,
+                w_l,
                 Op::T,
-                fi,
+                wc,
                 &mut self.scratch,
                 &mut [],
                 0,
@@ -342,17 +383,20 @@ impl Layer for SageConv {
                 dz,
                 n,
                 fo,
-                &self.w_r,
+                w_r,
                 Op::T,
-                fi,
-                dx,
+                wc,
+                target,
                 &mut self.scratch,
-                fi,
+                wc,
                 add,
             );
         }
         let key = self.dropout_key(pass);
-        act::dropout_backward(&key, pass.ids, dx, fi);
+        act::dropout_backward_cols(&key, pass.ids, target, cols.clone());
+        if split {
+            g.gather_columns(fi, &block, dx)?;
+        }
         Ok(())
     }
 }

@@ -259,45 +259,65 @@ impl Graph for DenseGraph {
         self.product(groups, de, &v, &mut du, false)?;
         self.product(groups, de, &u, &mut dv, true)
     }
-    fn edge_softmax(&mut self, slope: Option<f32>, logits: &[f32], out: &mut [f32]) -> Result<()> {
+    fn edge_softmax_grouped(
+        &mut self,
+        groups: usize,
+        slope: Option<f32>,
+        logits: &[f32],
+        out: &mut [f32],
+    ) -> Result<()> {
         let act = |z: f32| match slope {
             Some(s) if z <= 0.0 => s * z,
             _ => z,
         };
-        for i in 0..self.n {
-            let ks: Vec<usize> = (0..self.pattern.len())
-                .filter(|&k| self.pattern[k].0 == i)
-                .collect();
-            let m = ks
-                .iter()
-                .map(|&k| act(logits[k]))
-                .fold(f32::NEG_INFINITY, f32::max);
-            let s: f32 = ks.iter().map(|&k| (act(logits[k]) - m).exp()).sum();
-            for &k in &ks {
-                out[k] = (act(logits[k]) - m).exp() / s;
+        let e = self.pattern.len();
+        ensure!(
+            groups >= 1 && logits.len() == groups * e && out.len() == groups * e,
+            "edge_softmax_grouped: {groups} groups of {e} edges"
+        );
+        for (logits, out) in logits.chunks_exact(e).zip(out.chunks_exact_mut(e)) {
+            for i in 0..self.n {
+                let ks: Vec<usize> = (0..e).filter(|&k| self.pattern[k].0 == i).collect();
+                let m = ks
+                    .iter()
+                    .map(|&k| act(logits[k]))
+                    .fold(f32::NEG_INFINITY, f32::max);
+                let s: f32 = ks.iter().map(|&k| (act(logits[k]) - m).exp()).sum();
+                for &k in &ks {
+                    out[k] = (act(logits[k]) - m).exp() / s;
+                }
             }
         }
         Ok(())
     }
-    fn edge_softmax_backward(
+    fn edge_softmax_backward_grouped(
         &mut self,
+        groups: usize,
         slope: Option<f32>,
         logits: &[f32],
         out: &[f32],
-        d_out: &[f32],
-        d_logits: &mut [f32],
+        d: &mut [f32],
     ) -> Result<()> {
-        for i in 0..self.n {
-            let ks: Vec<usize> = (0..self.pattern.len())
-                .filter(|&k| self.pattern[k].0 == i)
-                .collect();
-            let dot: f32 = ks.iter().map(|&k| out[k] * d_out[k]).sum();
-            for &k in &ks {
-                let g = out[k] * (d_out[k] - dot);
-                d_logits[k] = match slope {
-                    Some(s) if logits[k] <= 0.0 => g * s,
-                    _ => g,
-                };
+        let e = self.pattern.len();
+        ensure!(
+            groups >= 1
+                && slope.is_none_or(|_| logits.len() == groups * e)
+                && [out.len(), d.len()] == [groups * e; 2],
+            "edge_softmax_backward_grouped: {groups} groups of {e} edges"
+        );
+        for g in 0..groups {
+            let run = g * e..(g + 1) * e;
+            let (out, d) = (&out[run.clone()], &mut d[run.clone()]);
+            for i in 0..self.n {
+                let ks: Vec<usize> = (0..e).filter(|&k| self.pattern[k].0 == i).collect();
+                let dot: f32 = ks.iter().map(|&k| out[k] * d[k]).sum();
+                for &k in &ks {
+                    let g = out[k] * (d[k] - dot);
+                    d[k] = match slope {
+                        Some(s) if logits[run.start + k] <= 0.0 => g * s,
+                        _ => g,
+                    };
+                }
             }
         }
         Ok(())

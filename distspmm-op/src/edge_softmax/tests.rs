@@ -335,3 +335,194 @@ fn operands_of_the_wrong_length_fail_on_their_rank() {
     );
     assert_eq!(m[1], "ok");
 }
+
+/// A graph whose node 0 receives an edge from every other node (one row of `n` entries
+/// spread over every block, so the rows' lanes and remainders are both exercised) on a ring
+/// with chords, in `parts` contiguous parts: `n` > 2·256 rows makes several tasks of rows.
+fn hub(n: usize, parts: u32) -> Vec<AlignedBuf> {
+    let mut edges: Vec<(u32, u32)> = (1..n as u32).map(|j| (j, 0)).collect();
+    for v in 0..n as u32 {
+        edges.extend([(v, (v + 1) % n as u32), (v, (v * 7 + 3) % n as u32)]);
+    }
+    let part_of: Vec<u32> = (0..n).map(|v| (v * parts as usize / n) as u32).collect();
+    chunks(n, &edges, &part_of, parts)
+}
+
+/// Group g's logit (or incoming gradient, `seed` 1) of the edge from `j` into row `i`.
+fn group_value(seed: u64, g: usize, i: usize, j: u64) -> f32 {
+    4.0 * value(40 + 2 * g as u64 + seed, i, j as usize)
+}
+
+/// The grouped calls against one-group calls on each run, for both forms: the same bits
+/// (each group's run is its own one-group problem, computed by the same loops).
+#[test]
+fn grouped_calls_give_each_run_the_bits_of_the_one_group_call() {
+    const GROUPS: usize = 3;
+    for parts in 1..=3 {
+        let bufs = hub(700, parts);
+        let views = views(&bufs);
+        let offsets = views[0].part_offsets();
+        let results = LocalComm::run(views.len(), |comm| {
+            let p = comm.rank();
+            let op = DistSpmm::new(&comm, views[p], ScheduleKind::Halo)?;
+            let first = offsets[p] as usize;
+            let edges: Vec<(usize, u64)> = op.edges().map(|(r, s)| (first + r, s)).collect();
+            let e = edges.len();
+            let of = |seed: u64| -> Vec<f32> {
+                (0..GROUPS)
+                    .flat_map(|g| edges.iter().map(move |&(i, j)| group_value(seed, g, i, j)))
+                    .collect()
+            };
+            let (z, dy) = (of(0), of(1));
+            for slope in [None, Some(SLOPE)] {
+                let mut alpha = vec![f32::NAN; GROUPS * e];
+                op.edge_softmax_grouped(GROUPS, slope, &z, &mut alpha)?;
+                let mut dz = dy.clone();
+                op.edge_softmax_backward_grouped(GROUPS, slope, &z, &alpha, &mut dz)?;
+                for g in 0..GROUPS {
+                    let run = g * e..(g + 1) * e;
+                    let (mut a, mut d) = (vec![f32::NAN; e], vec![f32::NAN; e]);
+                    let (z, dy) = (&z[run.clone()], &dy[run.clone()]);
+                    match slope {
+                        Some(s) => {
+                            op.leaky_relu_edge_softmax(s, z, &mut a)?;
+                            op.leaky_relu_edge_softmax_backward(s, z, &a, dy, &mut d)?;
+                        }
+                        None => {
+                            op.edge_softmax(z, &mut a)?;
+                            op.edge_softmax_backward(&a, dy, &mut d)?;
+                        }
+                    }
+                    let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+                    assert_eq!(
+                        bits(&alpha[run.clone()]),
+                        bits(&a),
+                        "{parts} parts, group {g}"
+                    );
+                    assert_eq!(bits(&dz[run]), bits(&d), "{parts} parts, group {g}");
+                    assert!(a.iter().all(|a| a.is_finite()));
+                }
+            }
+            Ok::<_, DistSpmmError>(e)
+        });
+        let total: usize = results.into_iter().map(Result::unwrap).sum();
+        assert!(total > 2 * 700);
+    }
+}
+
+/// The loops compiled for every instruction set up to the selected one give the same bits
+/// (no fused multiply-adds, reductions in a fixed lane order).
+#[test]
+fn every_instruction_set_gives_the_same_bits() {
+    use distspmm_core::kernel::{isa, Isa};
+    const GROUPS: usize = 2;
+    let bufs = hub(600, 2);
+    let views = views(&bufs);
+    let offsets = views[0].part_offsets();
+    let results = LocalComm::run(2, |comm| {
+        let p = comm.rank();
+        let op = DistSpmm::new(&comm, views[p], ScheduleKind::Halo)?;
+        let first = offsets[p] as usize;
+        let edges: Vec<(usize, u64)> = op.edges().map(|(r, s)| (first + r, s)).collect();
+        let e = edges.len();
+        let of = |seed: u64| -> Vec<f32> {
+            (0..GROUPS)
+                .flat_map(|g| edges.iter().map(move |&(i, j)| group_value(seed, g, i, j)))
+                .collect()
+        };
+        let (z, dy) = (of(0), of(1));
+        let mut seen: Vec<(Isa, Vec<u32>)> = Vec::new();
+        for level in [Isa::Portable, Isa::Avx2, Isa::Avx512] {
+            if level > isa() {
+                continue;
+            }
+            let (mut alpha, mut dz) = (vec![0f32; GROUPS * e], vec![0f32; GROUPS * e]);
+            op.softmax_call("test", level, GROUPS, Some(SLOPE), &z, &mut alpha)?;
+            op.softmax_backward_call(
+                "test",
+                level,
+                GROUPS,
+                Some(SLOPE),
+                &z,
+                &alpha,
+                Some(&dy),
+                &mut dz,
+            )?;
+            let bits = alpha.iter().chain(&dz).map(|x| x.to_bits()).collect();
+            seen.push((level, bits));
+        }
+        for (level, bits) in &seen[1..] {
+            assert!(
+                *bits == seen[0].1,
+                "rank {p}: {level:?} differs from portable"
+            );
+        }
+        Ok::<_, DistSpmmError>(seen.len())
+    });
+    for r in results {
+        assert!(r.unwrap() >= 1);
+    }
+}
+
+/// The softmax's exponential against f64's: within 2 ulp of the exact value down to the
+/// smallest normal result, 0 below it, 1 at 0.
+#[test]
+fn the_exponential_is_within_two_ulp() {
+    let ulp = |x: f32| -> f64 {
+        let x = x.abs();
+        f64::from(f32::from_bits(x.to_bits() + 1)) - f64::from(x)
+    };
+    let low = -87.336_55f32;
+    let mut worst = 0f64;
+    for k in 0..=2_000_000u32 {
+        let x = low * (k as f32 / 2_000_000.0);
+        let got = super::exp_nonpositive(x);
+        let want = f64::from(x).exp();
+        let err = (f64::from(got) - want).abs() / ulp(want as f32);
+        worst = worst.max(err);
+        assert!(err <= 2.0, "e^{x}: {got}, exact {want} ({err} ulp)");
+    }
+    assert!(worst > 0.0);
+    assert_eq!(super::exp_nonpositive(0.0), 1.0);
+    assert_eq!(super::exp_nonpositive(-0.0), 1.0);
+    for x in [-87.34f32, -100.0, -1e30, f32::MIN, f32::NEG_INFINITY] {
+        assert_eq!(super::exp_nonpositive(x), 0.0, "e^{x}");
+    }
+}
+
+/// No group, or operands that are not whole runs of the groups, fail on their rank.
+#[test]
+fn grouped_operands_must_be_whole_runs() {
+    let bufs = ring(60, 2);
+    let views = views(&bufs);
+    let m = messages(LocalComm::run(2, |comm| {
+        let p = comm.rank();
+        let op = DistSpmm::new(&comm, views[p], ScheduleKind::Halo)?;
+        let nnz = op.edge_count();
+        let z = vec![0f32; 3 * nnz];
+        let mut out = vec![0f32; 3 * nnz - usize::from(p == 1)];
+        op.edge_softmax_grouped(3 - 3 * usize::from(p == 0), None, &z, &mut out)
+    }));
+    assert!(
+        m[0].contains("edge_softmax_grouped on rank 0: no group"),
+        "{m:?}"
+    );
+    assert!(
+        m[1].contains("edge_softmax_grouped on rank 1: out holds"),
+        "{m:?}"
+    );
+    let m = messages(LocalComm::run(2, |comm| {
+        let p = comm.rank();
+        let op = DistSpmm::new(&comm, views[p], ScheduleKind::Halo)?;
+        let nnz = op.edge_count();
+        let ok = vec![0f32; 2 * nnz];
+        let z = vec![0f32; 2 * nnz + usize::from(p == 0)];
+        let mut d = vec![0f32; 2 * nnz];
+        op.edge_softmax_backward_grouped(2, Some(SLOPE), &z, &ok, &mut d)
+    }));
+    assert!(
+        m[0].contains("edge_softmax_backward_grouped on rank 0: logits holds"),
+        "{m:?}"
+    );
+    assert_eq!(m[1], "ok");
+}
