@@ -5,7 +5,9 @@
 //! reader sees the old file or the complete new one, never a part; on any error (or a drop
 //! before [`AtomicFile::commit`]) the temporary file is removed and the final path is
 //! untouched. A writer killed before its rename leaves a temporary that
-//! [`stale_temporary_of`] recognises.
+//! [`stale_temporary_of`] recognises. A file written by several processes at once (the
+//! ranks of `distspmm predict`, each its rows) is one [`AtomicFile`] whose temporary the
+//! others open with [`open_temporary`]; it is committed once every writer has succeeded.
 //!
 //! Only a regular file is ever replaced: a final path that is a directory, a FIFO, a device or
 //! a socket is refused before anything is written (and checked again just before the rename).
@@ -205,6 +207,45 @@ impl Drop for AtomicFile {
             let _ = fs::remove_file(&self.tmp);
         }
     }
+}
+
+/// Opens the temporary file of an [`AtomicFile`] that another process created (on a filesystem
+/// both see) to write parts of it in place: a file written by several processes at once, as
+/// the ranks of a distributed command each write their rows at their offsets. The rule of such
+/// a write: every writer writes its part, syncs it (`File::sync_data`) and says so; the
+/// creating process commits only after all have succeeded, and drops the [`AtomicFile`] (which
+/// removes the temporary) if any failed, so the final path holds the old file or the whole new
+/// one, as for a write by one process.
+///
+/// # Errors
+/// [`AtomicWriteError`] when `tmp` is not named as a temporary of an atomic write, cannot be
+/// opened for writing (it is absent, say on a filesystem this process does not share), or is
+/// not a regular file.
+pub fn open_temporary(tmp: &Path) -> Result<File, AtomicWriteError> {
+    let named = tmp
+        .file_name()
+        .and_then(|n| n.to_str())
+        .and_then(temporary_of)
+        .is_some();
+    if !named {
+        return Err(AtomicWriteError {
+            action: "open",
+            path: tmp.to_path_buf(),
+            source: io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "it is not the temporary of an atomic write (`<file>.tmp-<pid>-<seq>`)",
+            ),
+        });
+    }
+    let file = OpenOptions::new()
+        .write(true)
+        .open(tmp)
+        .map_err(step("open", tmp))?;
+    let kind = file.metadata().map_err(step("inspect", tmp))?.file_type();
+    if !kind.is_file() {
+        return Err(not_replaceable(tmp, kind));
+    }
+    Ok(file)
 }
 
 /// Writes `bytes` to `path` atomically (see the [module docs](self)).
@@ -415,6 +456,32 @@ mod tests {
             .unwrap()
             .file_type()
             .is_char_device());
+    }
+
+    #[test]
+    fn a_temporary_written_by_two_writers_appears_whole_or_not_at_all() {
+        use std::os::unix::fs::FileExt;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("rows.npy");
+        let mut out = AtomicFile::create(&path).unwrap();
+        out.file().set_len(8).unwrap();
+        let other = open_temporary(out.temporary_path()).unwrap();
+        other.write_all_at(b"5678", 4).unwrap();
+        other.sync_data().unwrap();
+        out.file().write_all_at(b"1234", 0).unwrap();
+        assert!(!path.exists(), "visible before the commit");
+        out.commit().unwrap();
+        assert_eq!(fs::read(&path).unwrap(), b"12345678");
+        // A failed writer: the creator drops its file, and nothing appears.
+        let out = AtomicFile::create(dir.path().join("b.npy")).unwrap();
+        let tmp = out.temporary_path().to_path_buf();
+        drop(out);
+        let e = open_temporary(&tmp).unwrap_err();
+        assert_eq!(e.source.kind(), io::ErrorKind::NotFound);
+        assert_eq!(names(dir.path()), ["rows.npy"]);
+        // Only a temporary's name is opened.
+        let e = open_temporary(&path).unwrap_err();
+        assert_eq!(e.source.kind(), io::ErrorKind::InvalidInput);
     }
 
     #[test]

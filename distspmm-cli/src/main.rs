@@ -1,5 +1,5 @@
 //! The `distspmm` command line: generate graphs, partition them into chunks, inspect chunks,
-//! plan and benchmark the distributed SpMM, verify it, and train a GCN.
+//! plan and benchmark the distributed SpMM, verify it, train a GNN and predict with it.
 
 mod cmd;
 
@@ -21,6 +21,9 @@ enum Command {
     /// Train a GNN (GCN, GraphSAGE, GIN, GAT): data-parallel over chunks (the distributed SpMM)
     /// or tensor-parallel (every layer's input columns split across ranks).
     Train(cmd::train::Args),
+    /// Predict with a trained model's checkpoint: accuracy on each mask, and logits,
+    /// probabilities, labels or a layer's input as .npy files in the graph's node order.
+    Predict(cmd::predict::Args),
     /// Generate a synthetic graph (RMAT or CSBM) as .npz.
     Generate(cmd::generate::Args),
     /// Partition a graph and write one chunk file per rank plus a manifest.
@@ -70,6 +73,7 @@ fn main() -> std::process::ExitCode {
     init_tracing(cli.verbose);
     let result: anyhow::Result<()> = match cli.command {
         Command::Train(args) => cmd::train::run(&args),
+        Command::Predict(args) => cmd::predict::run(&args),
         Command::Generate(args) => cmd::generate::run(&args),
         Command::Partition(args) => cmd::partition::run(&args),
         Command::Inspect(args) => cmd::inspect::run(&args),

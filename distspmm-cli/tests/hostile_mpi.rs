@@ -3,7 +3,8 @@
 //! be): chunk directories of one partition of graphs that differ only in features, labels or
 //! edges, and checkpoints of different epochs. Every rank must refuse with exit status 1 and
 //! one message naming what differs, before a training step. Also the checkpoint reader on
-//! special files (a FIFO, a link to `/dev/zero`) and a resume at another part count.
+//! special files (a FIFO, a link to `/dev/zero`) and a resume at another part count (it continues)
+//! or on another graph (refused, naming it).
 
 mod launch;
 
@@ -277,7 +278,7 @@ fn a_checkpoint_that_is_a_fifo_or_a_link_to_dev_zero_is_refused_at_once() {
 }
 
 #[test]
-fn resuming_at_another_part_count_says_which_part_count_the_checkpoint_needs() {
+fn a_resume_at_another_part_count_continues_and_another_graph_is_named() {
     if !mpirun_available() {
         return;
     }
@@ -298,27 +299,31 @@ fn resuming_at_another_part_count_says_which_part_count_the_checkpoint_needs() {
             s(&ck),
         ],
     );
-    let out = run_one(&[
-        "train",
-        "--chunks",
-        s(&c1),
-        "--epochs",
-        "4",
-        "--resume",
-        "--checkpoint",
-        s(&ck),
-    ]);
-    let stderr = refused_by_ranks(
-        &out,
-        &format!(
-            "the checkpoint was written for chunks of 2 parts ({}), these are of 1 part ({})",
-            c2.display(),
-            c1.display()
-        ),
-        1,
-    );
+    let resume = |chunks: &Path, epochs: &str| {
+        run_one(&[
+            "train",
+            "--chunks",
+            s(chunks),
+            "--epochs",
+            epochs,
+            "--resume",
+            "--checkpoint",
+            s(&ck),
+        ])
+    };
+    // The checkpoint names the graph, not its partition: one part of the same graph goes on.
+    let out = resume(&c1, "4");
     assert!(
-        stderr.contains("`distspmm partition --parts 2`") && !stderr.contains("the data differ"),
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // Another graph of the same shape is named as other data.
+    let other = csbm(tmp.path(), "h.npz", 400, 8, 2);
+    let h1 = chunks(&other, 1, &tmp.path().join("h1"));
+    let stderr = refused_by_ranks(&resume(&h1, "6"), "the data differ (content fingerprint", 1);
+    assert!(
+        stderr.contains(&format!("{} here: another graph", h1.display())),
         "{stderr}"
     );
 }

@@ -4,7 +4,8 @@
 use super::model::{zeros, Aggregate, LocalData};
 use super::nn::{EdgeWeights, Graph};
 use super::{
-    agree, check_features, maybe_normalize_rows, train_loop, Config, Event, Job, Schedule, Summary,
+    agree, check_features, finish, maybe_normalize_rows, Config, Event, Job, Outcome, Placement,
+    Schedule, Task,
 };
 use anyhow::{bail, Context, Result};
 use chunk_format::ChunkView;
@@ -355,13 +356,29 @@ fn content_fingerprint(m: &distspmm_core::chunk::Manifest) -> String {
     distspmm_core::chunk::fingerprint_hex(&h.digest128().to_le_bytes())
 }
 
-/// Runs data-parallel training on this rank.
-pub fn run<C>(
+/// What a chunk directory's data is: the input graph's content and Â's normalisation where the
+/// manifest records the graph's fingerprint (the same for every partition of the graph), the
+/// chunks' own content otherwise.
+fn data_identity(m: &distspmm_core::chunk::Manifest) -> super::checkpoint::DataIdentity {
+    match &m.graph_fingerprint {
+        Some(fingerprint) => super::checkpoint::DataIdentity::Graph {
+            fingerprint: fingerprint.clone(),
+            normalization: m.normalization.clone(),
+        },
+        None => super::checkpoint::DataIdentity::Chunks {
+            fingerprint: content_fingerprint(m),
+        },
+    }
+}
+
+/// Sets up data-parallel work on this rank and runs `task` (collective).
+pub(crate) fn run<C>(
     args: &Config,
     dir_path: &std::path::Path,
     comm: &C,
     on: &mut dyn FnMut(Event),
-) -> Result<Summary>
+    task: Task<'_>,
+) -> Result<Outcome>
 where
     C: dist_comm::Communicator,
 {
@@ -430,10 +447,14 @@ where
         args,
         cfg,
         "data",
-        content_fingerprint(dir.manifest()),
+        data_identity(dir.manifest()),
         Some(partition),
         dir_path,
         comm,
     );
-    train_loop(&job, comm, model, &mut agg, &data, on)
+    let placement = Placement {
+        nodes: dir.manifest().nodes,
+        rows: 0..view.num_local_nodes(),
+    };
+    finish(&job, comm, model, &mut agg, &data, &placement, on, task)
 }

@@ -15,6 +15,7 @@ pub mod isolated;
 pub mod model;
 pub mod nn;
 pub mod par;
+pub mod predict;
 pub mod sparse_input;
 pub mod tensor;
 
@@ -104,6 +105,11 @@ pub struct Config {
     /// After training, time the last epoch's SpMM and GEMM calls in isolation with this many
     /// repetitions each ([`isolated`]; data mode) and report them in [`Summary::isolated`].
     pub isolated_kernels: Option<usize>,
+    /// After the last epoch, write the logits and the predicted labels into this directory as
+    /// [`predict`] does (`logits.npy`, `labels.npy`, in the input graph's node order).
+    pub save_predictions: Option<PathBuf>,
+    /// Replace prediction files that exist already in `save_predictions`.
+    pub force: bool,
 }
 
 impl Default for Config {
@@ -133,6 +139,8 @@ impl Default for Config {
             resume: false,
             on_nonfinite: NonFinite::Fail,
             isolated_kernels: None,
+            save_predictions: None,
+            force: false,
         }
     }
 }
@@ -179,6 +187,12 @@ pub enum ConfigError {
     /// data-parallel model's routines.
     #[error("--isolated-kernels times the data-parallel model's kernels: train with --chunks (data mode)")]
     IsolatedKernelsInTensorMode,
+    /// Prediction outputs asked for without a directory to write them to.
+    #[error("--logits, --probabilities, --labels and --embeddings are written into --out DIR: give the directory")]
+    OutputsNeedOut,
+    /// An output directory with no output asked for.
+    #[error("--out DIR is given but nothing is asked to be written there: add --logits, --probabilities, --labels or --embeddings LAYER (without --out, predict reports the accuracies only)")]
+    NothingToWrite,
 }
 
 impl Config {
@@ -678,7 +692,7 @@ impl Job<'_> {
         args: &'a Config,
         cfg: ModelConfig,
         mode: &'static str,
-        data_fingerprint: String,
+        data: checkpoint::DataIdentity,
         partition: Option<checkpoint::PartitionIdentity>,
         data_source: &Path,
         comm: &impl Group,
@@ -689,7 +703,7 @@ impl Job<'_> {
                 config: cfg,
                 mode: mode.into(),
                 normalize_features: args.normalize_features,
-                data_fingerprint,
+                data,
                 data_source: data_source.display().to_string(),
                 partition,
             },
@@ -722,25 +736,137 @@ pub fn train<C: Communicator>(
     on: &mut dyn FnMut(Event),
 ) -> Result<Summary, TrainError> {
     let source = cfg.source()?;
-    let result = check_checkpoint_dir(cfg, comm).and_then(|()| match source {
-        Source::Chunks(dir) => data::run(cfg, dir, comm, on),
-        Source::Graph(file) => run_tensor(cfg, file, comm, on),
-    });
-    result.map_err(|err| {
-        if is_agreed(&err) {
-            TrainError::OnAllRanks(err)
-        } else {
-            TrainError::Local(err)
-        }
-    })
+    let result = check_checkpoint_dir(cfg, comm)
+        .and_then(|()| match &cfg.save_predictions {
+            Some(dir) => predict::prepare_out(comm, dir, cfg.force, &predict::SAVED),
+            None => Ok(()),
+        })
+        .and_then(|()| run(cfg, source, comm, on, Task::Train))
+        .and_then(|outcome| match outcome {
+            Outcome::Trained(summary) => Ok(summary),
+            Outcome::Predicted(_) => bail!("internal: a training run predicted"),
+        });
+    result.map_err(classify)
 }
 
-fn run_tensor<C: AllReduce + AllGather + Group>(
+/// A run's error as the [`TrainError`] that says whether every rank holds it.
+fn classify(err: anyhow::Error) -> TrainError {
+    if is_agreed(&err) {
+        TrainError::OnAllRanks(err)
+    } else {
+        TrainError::Local(err)
+    }
+}
+
+/// What a run does once its data, graph and model are set up (both modes end in [`finish`]).
+#[derive(Clone, Copy)]
+enum Task<'t> {
+    /// Train, then write the predictions where `save_predictions` asks.
+    Train,
+    /// Predict with a checkpoint's state.
+    Predict(&'t predict::Request, &'t checkpoint::State),
+}
+
+/// What a [`Task`] gives.
+enum Outcome {
+    Trained(Summary),
+    Predicted(predict::Report),
+}
+
+/// Sets up the data, graph and model of `source` and runs `task` (collective).
+fn run<C: Communicator>(
+    cfg: &Config,
+    source: Source<'_>,
+    comm: &C,
+    on: &mut dyn FnMut(Event),
+    task: Task<'_>,
+) -> Result<Outcome> {
+    match source {
+        Source::Chunks(dir) => data::run(cfg, dir, comm, on, task),
+        Source::Graph(file) => run_tensor(cfg, file, comm, on, task),
+    }
+}
+
+/// Which of a rank's rows it writes into output files (each row at its original id), and how
+/// many rows the files have.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Placement {
+    /// The graph's nodes N.
+    nodes: u64,
+    /// The local rows this rank writes: all of its chunk's in data mode, a block of the
+    /// (replicated) rows in tensor mode.
+    rows: std::ops::Range<usize>,
+}
+
+/// Runs `task` over a set-up run: the epoch loop (and the saved predictions), or a prediction.
+#[allow(
+    clippy::too_many_arguments,
+    reason = "the pieces of a set-up run, passed once"
+)]
+fn finish<C, G>(
+    job: &Job<'_>,
+    comm: &C,
+    model: nn::net::Net,
+    g: &mut G,
+    data: &LocalData<'_>,
+    placement: &Placement,
+    on: &mut dyn FnMut(Event),
+    task: Task<'_>,
+) -> Result<Outcome>
+where
+    C: AllReduce + AllGather + dist_comm::Broadcast + Group,
+    G: Graph,
+{
+    match task {
+        Task::Train => {
+            let (summary, mut model) = train_loop(job, comm, model, g, data, on)?;
+            if let Some(dir) = &job.args.save_predictions {
+                model.infer(g, data)?;
+                let force = job.args.force;
+                predict::write(comm, dir, force, &predict::SAVED, &model, data, placement)?;
+            }
+            Ok(Outcome::Trained(summary))
+        }
+        Task::Predict(request, state) => {
+            predict::predict_with(job, comm, model, g, data, placement, request, state)
+                .map(Outcome::Predicted)
+        }
+    }
+}
+
+/// Reads the checkpoint in `dir` on every rank (at most `limit` bytes) and checks that they all
+/// read the same one: checkpoint directories may be host-local (collective).
+fn load_checkpoint<C: AllReduce + AllGather>(
+    comm: &C,
+    dir: &Path,
+    limit: u64,
+    purpose: checkpoint::Purpose,
+) -> Result<checkpoint::State> {
+    let (state, checksum) = agree(comm, checkpoint::load(dir, limit, purpose))?;
+    let path = checkpoint::path_in(dir);
+    let read = dist_comm::agree::Resumed {
+        epoch: state.epoch,
+        checksum,
+    };
+    match dist_comm::agree::resume(comm, read) {
+        Ok(()) => Ok(state),
+        Err(e) if e.is_collective() => {
+            Err(Agreed(format!("checkpoint {}: {e}", path.display())).into())
+        }
+        Err(e) => {
+            Err(anyhow::Error::from(e)
+                .context("cannot agree with the other ranks on the checkpoint"))
+        }
+    }
+}
+
+fn run_tensor<C: AllReduce + AllGather + dist_comm::Broadcast + Group>(
     args: &Config,
     input: &Path,
     comm: &C,
     on: &mut dyn FnMut(Event),
-) -> Result<Summary> {
+    task: Task<'_>,
+) -> Result<Outcome> {
     let (rank, ranks) = (comm.rank(), comm.size());
     let loaded = agree(comm, tensor_inputs(args, input));
     let WholeGraph {
@@ -778,8 +904,17 @@ fn run_tensor<C: AllReduce + AllGather + Group>(
         Ok((g, model))
     };
     let (mut g, model) = agree(comm, set_up())?;
-    let job = Job::new(args, cfg, "tensor", fingerprint, None, input, comm);
-    train_loop(&job, comm, model, &mut g, &data, on)
+    let identity = checkpoint::DataIdentity::Graph {
+        fingerprint,
+        normalization: distspmm_core::normalize::Normalization::Gcn.name().into(),
+    };
+    let job = Job::new(args, cfg, "tensor", identity, None, input, comm);
+    // Every rank holds every row: each writes an equal block of them.
+    let placement = Placement {
+        nodes: n as u64,
+        rows: n * rank / ranks..n * (rank + 1) / ranks,
+    };
+    finish(&job, comm, model, &mut g, &data, &placement, on, task)
 }
 
 /// Whether a column split over `ranks` ranks gives every rank at least one column of every
@@ -887,7 +1022,8 @@ fn tensor_inputs(args: &Config, input: &Path) -> Result<WholeGraph> {
     })
 }
 
-/// The epoch loop shared by both modes: train, evaluate, report, checkpoint.
+/// The epoch loop shared by both modes: train, evaluate, report, checkpoint; returns the
+/// summary and the trained model.
 fn train_loop<C, G>(
     job: &Job<'_>,
     comm: &C,
@@ -895,7 +1031,7 @@ fn train_loop<C, G>(
     agg: &mut G,
     data: &LocalData<'_>,
     on: &mut dyn FnMut(Event),
-) -> Result<Summary>
+) -> Result<(Summary, nn::net::Net)>
 where
     C: AllReduce + AllGather + Group,
     G: Graph + ?Sized,
@@ -910,23 +1046,8 @@ where
     let mut start_epoch = 0;
     if let Some(dir) = args.resume_from()? {
         let limit = checkpoint::size_bound(&job.identity.config);
-        let (state, checksum) = agree(comm, checkpoint::load(dir, limit))?;
+        let state = load_checkpoint(comm, dir, limit, checkpoint::Purpose::Resume)?;
         let path = checkpoint::path_in(dir);
-        // Checkpoint directories may be host-local: every rank must resume the same one.
-        let resumed = dist_comm::agree::Resumed {
-            epoch: state.epoch,
-            checksum,
-        };
-        match dist_comm::agree::resume(comm, resumed) {
-            Ok(()) => {}
-            Err(e) if e.is_collective() => {
-                return Err(Agreed(format!("checkpoint {}: {e}", path.display())).into())
-            }
-            Err(e) => {
-                return Err(anyhow::Error::from(e)
-                    .context("cannot agree with the other ranks on the checkpoint"))
-            }
-        }
         let differences = state.identity.differences(&job.identity);
         // Every rank read the same checkpoint and holds the same identity: one verdict, which
         // every rank prints before they exit together.
@@ -1115,7 +1236,7 @@ where
         config: job.identity.config.clone(),
         isolated,
     };
-    Ok(summary)
+    Ok((summary, model))
 }
 
 #[cfg(test)]

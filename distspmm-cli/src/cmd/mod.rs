@@ -8,6 +8,7 @@ pub mod inspect;
 pub mod output;
 pub mod partition;
 pub mod plan;
+pub mod predict;
 pub mod ranks;
 pub mod train;
 pub mod verify;

@@ -442,6 +442,8 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
     let phase = Phase::start(&bars, "loading the graph");
     let mut graph =
         distspmm_core::graph::load(&args.input).context("cannot read the input graph")?;
+    // Recorded in the manifest: what a checkpoint names its data by, whatever the partition.
+    let graph_fingerprint = graph.fingerprint();
     phases.record("load", phase.done());
 
     let (partition, edge_cut) = {
@@ -490,6 +492,7 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
     // What the manifest records that the builders no longer know once the edges are released.
     let written = WriteOptions {
         edge_cut: Some(edge_cut),
+        graph_fingerprint: Some(graph_fingerprint),
         edges: Some(graph.num_edges() as u64),
         lock: Some(lock.clone()),
         ..WriteOptions::default()

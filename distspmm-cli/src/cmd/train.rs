@@ -49,6 +49,33 @@ pub enum NonFinite {
     Warn,
 }
 
+impl From<Mode> for distspmm_gcn::Mode {
+    fn from(mode: Mode) -> Self {
+        match mode {
+            Mode::Data => distspmm_gcn::Mode::Data,
+            Mode::Tensor => distspmm_gcn::Mode::Tensor,
+        }
+    }
+}
+
+impl From<Schedule> for distspmm_gcn::Schedule {
+    fn from(schedule: Schedule) -> Self {
+        match schedule {
+            Schedule::Halo => distspmm_gcn::Schedule::Halo,
+            Schedule::Broadcast => distspmm_gcn::Schedule::Broadcast,
+        }
+    }
+}
+
+impl From<NonFinite> for distspmm_gcn::NonFinite {
+    fn from(policy: NonFinite) -> Self {
+        match policy {
+            NonFinite::Fail => distspmm_gcn::NonFinite::Fail,
+            NonFinite::Warn => distspmm_gcn::NonFinite::Warn,
+        }
+    }
+}
+
 /// Arguments of `distspmm train`.
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -135,6 +162,15 @@ pub struct Args {
         requires = "isolated_kernels"
     )]
     pub kernel_reps: usize,
+    /// After the last epoch, write `logits.npy` and `labels.npy` (the predicted classes) into
+    /// DIR in the input graph's node order, as `distspmm predict --logits --labels` does; with
+    /// several hosts DIR must be on a filesystem every rank sees.
+    #[arg(long, value_name = "DIR")]
+    pub save_predictions: Option<PathBuf>,
+    /// Replace prediction files that exist already in --save-predictions (other files there
+    /// are never touched).
+    #[arg(long, requires = "save_predictions")]
+    pub force: bool,
     /// Print only a final JSON line on stdout (epoch lines go to stderr).
     #[arg(long)]
     pub json: bool,
@@ -203,10 +239,7 @@ impl Args {
         Config {
             chunks: self.chunks.clone(),
             input: self.input.clone(),
-            mode: match self.mode {
-                Mode::Data => distspmm_gcn::Mode::Data,
-                Mode::Tensor => distspmm_gcn::Mode::Tensor,
-            },
+            mode: self.mode.into(),
             epochs: self.epochs,
             model,
             hidden: self.hidden.unwrap_or(match self.model {
@@ -223,26 +256,22 @@ impl Args {
             lr: self.lr.unwrap_or(if gat { 0.005 } else { 0.01 }),
             weight_decay: self.weight_decay,
             dropout: self.dropout.unwrap_or(if gat { 0.6 } else { 0.5 }),
-            schedule: match self.schedule {
-                Schedule::Halo => distspmm_gcn::Schedule::Halo,
-                Schedule::Broadcast => distspmm_gcn::Schedule::Broadcast,
-            },
+            schedule: self.schedule.into(),
             seed: self.seed,
             normalize_features: self.normalize_features,
             checkpoint: self.checkpoint.clone(),
             checkpoint_every: self.checkpoint_every,
             resume: self.resume,
-            on_nonfinite: match self.on_nonfinite {
-                NonFinite::Fail => distspmm_gcn::NonFinite::Fail,
-                NonFinite::Warn => distspmm_gcn::NonFinite::Warn,
-            },
+            on_nonfinite: self.on_nonfinite.into(),
             isolated_kernels: self.isolated_kernels.then_some(self.kernel_reps),
+            save_predictions: self.save_predictions.clone(),
+            force: self.force,
         }
     }
 }
 
 /// Prints an event on rank 0 (every rank gets the same events).
-fn print_event(event: Event, json: bool) {
+pub(crate) fn print_event(event: Event, json: bool) {
     match event {
         Event::NormalizationSkipped { minimum } => eprintln!(
             "note: the features have negative values (minimum {minimum}); row normalisation is for non-negative features such as bag-of-words, so it is skipped (--normalize-features false silences this)"
@@ -272,20 +301,24 @@ fn print_event(event: Event, json: bool) {
     }
 }
 
-/// Runs `distspmm train`.
-pub fn run(args: &Args) -> Result<()> {
-    let cfg = args.config();
-    // The combination of options is checked before MPI starts.
-    cfg.source()?;
-    // This thread joins the global pool as its worker 0 (threads from RAYON_NUM_THREADS as
-    // before), so every parallel stage of an epoch starts here instead of hopping into the
-    // pool and back; MPI stays on this thread (MPI_THREAD_FUNNELED).
+/// Makes this thread the global pool's worker 0 (threads from RAYON_NUM_THREADS as before), so
+/// every parallel stage of an epoch starts here instead of hopping into the pool and back; MPI
+/// stays on this thread (MPI_THREAD_FUNNELED).
+pub(crate) fn use_this_thread_in_the_pool() {
     if let Err(err) = rayon::ThreadPoolBuilder::new()
         .use_current_thread()
         .build_global()
     {
         tracing::debug!(%err, "the global thread pool exists already; using it as it is");
     }
+}
+
+/// Runs `distspmm train`.
+pub fn run(args: &Args) -> Result<()> {
+    let cfg = args.config();
+    // The combination of options is checked before MPI starts.
+    cfg.source()?;
+    use_this_thread_in_the_pool();
     let comm = dist_comm::MpiComm::init()
         .context("cannot start MPI (is this an OpenMPI build of distspmm launched with mpirun?)")?;
     let rank = comm.rank();

@@ -119,6 +119,9 @@ pub struct WriteOptions {
     /// The directory's lock, if the caller took it already (to hold it over a longer run, as
     /// `distspmm partition` does from the start); otherwise [`write_chunk_dir`] takes it.
     pub lock: Option<std::sync::Arc<DirLock>>,
+    /// The input graph's content fingerprint (`Graph::fingerprint`), recorded in the manifest
+    /// as `graph_fingerprint` when given.
+    pub graph_fingerprint: Option<[u8; 16]>,
 }
 
 /// Seconds [`write_chunk_dir`] spent building chunks in memory and writing them, each summed
@@ -160,6 +163,7 @@ impl Default for WriteOptions {
             timings: std::sync::Arc::default(),
             edges: None,
             lock: None,
+            graph_fingerprint: None,
         }
     }
 }
@@ -582,6 +586,7 @@ fn write_files(
         normalization: options.normalization.clone(),
         partition_method: partition.method().into(),
         fingerprint,
+        graph_fingerprint: options.graph_fingerprint.as_ref().map(|f| encode_hex(f)),
         part_offsets: builder.renumbering().offsets().to_vec(),
         edge_cut,
         max_imbalance: partition.imbalance(),

@@ -8,8 +8,9 @@ use serde::{Deserialize, Serialize};
 
 /// The `format` value of every manifest.
 pub const MANIFEST_FORMAT: &str = "distspmm-chunks";
-/// The manifest layout version this code writes and reads.
-pub const MANIFEST_VERSION: u32 = 1;
+/// The manifest layout version this code writes; it reads this one and version 1 (which has no
+/// [`Manifest::graph_fingerprint`]).
+pub const MANIFEST_VERSION: u32 = 2;
 /// File name of the manifest inside a chunk directory.
 pub const MANIFEST_FILE: &str = "manifest.json";
 /// File name of the saved partition map inside a chunk directory.
@@ -44,6 +45,11 @@ pub struct Manifest {
     pub partition_method: String,
     /// The partition fingerprint every chunk carries, 32 hex digits.
     pub fingerprint: String,
+    /// Content fingerprint of the input graph (`Graph::fingerprint`, 32 hex digits): the same
+    /// for every partition of one graph, so that a training checkpoint moves between part
+    /// counts. Absent in version-1 manifests and where the writer was not given it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub graph_fingerprint: Option<String>,
     /// Part offsets `[P+1]` in renumbered ids.
     pub part_offsets: Vec<u64>,
     /// Undirected cut edges, each counted once (METIS's edge cut).
@@ -148,11 +154,18 @@ impl Manifest {
                 self.format
             ));
         }
-        if self.format_version != MANIFEST_VERSION {
+        if !(1..=MANIFEST_VERSION).contains(&self.format_version) {
             return Err(std::format!(
-                "format_version {} is not supported (this build reads {MANIFEST_VERSION})",
+                "format_version {} is not supported (this build reads 1 to {MANIFEST_VERSION})",
                 self.format_version
             ));
+        }
+        if let Some(hex) = &self.graph_fingerprint {
+            if self.format_version < 2 || decode_hex(hex, &mut [0u8; 16]).is_none() {
+                return Err(std::format!(
+                    "graph_fingerprint {hex:?} is not 32 hex digits of a version-2 manifest"
+                ));
+            }
         }
         let parts = self.parts as usize;
         if parts == 0 {
@@ -307,6 +320,7 @@ mod tests {
             normalization: "gcn".into(),
             partition_method: "contiguous".into(),
             fingerprint: encode_hex(&[7u8; 16]),
+            graph_fingerprint: Some(encode_hex(&[9u8; 16])),
             part_offsets: std::vec![0, 3, 5],
             edge_cut: 1,
             max_imbalance: 1.2,
@@ -341,6 +355,32 @@ mod tests {
         escaping.chunks[1].file = "../part-00001.chunk".into();
         let err = Manifest::from_json(&escaping.seal().unwrap()).unwrap_err();
         assert!(err.contains("not a plain name"), "{err}");
+    }
+
+    #[test]
+    fn version_1_manifests_without_the_graph_fingerprint_are_read() {
+        let mut old = two_part_manifest();
+        old.format_version = 1;
+        old.graph_fingerprint = None;
+        let json = old.seal().unwrap();
+        assert!(!String::from_utf8_lossy(&json).contains("graph_fingerprint"));
+        assert_eq!(Manifest::from_json(&json).unwrap(), old);
+        // Version 1 never had the field; version 2 may lack it (a writer not given it).
+        let mut odd = two_part_manifest();
+        odd.format_version = 1;
+        let err = Manifest::from_json(&odd.seal().unwrap()).unwrap_err();
+        assert!(err.contains("graph_fingerprint"), "{err}");
+        let mut bad = two_part_manifest();
+        bad.graph_fingerprint = Some("xyz".into());
+        let err = Manifest::from_json(&bad.seal().unwrap()).unwrap_err();
+        assert!(err.contains("not 32 hex digits"), "{err}");
+        let mut without = two_part_manifest();
+        without.graph_fingerprint = None;
+        assert!(Manifest::from_json(&without.seal().unwrap()).is_ok());
+        let mut newer = two_part_manifest();
+        newer.format_version = MANIFEST_VERSION + 1;
+        let err = Manifest::from_json(&newer.seal().unwrap()).unwrap_err();
+        assert!(err.contains("reads 1 to 2"), "{err}");
     }
 
     #[test]

@@ -1010,6 +1010,44 @@ fn read_npy_dir_with(path: &Path, map: Mapping) -> Result<Graph, GraphError> {
     read_archive(NpyDir { dir: path }, map).map_err(|e| e.in_file(path))
 }
 
+/// Element types of a `.npy` file written on its own, outside an archive.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum NpyElement {
+    /// Little-endian `f32` (`<f4`).
+    F32,
+    /// Little-endian `i64` (`<i8`).
+    I64,
+}
+
+impl NpyElement {
+    /// Bytes per element.
+    pub fn size(self) -> usize {
+        match self {
+            NpyElement::F32 => 4,
+            NpyElement::I64 => 8,
+        }
+    }
+
+    /// NumPy's `descr` of the element type (`<f4`, `<i8`).
+    pub fn descr(self) -> &'static str {
+        self.dtype().descr()
+    }
+
+    fn dtype(self) -> Dtype {
+        match self {
+            NpyElement::F32 => Dtype::F32,
+            NpyElement::I64 => Dtype::I64,
+        }
+    }
+}
+
+/// The header of a `.npy` file (format 1.0, C order) holding `element`s of `shape`, padded to a
+/// multiple of 64 bytes: the data follows it, row after row (`distspmm predict` writes each
+/// row at `header.len() + row · row bytes`).
+pub fn npy_file_header(element: NpyElement, shape: &[u64]) -> Vec<u8> {
+    npy_header(element.dtype(), shape)
+}
+
 /// The `.npy` header (format 1.0) for `dtype` and `shape`, padded to a multiple of 64 bytes.
 fn npy_header(dtype: Dtype, shape: &[u64]) -> Vec<u8> {
     npy_header_text(dtype.descr(), false, shape)

@@ -225,6 +225,22 @@ impl Net {
         Ok(())
     }
 
+    /// A forward pass without dropout, for prediction: afterwards [`Net::logits`] and
+    /// [`Net::layer_input`] hold its results (the pass [`Net::evaluate`] makes).
+    pub fn infer(&mut self, g: &mut dyn Graph, data: &LocalData<'_>) -> Result<()> {
+        self.forward(g, data, 0, false)
+    }
+
+    /// The input of layer `l` (counted from 0) in the last forward pass and its width: the
+    /// features as the model read them for layer 0, the previous layer's output (plus its input
+    /// where it has a residual connection) after, so `l = layers − 1` is the last hidden
+    /// representation. `None` past the last layer.
+    pub fn layer_input<'a>(&'a self, l: usize, features: &'a [f32]) -> Option<(&'a [f32], usize)> {
+        let width = self.layers.get(l)?.dims().0;
+        let x = input_of(&self.layers[..l], &self.residual[..l], features);
+        Some((x, width))
+    }
+
     /// The logits of the last forward pass (`rows × classes`).
     pub fn logits(&self) -> &[f32] {
         self.layers.last().map_or(&[], |l| l.output())
