@@ -333,6 +333,180 @@ fn nonzero_bits(group: &[f32]) -> u32 {
         .fold(0, |bits, (i, &v)| bits | (u32::from(v != 0.0) << i))
 }
 
+/// Whether [`skinny_rows`] and [`skinny_tn`] compute these products here with the bits of
+/// [`gemm`]: the shapes of hidden layers (`m` a multiple of 8 from 16 to 64, `k` at most one
+/// pass of [`KC`]) on a CPU where `matrixmultiply` uses a fused multiply-add kernel, as they do.
+/// Packing a tall operand costs as much as the product at these widths; streaming its rows
+/// through register tiles does not pack at all. Wider inputs (a first layer over many features)
+/// stay with `matrixmultiply` or [`narrow_rows`], which are also the fast paths of unoptimised
+/// (test) builds.
+pub fn skinny_applies(k: usize, m: usize) -> bool {
+    (1..=KC).contains(&k) && m.is_multiple_of(8) && (16..=64).contains(&m) && fma_available()
+}
+
+/// `C = A · W` for a row-major `rows × k` `A`, a row-major `k × m` `W` and a row-major
+/// `rows × m` `C`, with the bits of [`gemm`] (the caller checks [`skinny_applies`]): each
+/// element is one fused multiply-add chain over k from zero (k is one pass of [`KC`]), as
+/// `matrixmultiply`'s FMA kernels compute it. Several rows share each load of a row of `W` (a
+/// register tile of rows × m), so the product runs at the FMA units' rate without packing `A`.
+///
+/// # Panics
+/// If the shapes do not hold or [`skinny_applies`] is false.
+pub fn skinny_rows(a: &[f32], rows: usize, k: usize, w: &[f32], m: usize, c: &mut [f32]) {
+    assert!(skinny_applies(k, m), "skinny_rows: shape not supported");
+    assert!(a.len() >= rows * k, "skinny_rows: A too short");
+    assert!(w.len() >= k * m, "skinny_rows: W too short");
+    assert!(c.len() >= rows * m, "skinny_rows: C too short");
+    let (a, w, c) = (&a[..rows * k], &w[..k * m], &mut c[..rows * m]);
+    #[cfg(target_arch = "x86_64")]
+    skinny_isa(std::is_x86_feature_detected!("avx512f"), a, k, w, m, c);
+}
+
+/// Calls `x86::$avx512::<M, R>(args…)` or `x86::$avx2::<M, R>(args…)` for the width `$m`
+/// (a multiple of 8 from 16 to 64, which [`skinny_applies`] checked with FMA and AVX2): `R`
+/// rows (or columns) of the output per register tile, as many as keep the tile's `R · M`
+/// accumulators in registers with room for the loads (16 of AVX-512's 32 registers, 12 of
+/// AVX2's 16). `$avx512` says whether the caller detected AVX-512F.
+macro_rules! skinny_dispatch {
+    ($is512:expr, $m:expr, $avx512:ident, $avx2:ident, ($($arg:expr),* $(,)?)) => {
+        if $is512 {
+            // SAFETY: the caller detected AVX-512F, and FMA by `skinny_applies`.
+            unsafe {
+                match $m {
+                    16 => x86::$avx512::<16, 8>($($arg),*),
+                    24 => x86::$avx512::<24, 6>($($arg),*),
+                    32 => x86::$avx512::<32, 6>($($arg),*),
+                    40 => x86::$avx512::<40, 4>($($arg),*),
+                    48 => x86::$avx512::<48, 4>($($arg),*),
+                    56 => x86::$avx512::<56, 4>($($arg),*),
+                    _ => x86::$avx512::<64, 4>($($arg),*),
+                }
+            }
+        } else {
+            // SAFETY: `skinny_applies` detected AVX2 and FMA.
+            unsafe {
+                match $m {
+                    16 => x86::$avx2::<16, 6>($($arg),*),
+                    24 => x86::$avx2::<24, 4>($($arg),*),
+                    32 => x86::$avx2::<32, 3>($($arg),*),
+                    40 => x86::$avx2::<40, 2>($($arg),*),
+                    48 => x86::$avx2::<48, 2>($($arg),*),
+                    56 => x86::$avx2::<56, 1>($($arg),*),
+                    _ => x86::$avx2::<64, 1>($($arg),*),
+                }
+            }
+        }
+    };
+}
+
+/// [`skinny_rows`] on the AVX-512 build (`avx512`, which the caller detected) or the AVX2 one.
+#[cfg(target_arch = "x86_64")]
+fn skinny_isa(avx512: bool, a: &[f32], k: usize, w: &[f32], m: usize, c: &mut [f32]) {
+    skinny_dispatch!(avx512, m, skinny_avx512, skinny_avx2, (a, k, w, c));
+}
+
+/// `C = Aᵀ · B` (`k × m`) for a row-major `rows × k` `A` and a row-major `rows × m` `B`: a
+/// block of a weight gradient, with the bits of [`gemm`] with `β = 0` (the caller checks
+/// [`skinny_applies`]): each element is one fused multiply-add chain over each pass of [`KC`]
+/// rows, from zero, the passes added in order. Register tiles of `C` (a few of its rows × m)
+/// are summed over a pass's rows, which stay in cache for every tile; no operand is packed.
+///
+/// # Panics
+/// If the shapes do not hold or [`skinny_applies`] is false.
+pub fn skinny_tn(a: &[f32], k: usize, rows: usize, b: &[f32], m: usize, c: &mut [f32]) {
+    assert!(skinny_applies(k, m), "skinny_tn: shape not supported");
+    assert!(a.len() >= rows * k, "skinny_tn: A too short");
+    assert!(b.len() >= rows * m, "skinny_tn: B too short");
+    assert!(c.len() >= k * m, "skinny_tn: C too short");
+    let (a, b, c) = (&a[..rows * k], &b[..rows * m], &mut c[..k * m]);
+    if rows == 0 {
+        c.fill(0.0);
+        return;
+    }
+    #[cfg(target_arch = "x86_64")]
+    skinny_tn_isa(std::is_x86_feature_detected!("avx512f"), a, k, b, c);
+}
+
+/// [`skinny_tn`] on the AVX-512 build (`avx512`, which the caller detected) or the AVX2 one.
+#[cfg(target_arch = "x86_64")]
+fn skinny_tn_isa(avx512: bool, a: &[f32], k: usize, b: &[f32], c: &mut [f32]) {
+    let m = c.len() / k;
+    skinny_dispatch!(avx512, m, skinny_tn_avx512, skinny_tn_avx2, (a, k, b, c));
+}
+
+/// The body of [`skinny_tn`] for `M` columns in tiles of `R` rows of `C` (its last rows one by
+/// one).
+#[inline(always)]
+fn skinny_tn_body<const M: usize, const R: usize>(a: &[f32], k: usize, b: &[f32], c: &mut [f32]) {
+    let rows = b.len() / M;
+    let tiled = k / R * R;
+    for (pass, r0) in (0..rows).step_by(KC).enumerate() {
+        let r1 = rows.min(r0 + KC);
+        for k0 in (0..tiled).step_by(R) {
+            let mut acc = [[0.0f32; M]; R];
+            for r in r0..r1 {
+                let brow: &[f32; M] = b[r * M..][..M].try_into().expect("M values");
+                let x = &a[r * k + k0..][..R];
+                for (row, &xv) in acc.iter_mut().zip(x) {
+                    for (s, &bv) in row.iter_mut().zip(brow) {
+                        *s = xv.mul_add(bv, *s);
+                    }
+                }
+            }
+            for (crow, arow) in c[k0 * M..(k0 + R) * M].chunks_exact_mut(M).zip(&acc) {
+                add_pass(pass, crow, arow);
+            }
+        }
+        for kk in tiled..k {
+            let mut acc = [0.0f32; M];
+            for r in r0..r1 {
+                let brow: &[f32; M] = b[r * M..][..M].try_into().expect("M values");
+                let xv = a[r * k + kk];
+                for (s, &bv) in acc.iter_mut().zip(brow) {
+                    *s = xv.mul_add(bv, *s);
+                }
+            }
+            add_pass(pass, &mut c[kk * M..(kk + 1) * M], &acc);
+        }
+    }
+}
+
+/// Pass `pass` of a product's chains into `c`: the first pass is written, later ones added.
+#[inline(always)]
+fn add_pass(pass: usize, c: &mut [f32], acc: &[f32]) {
+    if pass == 0 {
+        c.copy_from_slice(acc);
+    } else {
+        c.iter_mut().zip(acc).for_each(|(c, &v)| *c += v);
+    }
+}
+
+/// The body of [`skinny_rows`] for `M` output columns in tiles of `R` rows (the last rows of
+/// `A` one by one), compiled into each instruction set's function below.
+#[inline(always)]
+fn skinny_body<const M: usize, const R: usize>(a: &[f32], k: usize, w: &[f32], c: &mut [f32]) {
+    let rows = c.len() / M;
+    let tiled = rows / R * R;
+    let (head, tail) = c.split_at_mut(tiled * M);
+    for (t, out) in head.chunks_exact_mut(R * M).enumerate() {
+        let x = &a[t * R * k..][..R * k];
+        let mut acc = [[0.0f32; M]; R];
+        for kk in 0..k {
+            let wrow: &[f32; M] = w[kk * M..][..M].try_into().expect("M values");
+            for (r, row) in acc.iter_mut().enumerate() {
+                let xv = x[r * k + kk];
+                for (s, &wv) in row.iter_mut().zip(wrow) {
+                    *s = xv.mul_add(wv, *s);
+                }
+            }
+        }
+        for (o, t) in out.chunks_exact_mut(M).zip(&acc) {
+            o.copy_from_slice(t);
+        }
+    }
+    narrow_body::<M>(&a[tiled * k..], k, w, tail, false);
+}
+
 /// Rows of `C` one scratch block of [`narrow_tn_body`] holds.
 const TN_SLAB: usize = 64;
 
@@ -378,7 +552,47 @@ fn narrow_tn_body<const M: usize>(
 
 #[cfg(target_arch = "x86_64")]
 mod x86 {
-    use super::{narrow_body, narrow_tn_body};
+    use super::{narrow_body, narrow_tn_body, skinny_body, skinny_tn_body};
+
+    #[target_feature(enable = "avx512f,fma")]
+    pub(super) fn skinny_tn_avx512<const M: usize, const R: usize>(
+        a: &[f32],
+        k: usize,
+        b: &[f32],
+        c: &mut [f32],
+    ) {
+        skinny_tn_body::<M, R>(a, k, b, c);
+    }
+
+    #[target_feature(enable = "avx2,fma")]
+    pub(super) fn skinny_tn_avx2<const M: usize, const R: usize>(
+        a: &[f32],
+        k: usize,
+        b: &[f32],
+        c: &mut [f32],
+    ) {
+        skinny_tn_body::<M, R>(a, k, b, c);
+    }
+
+    #[target_feature(enable = "avx512f,fma")]
+    pub(super) fn skinny_avx512<const M: usize, const R: usize>(
+        a: &[f32],
+        k: usize,
+        w: &[f32],
+        c: &mut [f32],
+    ) {
+        skinny_body::<M, R>(a, k, w, c);
+    }
+
+    #[target_feature(enable = "avx2,fma")]
+    pub(super) fn skinny_avx2<const M: usize, const R: usize>(
+        a: &[f32],
+        k: usize,
+        w: &[f32],
+        c: &mut [f32],
+    ) {
+        skinny_body::<M, R>(a, k, w, c);
+    }
 
     #[target_feature(enable = "avx512f,fma")]
     pub(super) fn narrow_tn_avx512<const M: usize>(
@@ -511,6 +725,98 @@ mod tests {
                     .zip(&want)
                     .all(|(x, y)| x.to_bits() == y.to_bits());
                 assert!(same, "m {m}, density 1/{density}");
+            }
+        }
+    }
+
+    #[test]
+    fn skinny_rows_has_the_bits_of_gemm() {
+        // 37 rows: whole tiles and a remainder for every tile height.
+        let rows = 37;
+        assert!(!skinny_applies(KC + 1, 64), "one pass of KC at most");
+        for k in [1, 7, 64, KC] {
+            for m in (16..=64).step_by(8) {
+                if !skinny_applies(k, m) {
+                    return;
+                }
+                let w: Vec<f32> = (0..k * m)
+                    .map(|i| ((i * 7919) % 1000) as f32 / 700.0 - 0.7)
+                    .collect();
+                let a: Vec<f32> = (0..rows * k)
+                    .map(|i| ((i * 31) % 101) as f32 / 37.0 - 1.3)
+                    .collect();
+                let mut want = vec![f32::NAN; rows * m];
+                gemm(
+                    1.0,
+                    &a,
+                    Shape::new(rows, k),
+                    Op::N,
+                    &w,
+                    Shape::new(k, m),
+                    Op::N,
+                    0.0,
+                    &mut want,
+                    Shape::new(rows, m),
+                );
+                let mut got = vec![f32::NAN; rows * m];
+                skinny_rows(&a, rows, k, &w, m, &mut got);
+                let same = got
+                    .iter()
+                    .zip(&want)
+                    .all(|(x, y)| x.to_bits() == y.to_bits());
+                assert!(same, "k {k}, m {m}");
+                // The AVX2 build too, where this CPU has AVX-512.
+                got.fill(f32::NAN);
+                skinny_isa(false, &a, k, &w, m, &mut got);
+                let same = got
+                    .iter()
+                    .zip(&want)
+                    .all(|(x, y)| x.to_bits() == y.to_bits());
+                assert!(same, "AVX2: k {k}, m {m}");
+            }
+        }
+    }
+
+    #[test]
+    fn skinny_tn_has_the_bits_of_gemm() {
+        // 600 rows: three passes of KC; widths with whole tiles and remainders.
+        let rows = 600;
+        for k in [1, 7, 64, 70] {
+            for m in (16..=64).step_by(8) {
+                if !skinny_applies(k, m) {
+                    return;
+                }
+                let a: Vec<f32> = (0..rows * k)
+                    .map(|i| ((i * 31) % 101) as f32 / 37.0 - 1.3)
+                    .collect();
+                let b: Vec<f32> = (0..rows * m)
+                    .map(|i| ((i * 7919) % 1000) as f32 / 700.0 - 0.7)
+                    .collect();
+                let mut want = vec![f32::NAN; k * m];
+                gemm(
+                    1.0,
+                    &a,
+                    Shape::new(rows, k),
+                    Op::T,
+                    &b,
+                    Shape::new(rows, m),
+                    Op::N,
+                    0.0,
+                    &mut want,
+                    Shape::new(k, m),
+                );
+                for avx512 in [true, false] {
+                    if avx512 && !std::is_x86_feature_detected!("avx512f") {
+                        continue;
+                    }
+                    let mut got = vec![f32::NAN; k * m];
+                    skinny_tn_isa(avx512, &a, k, &b, &mut got);
+                    let same = got
+                        .iter()
+                        .zip(&want)
+                        .all(|(x, y)| x.to_bits() == y.to_bits());
+                    assert!(same, "k {k}, m {m}, AVX-512 {avx512}");
+                }
             }
         }
     }

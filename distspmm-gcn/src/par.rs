@@ -16,7 +16,10 @@
 //! k, in the same order) whichever rows share its call. The reductions over rows keep their
 //! blocks of [`reduce_rows`], which depend on `n` alone.
 
-use super::dense::{gemm, gemm_tn_acc, narrow_applies, narrow_rows, narrow_tn_acc, Op, Shape};
+use super::dense::{
+    gemm, gemm_tn_acc, narrow_applies, narrow_rows, narrow_tn_acc, skinny_applies, skinny_rows,
+    skinny_tn, Op, Shape,
+};
 use rayon::prelude::*;
 use std::cell::RefCell;
 
@@ -216,12 +219,29 @@ pub fn gemm_rows<F>(
     // in cache, with the same bits as the packed product.
     let narrow = narrow_applies(k, m, op_w);
     let w_finite = narrow && w[..k * m].iter().all(|v| v.is_finite());
+    // A hidden layer's product (narrow W, any A): rows streamed in register tiles against W
+    // laid out `k × m` (transposed once here for `Op::T`), with the bits of the packed product.
+    let skinny = !narrow && skinny_applies(k, m);
+    let w_km: std::borrow::Cow<'_, [f32]> = match op_w {
+        Op::T if skinny => {
+            let mut t = vec![0.0f32; k * m];
+            for (j, row) in w[..m * k].chunks_exact(k).enumerate() {
+                for (i, &v) in row.iter().enumerate() {
+                    t[i * m + j] = v;
+                }
+            }
+            t.into()
+        }
+        _ => w.into(),
+    };
     let body = |(i, (cb, eb)): (usize, (&mut [f32], &mut [f32]))| {
         let r0 = i * block;
         let rows = cb.len() / m;
         let a = &a[r0 * k..(r0 + rows) * k];
         if narrow {
             narrow_rows(a, rows, k, w, m, cb, w_finite);
+        } else if skinny {
+            skinny_rows(a, rows, k, &w_km, m, cb);
         } else {
             gemm(
                 1.0,
@@ -315,12 +335,19 @@ pub fn gemm_tn_sum(
         partials.resize(nb * k * m, 0.0);
     }
     let (a, b) = (&a[..n * k], &b[..n * m]);
+    let skinny = skinny_applies(k, m);
     partials[..nb * k * m]
         .par_chunks_mut(k * m)
         .enumerate()
         .for_each(|(i, p)| {
             let r0 = i * reduce_rows(n);
             let rows = reduce_rows(n).min(n - r0);
+            if skinny {
+                // A hidden layer's weight gradient: the same bits without packing.
+                let (a, b) = (&a[r0 * k..(r0 + rows) * k], &b[r0 * m..(r0 + rows) * m]);
+                skinny_tn(a, k, rows, b, m, p);
+                return;
+            }
             gemm(
                 1.0,
                 &a[r0 * k..(r0 + rows) * k],
