@@ -334,14 +334,14 @@ fn nonzero_bits(group: &[f32]) -> u32 {
 }
 
 /// Whether [`skinny_rows`] and [`skinny_tn`] compute these products here with the bits of
-/// [`gemm`]: the shapes of hidden layers (`m` a multiple of 8 from 16 to 64, `k` at most one
+/// [`gemm`]: the shapes of hidden layers (`m` a multiple of 8 up to 64, `k` at most one
 /// pass of [`KC`]) on a CPU where `matrixmultiply` uses a fused multiply-add kernel, as they do.
 /// Packing a tall operand costs as much as the product at these widths; streaming its rows
 /// through register tiles does not pack at all. Wider inputs (a first layer over many features)
 /// stay with `matrixmultiply` or [`narrow_rows`], which are also the fast paths of unoptimised
 /// (test) builds.
 pub fn skinny_applies(k: usize, m: usize) -> bool {
-    (1..=KC).contains(&k) && m.is_multiple_of(8) && (16..=64).contains(&m) && fma_available()
+    (1..=KC).contains(&k) && m.is_multiple_of(8) && (8..=64).contains(&m) && fma_available()
 }
 
 /// `C = A · W` for a row-major `rows × k` `A`, a row-major `k × m` `W` and a row-major
@@ -363,7 +363,7 @@ pub fn skinny_rows(a: &[f32], rows: usize, k: usize, w: &[f32], m: usize, c: &mu
 }
 
 /// Calls `x86::$avx512::<M, R>(args…)` or `x86::$avx2::<M, R>(args…)` for the width `$m`
-/// (a multiple of 8 from 16 to 64, which [`skinny_applies`] checked with FMA and AVX2): `R`
+/// (a multiple of 8 up to 64, which [`skinny_applies`] checked with FMA and AVX2): `R`
 /// rows (or columns) of the output per register tile, as many as keep the tile's `R · M`
 /// accumulators in registers with room for the loads (16 of AVX-512's 32 registers, 12 of
 /// AVX2's 16). `$avx512` says whether the caller detected AVX-512F.
@@ -373,6 +373,8 @@ macro_rules! skinny_dispatch {
             // SAFETY: the caller detected AVX-512F, and FMA by `skinny_applies`.
             unsafe {
                 match $m {
+                    // One 8-lane vector per row: the AVX2 build's tile (AVX-512F implies AVX2).
+                    8 => x86::$avx2::<8, 8>($($arg),*),
                     16 => x86::$avx512::<16, 8>($($arg),*),
                     24 => x86::$avx512::<24, 6>($($arg),*),
                     32 => x86::$avx512::<32, 6>($($arg),*),
@@ -386,6 +388,7 @@ macro_rules! skinny_dispatch {
             // SAFETY: `skinny_applies` detected AVX2 and FMA.
             unsafe {
                 match $m {
+                    8 => x86::$avx2::<8, 8>($($arg),*),
                     16 => x86::$avx2::<16, 6>($($arg),*),
                     24 => x86::$avx2::<24, 4>($($arg),*),
                     32 => x86::$avx2::<32, 3>($($arg),*),
@@ -735,7 +738,7 @@ mod tests {
         let rows = 37;
         assert!(!skinny_applies(KC + 1, 64), "one pass of KC at most");
         for k in [1, 7, 64, KC] {
-            for m in (16..=64).step_by(8) {
+            for m in (8..=64).step_by(8) {
                 if !skinny_applies(k, m) {
                     return;
                 }
@@ -782,7 +785,7 @@ mod tests {
         // 600 rows: three passes of KC; widths with whole tiles and remainders.
         let rows = 600;
         for k in [1, 7, 64, 70] {
-            for m in (16..=64).step_by(8) {
+            for m in (8..=64).step_by(8) {
                 if !skinny_applies(k, m) {
                     return;
                 }
