@@ -5,7 +5,8 @@
 //! messages travel while the local block is multiplied. Products over the call's per-edge
 //! values are distspmm-core's grouped products over the block's pattern: the G runs of the
 //! caller's values (CSR), or their CSC-ordered copy (`CscOrder::permute`, made just before each
-//! transposed product, an entry's G values side by side); the SDDMM is
+//! transposed product, an entry's G values side by side, and kept for the next call when that
+//! call's one group of values is the same bits: an aggregator's fixed weights); the SDDMM is
 //! `distspmm_core::kernel::sddmm_grouped` over a block's pattern into its G runs of the edge
 //! operand. With one group these are the single products, bit for bit.
 
@@ -78,6 +79,11 @@ pub struct CpuEngine<C> {
     /// The per-edge values of a transposed product in CSC order (grown at the first such
     /// call).
     csc_values: Vec<f32>,
+    /// A copy of the one-group values `csc_values` holds in CSC order, when it holds a whole
+    /// call's: a later transposed call over the same values (bit for bit: an aggregator's
+    /// fixed weights, called every epoch) reads `csc_values` as it is instead of permuting
+    /// again. Empty when `csc_values` holds nothing reusable.
+    csc_source: Vec<f32>,
 }
 
 impl<C> CpuEngine<C> {
@@ -88,6 +94,7 @@ impl<C> CpuEngine<C> {
             packed: Buffer::default(),
             halo: Buffer::default(),
             csc_values: Vec::new(),
+            csc_source: Vec::new(),
         }
     }
 }
@@ -172,11 +179,22 @@ where
             }
             let program = s.schedule.program(kind);
             let rows = crate::backend::buffer_rows(program);
-            let csc = if kind == Kind::BackwardEdges {
+            let transposes = kind == Kind::BackwardEdges;
+            // One group's values the last transposed call permuted, bit for bit: reuse them.
+            let csc_ready = transposes
+                && groups == 1
+                && !self.csc_source.is_empty()
+                && same_bits(&self.csc_source, o.values);
+            if transposes && !csc_ready {
+                // Overwritten below: nothing reusable unless the call completes.
+                self.csc_source.clear();
+            }
+            let csc = if transposes {
                 &mut self.csc_values[..]
             } else {
                 &mut []
             };
+            let values = o.values;
             let mut call = CpuCall {
                 comm: &*self.comm,
                 m: CpuMatrices {
@@ -192,6 +210,7 @@ where
                     values: o.values,
                     out: o.out,
                     csc,
+                    csc_ready,
                     groups,
                 },
                 packed: self.packed.get(rows[Buf::Packed as usize] * f),
@@ -199,6 +218,16 @@ where
                 f,
             };
             run(&mut call, program)?;
+            if transposes && !csc_ready && groups == 1 {
+                self.csc_source
+                    .try_reserve_exact(values.len())
+                    .map_err(|e| DistSpmmError::Allocation {
+                        rank: 0,
+                        bytes: value_bytes(values.len()),
+                        reason: e.to_string(),
+                    })?;
+                self.csc_source.extend_from_slice(values);
+            }
         }
         Ok(())
     }
@@ -217,7 +246,12 @@ where
             .sum::<u64>()
             + self.blocks.csc.as_ref().map_or(0, CscOrder::bytes);
         Workspace {
-            buffers: value_bytes(self.packed.len() + self.halo.len() + self.csc_values.len()),
+            buffers: value_bytes(
+                self.packed.len()
+                    + self.halo.len()
+                    + self.csc_values.len()
+                    + self.csc_source.capacity(),
+            ),
             structure,
         }
     }
@@ -235,6 +269,9 @@ pub(crate) struct CpuEdges<'c> {
     /// order, an entry's G values side by side (empty unless the call has transposed products
     /// over [`Values::Edges`]).
     pub(crate) csc: &'c mut [f32],
+    /// Whether `csc` already holds `values` in CSC order (a repeated call over the same
+    /// values), so the products read it without permuting.
+    pub(crate) csc_ready: bool,
     /// The group count G.
     pub(crate) groups: usize,
 }
@@ -245,6 +282,7 @@ impl CpuEdges<'_> {
             values: self.values,
             out: &mut *self.out,
             csc: &mut *self.csc,
+            csc_ready: self.csc_ready,
             groups: self.groups,
         }
     }
@@ -352,7 +390,9 @@ impl<'c> CpuMatrices<'c> {
                 if values.len() < groups.saturating_sub(1) * layout.len() + eb.len {
                     return Err(mismatched());
                 }
-                order.permute(&b, &eb, values, (groups, layout.len()), csc);
+                if !edges.csc_ready {
+                    order.permute(&b, &eb, values, (groups, layout.len()), csc);
+                }
                 let pattern = match a {
                     Matrix::QLocal(q) => q_local(q)?.views(&self.chunk).1,
                     _ => blocks::csc_with(&b, b.csc_vals).ok_or_else(mismatched)?,
@@ -838,4 +878,9 @@ impl<'s, E: Requests<'s, f32>> Backend for InFlight<'s, '_, E> {
         }
         Ok(())
     }
+}
+
+/// Whether two runs of values are the same bits (NaN payloads and signed zeros included).
+fn same_bits(a: &[f32], b: &[f32]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits())
 }

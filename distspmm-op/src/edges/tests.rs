@@ -442,6 +442,64 @@ fn per_edge_reruns_are_bit_identical() {
     }
 }
 
+/// The CPU engine keeps the CSC order of one group's values for the next transposed call over
+/// the same bits: every call still gives what a fresh operator gives, whether the values repeat,
+/// changed in place (one entry, or a zero's sign), or a grouped call came in between.
+#[test]
+fn transposed_calls_over_repeated_or_changed_values_match_a_fresh_operator() {
+    let bufs = ring(3000, 4);
+    let views = views(&bufs);
+    let f = 5;
+    for kind in ScheduleKind::ALL {
+        let results = LocalComm::run(views.len(), |comm| {
+            let p = comm.rank();
+            let mut op = DistSpmm::new(&comm, views[p], kind)?;
+            let (n, first) = (op.local_rows(), views[0].part_offsets()[p] as usize);
+            let dy: Vec<f32> = (0..n * f).map(|k| value(2, first + k / f, k % f)).collect();
+            let mut e: Vec<f32> = op
+                .edges()
+                .map(|(r, s)| edge_value(5, first + r, s))
+                .collect();
+            let transposed = |op: &mut DistSpmm<_, _>, e: &[f32]| {
+                let mut dx = vec![f32::NAN; n * f];
+                op.spmm_values_transpose(e, view(&dy, n, f), out(&mut dx, n, f))
+                    .map(|()| dx.iter().map(|v| v.to_bits()).collect::<Vec<u32>>())
+            };
+            let mut checks = Vec::new();
+            for step in 0..4 {
+                match step {
+                    1 => e[0] += 1.0,
+                    2 => {
+                        let twice: Vec<f32> = e.iter().chain(&e).copied().collect();
+                        let mut dx = vec![0.0f32; n * 2 * f];
+                        op.spmm_values_transpose_grouped(
+                            2,
+                            &twice,
+                            view(&[dy.clone(), dy.clone()].concat()[..n * 2 * f], n, 2 * f),
+                            out(&mut dx, n, 2 * f),
+                        )?;
+                    }
+                    3 => {
+                        let last = e.len() - 1;
+                        e[last] = -e[last];
+                    }
+                    _ => {}
+                }
+                let got = transposed(&mut op, &e)?;
+                let again = transposed(&mut op, &e)?;
+                let want = transposed(&mut DistSpmm::new(&comm, views[p], kind)?, &e)?;
+                checks.push((step, got == want && again == want));
+            }
+            Ok::<_, DistSpmmError>(checks)
+        });
+        for r in results {
+            for (step, ok) in r.unwrap() {
+                assert!(ok, "{kind}: step {step}");
+            }
+        }
+    }
+}
+
 /// GAT's additive attention `e_ij = s_i + t_j` is the SDDMM with F = 2, `U_i = [s_i, 1]`,
 /// `V_j = [1, t_j]`: exactly, on every edge, whatever the rank of `j`.
 #[test]
