@@ -109,8 +109,9 @@ fn cora_reaches_the_gcn_papers_accuracy_on_1_2_and_4_ranks_with_the_same_loss() 
 }
 
 /// Training's bytes, from the `Counting` layers: the SpMM's exchanges and the allreduces apart,
-/// both 0 on one rank; in data mode an epoch's allreduces are the gradient (`parameters` f32)
-/// and two sets of 7 f64 counts (training loss/accuracy, evaluation), received by every rank.
+/// both 0 on one rank; in data mode an epoch's allreduces are the gradient (`parameters` f32),
+/// the training step's 7 f64 loss/accuracy counts and the evaluation's 7 + 9 · classes f64
+/// counts (accuracy and per-class F1 counts; Cora has 7 classes), received by every rank.
 #[test]
 fn allreduce_bytes_are_counted_apart_from_the_spmm_exchange() {
     let (Some(cora), true) = (cora(), mpirun_available()) else {
@@ -131,7 +132,7 @@ fn allreduce_bytes_are_counted_apart_from_the_spmm_exchange() {
             assert_eq!(s.comm_bytes_per_epoch, 0, "one rank moves nothing: {s:?}");
             continue;
         }
-        let per_rank = 4 * s.parameters + 2 * 7 * 8;
+        let per_rank = 4 * s.parameters + (7 + 7 + 9 * 7) * 8;
         assert_eq!(
             s.allreduce_bytes_per_epoch,
             p as u64 * per_rank,
@@ -306,6 +307,97 @@ fn tensor_parallel_mode_reaches_the_same_accuracy() {
         "tensor mode test accuracy {}",
         s.test_acc
     );
+}
+
+/// `(epoch, val accuracy, test accuracy)` of each epoch line (as printed, 4 decimals).
+fn epoch_lines(stderr: &str) -> Vec<(u64, String, String)> {
+    stderr
+        .lines()
+        .filter(|l| l.starts_with("epoch "))
+        .map(|l| {
+            let t: Vec<&str> = l.split_whitespace().collect();
+            let after = |key: &str| {
+                let at = t.iter().position(|w| *w == key).expect(key);
+                t[at + 1].to_string()
+            };
+            (after("epoch").parse().unwrap(), after("val"), after("test"))
+        })
+        .collect()
+}
+
+/// Early stopping at P = 2: the run ends `patience` epochs after its best, before --epochs,
+/// and the summary's numbers are the best epoch's (its weights restored and evaluated again
+/// without dropout): its validation accuracy is the best of the epoch lines', its test accuracy
+/// that epoch's. The checkpoint holds the last epoch trained, and resumes from there.
+#[test]
+fn patience_stops_early_and_restores_the_best_epochs_weights() {
+    let (Some(cora), true) = (cora(), mpirun_available()) else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let chunks = dir.path().join("c");
+    partition(&cora, 2, &chunks);
+    let (c, ck) = (chunks.to_str().unwrap(), dir.path().join("ck"));
+    let ck = ck.to_str().unwrap();
+    let args = [
+        "train",
+        "--json",
+        "--chunks",
+        c,
+        "--epochs",
+        "200",
+        "--patience",
+        "5",
+        "--checkpoint",
+        ck,
+    ];
+    let out = mpirun(2, &args);
+    let s = summary(&out);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let epochs = s["epochs"].as_u64().unwrap();
+    let best = s["best_epoch"].as_u64().unwrap();
+    assert_eq!(s["stopped_early"], true, "{s}");
+    assert!(epochs < 200 && best + 5 == epochs, "{s}");
+    assert_eq!(
+        (s["metric"].as_str(), s["patience"].as_u64()),
+        (Some("acc"), Some(5))
+    );
+    assert!(
+        stderr.contains(&format!("stopping early after epoch {epochs}")),
+        "{stderr}"
+    );
+    let lines = epoch_lines(&stderr);
+    assert_eq!(lines.len() as u64, epochs, "{stderr}");
+    let four = |key: &str| format!("{:.4}", s[key].as_f64().unwrap());
+    let best_line = &lines[usize::try_from(best).unwrap() - 1];
+    assert_eq!(best_line.0, best);
+    assert_eq!(s["best_val"], s["val_acc"], "{s}");
+    assert_eq!(best_line.1, four("val_acc"), "{s}");
+    assert_eq!(best_line.2, four("test_acc"), "{s}");
+    let max = lines.iter().map(|l| l.1.as_str()).max().unwrap();
+    assert_eq!(max, four("best_val"));
+    // Well above chance (1 in 7) though stopped early.
+    assert!(s["test_acc"].as_f64().unwrap() >= 0.6, "{s}");
+    let f1 = s["test_f1"].as_f64().unwrap();
+    assert!(f1 > 0.4 && f1 <= 1.0, "{s}");
+    // The checkpoint is the last epoch's: a resume continues after it.
+    let more = (epochs + 2).to_string();
+    let resumed = mpirun(
+        2,
+        &[
+            "train",
+            "--chunks",
+            c,
+            "--epochs",
+            &more,
+            "--checkpoint",
+            ck,
+            "--resume",
+        ],
+    );
+    let text = String::from_utf8_lossy(&resumed.stderr);
+    assert!(resumed.status.success(), "{text}");
+    assert!(text.contains(&format!("after epoch {epochs}")), "{text}");
 }
 
 #[test]

@@ -110,6 +110,14 @@ pub struct Config {
     pub save_predictions: Option<PathBuf>,
     /// Replace prediction files that exist already in `save_predictions`.
     pub force: bool,
+    /// The validation metric early stopping and [`Summary::best_epoch`] follow.
+    pub metric: model::Metric,
+    /// Early stopping: stop once the validation `metric` has not improved for this many epochs,
+    /// and restore the best epoch's parameters before the final evaluation (so the summary, and
+    /// `save_predictions`, are the best epoch's). `None` trains every epoch and reports the
+    /// last. A checkpoint holds the last epoch's state, not the best; on resume, the best value
+    /// and the count of epochs without improvement start afresh from the resumed epoch.
+    pub patience: Option<u64>,
 }
 
 impl Default for Config {
@@ -141,6 +149,8 @@ impl Default for Config {
             isolated_kernels: None,
             save_predictions: None,
             force: false,
+            metric: model::Metric::Acc,
+            patience: None,
         }
     }
 }
@@ -180,6 +190,9 @@ pub enum ConfigError {
     /// Zero epochs asked for a fresh run.
     #[error("--epochs 0 trains nothing: give the number of epochs to train, at least 1")]
     ZeroEpochs,
+    /// Early stopping with a patience of 0 epochs.
+    #[error("--patience 0 would stop after the first epoch: give the number of epochs without improvement to wait, at least 1 (or leave --patience out to train every epoch)")]
+    ZeroPatience,
     /// Isolated kernel timings with no repetitions.
     #[error("--kernel-reps 0 times nothing: give at least 1 repetition")]
     ZeroKernelReps,
@@ -237,6 +250,9 @@ impl Config {
         if self.epochs == 0 && !self.resume {
             return Err(ConfigError::ZeroEpochs);
         }
+        if self.patience == Some(0) {
+            return Err(ConfigError::ZeroPatience);
+        }
         match (self.isolated_kernels, self.mode) {
             (Some(0), _) => return Err(ConfigError::ZeroKernelReps),
             (Some(_), Mode::Tensor) => return Err(ConfigError::IsolatedKernelsInTensorMode),
@@ -262,7 +278,7 @@ pub struct EpochReport {
     pub epoch: u64,
     /// Mean training NLL of the epoch's training step.
     pub loss: f64,
-    /// Accuracies after the step.
+    /// Accuracies and macro-F1s after the step.
     pub metrics: Metrics,
     /// Wall time of the epoch (training step + evaluation) on the slowest rank, seconds.
     pub seconds: f64,
@@ -298,6 +314,18 @@ pub enum Event {
     },
     /// An epoch finished.
     Epoch(EpochReport),
+    /// Early stopping ends the run: the validation metric has not improved for
+    /// [`Config::patience`] epochs; the best epoch's parameters are restored.
+    StoppedEarly {
+        /// The last epoch trained.
+        epoch: u64,
+        /// The epoch of the best validation metric.
+        best_epoch: u64,
+        /// The metric followed.
+        metric: model::Metric,
+        /// Its best value.
+        best: f64,
+    },
 }
 
 /// Why [`train`] stopped.
@@ -328,14 +356,33 @@ impl TrainError {
 /// for the per-epoch time breakdown, which is each rank's own.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct Summary {
-    /// Epochs trained in total (including those before a resume).
+    /// Epochs trained in total (including those before a resume; fewer than asked when early
+    /// stopping ended the run).
     pub epochs: u64,
-    /// Training accuracy at the last epoch (fraction).
+    /// Training accuracy of the final model (fraction): the last epoch's, or with
+    /// [`Config::patience`] the best epoch's (its parameters restored).
     pub train_acc: f64,
-    /// Validation accuracy at the last epoch.
+    /// Validation accuracy of the final model.
     pub val_acc: f64,
-    /// Test accuracy at the last epoch.
+    /// Test accuracy of the final model.
     pub test_acc: f64,
+    /// Training macro-F1 of the final model (see [`model::macro_f1`]).
+    pub train_f1: f64,
+    /// Validation macro-F1 of the final model.
+    pub val_f1: f64,
+    /// Test macro-F1 of the final model.
+    pub test_f1: f64,
+    /// The validation metric followed for `best_epoch` (`acc` or `f1`).
+    pub metric: model::Metric,
+    /// The epoch (counted from 1) with the best validation `metric` among those this run
+    /// trained (after a resume, among the resumed epochs); the first of equals.
+    pub best_epoch: u64,
+    /// That best value.
+    pub best_val: f64,
+    /// The patience of early stopping, if any.
+    pub patience: Option<u64>,
+    /// Whether early stopping ended the run before the epochs asked for.
+    pub stopped_early: bool,
     /// Mean training NLL of the last epoch's training step.
     pub final_loss: f64,
     /// Median wall time of an epoch (training step + evaluation), seconds.
@@ -347,8 +394,9 @@ pub struct Summary {
     /// ... of them, by the distributed SpMM's exchanges (0 in tensor mode and on one rank) ...
     pub spmm_bytes_per_epoch: u64,
     /// ... and by the training's allreduces (0 on one rank). In data mode an epoch reduces the
-    /// gradient (`parameters` f32) and two sets of loss/accuracy counts (7 f64 each), each
-    /// received once by every rank: `ranks · (4 · parameters + 2 · 7 · 8)` bytes.
+    /// gradient (`parameters` f32), the training step's loss/accuracy counts (7 f64) and the
+    /// evaluation's counts (7 f64 and `9 · classes` per-class counts), each received once by
+    /// every rank: `ranks · (4 · parameters + (14 + 9 · classes) · 8)` bytes.
     pub allreduce_bytes_per_epoch: u64,
     /// The model's parameter count (weights and biases of every layer).
     pub parameters: u64,
@@ -1022,8 +1070,61 @@ fn tensor_inputs(args: &Config, input: &Path) -> Result<WholeGraph> {
     })
 }
 
-/// The epoch loop shared by both modes: train, evaluate, report, checkpoint; returns the
-/// summary and the trained model.
+/// The best epoch so far by the validation metric, and early stopping's count of epochs
+/// without improvement. The metrics come from counts summed across ranks (whole numbers, exact
+/// in f64, summed alike on every rank), so every rank holds the same values and reaches the
+/// same decisions: stopping needs no agreement of its own.
+#[derive(Debug)]
+struct Best {
+    metric: model::Metric,
+    patience: Option<u64>,
+    /// The best epoch (counted from 1; 0 before the first).
+    epoch: u64,
+    value: f64,
+    /// With a patience: the best epoch's parameters.
+    params: Option<model::Params>,
+    /// Epochs since the best.
+    since: u64,
+}
+
+impl Best {
+    fn new(metric: model::Metric, patience: Option<u64>) -> Self {
+        Self {
+            metric,
+            patience,
+            epoch: 0,
+            value: f64::NEG_INFINITY,
+            params: None,
+            since: 0,
+        }
+    }
+
+    /// Records the metrics after `epoch` (counted from 1); `params` copies the model's
+    /// parameters, called (with a patience) only when the epoch improves on the best, strictly.
+    /// Returns whether the patience has run out.
+    fn observe(
+        &mut self,
+        epoch: u64,
+        metrics: &Metrics,
+        params: impl FnOnce() -> model::Params,
+    ) -> bool {
+        let value = metrics.val(self.metric);
+        if self.epoch == 0 || value > self.value {
+            self.epoch = epoch;
+            self.value = value;
+            self.since = 0;
+            if self.patience.is_some() {
+                self.params = Some(params());
+            }
+        } else {
+            self.since += 1;
+        }
+        self.patience.is_some_and(|p| self.since >= p)
+    }
+}
+
+/// The epoch loop shared by both modes: train, evaluate, report, checkpoint, stop early;
+/// returns the summary and the trained model (with a patience, the best epoch's parameters).
 fn train_loop<C, G>(
     job: &Job<'_>,
     comm: &C,
@@ -1081,6 +1182,9 @@ where
     let mut skipped = 0u64;
     // The last epoch's kernel calls, logged for `isolated_kernels`.
     let mut products = Vec::new();
+    // Starts afresh on resume: the checkpoint holds no best epoch.
+    let mut best = Best::new(args.metric, args.patience);
+    let mut stopped_early = false;
     for epoch in start_epoch..args.epochs {
         let logging = args.isolated_kernels.is_some() && epoch + 1 == args.epochs;
         if logging {
@@ -1164,9 +1268,12 @@ where
         on(Event::Epoch(rec));
         records.push(rec);
         let done = epoch + 1;
+        // The same verdict on every rank (see `Best`).
+        let stop = best.observe(done, &metrics, || model.params()) && done < args.epochs;
         let due = args.checkpoint_every > 0 && done % args.checkpoint_every == 0;
         if let Some(dir) = &args.checkpoint {
-            if due || done == args.epochs {
+            // The last epoch's state, also when stopping early (not the best epoch's).
+            if due || done == args.epochs || stop {
                 let (params, adam) = (model.params(), &model.adam);
                 let state = checkpoint::State {
                     identity: job.identity.clone(),
@@ -1182,6 +1289,16 @@ where
                 };
                 agree(comm, written)?;
             }
+        }
+        if stop {
+            stopped_early = true;
+            on(Event::StoppedEarly {
+                epoch: done,
+                best_epoch: best.epoch,
+                metric: best.metric,
+                best: best.value,
+            });
+            break;
         }
     }
     if skipped > 0 && job.rank == 0 {
@@ -1211,11 +1328,25 @@ where
         }
         _ => None,
     };
+    let mut last_metrics = last.metrics;
+    if let Some(params) = best.params.take() {
+        // Every rank restores the same parameters and evaluates them with the others.
+        model.load_params(&params)?;
+        last_metrics = model.evaluate(&mut timed, &mut red, data)?;
+    }
     let summary = Summary {
-        epochs: args.epochs,
-        train_acc: last.metrics.train_acc,
-        val_acc: last.metrics.val_acc,
-        test_acc: last.metrics.test_acc,
+        epochs: last.epoch,
+        train_acc: last_metrics.train_acc,
+        val_acc: last_metrics.val_acc,
+        test_acc: last_metrics.test_acc,
+        train_f1: last_metrics.train_f1,
+        val_f1: last_metrics.val_f1,
+        test_f1: last_metrics.test_f1,
+        metric: best.metric,
+        best_epoch: best.epoch,
+        best_val: best.value,
+        patience: args.patience,
+        stopped_early,
         final_loss: last.loss,
         epoch_seconds_median: epoch_seconds,
         spmm_seconds: median(&|r| r.split[0]),
@@ -1397,6 +1528,90 @@ mod tests {
             isolated(Mode::Data, Some("d"), None, 3).source(),
             Ok(Source::Chunks(Path::new("d")))
         );
+    }
+
+    #[test]
+    fn early_stopping_waits_patience_epochs_after_the_best() {
+        let at = |val_acc| Metrics {
+            val_acc,
+            ..Metrics::default()
+        };
+        let mut best = Best::new(model::Metric::Acc, Some(2));
+        let mut copies = 0;
+        let mut stops = Vec::new();
+        for (e, v) in [0.5, 0.6, 0.6, 0.55, 0.7].into_iter().enumerate() {
+            stops.push(best.observe(e as u64 + 1, &at(v), || {
+                copies += 1;
+                model::Params::default()
+            }));
+        }
+        // A tie is no improvement: epochs 3 and 4 use up the patience after epoch 2.
+        assert_eq!(stops, [false, false, false, true, false]);
+        assert_eq!((best.epoch, best.value, copies), (5, 0.7, 3));
+        // Without a patience the best is reported but never copied, and nothing stops.
+        let mut report = Best::new(model::Metric::F1, None);
+        let f1 = |val_f1| Metrics {
+            val_f1,
+            ..Metrics::default()
+        };
+        for (e, v) in [0.2, 0.4, 0.1, 0.1, 0.1].into_iter().enumerate() {
+            assert!(!report.observe(e as u64 + 1, &f1(v), || unreachable!()));
+        }
+        assert_eq!((report.epoch, report.value), (2, 0.4));
+        assert!(report.params.is_none());
+        assert_eq!(
+            Config {
+                chunks: Some("d".into()),
+                patience: Some(0),
+                ..Config::default()
+            }
+            .source(),
+            Err(ConfigError::ZeroPatience)
+        );
+    }
+
+    #[test]
+    fn the_best_epochs_weights_restore_its_metrics_exactly() {
+        use crate::model::{testing::Alone, VAL};
+        use crate::nn::net::{
+            tests::{test_config, Setup},
+            Net,
+        };
+        let (mut g, mut s) = Setup::new(24, 4, 7);
+        for (i, m) in s.masks.iter_mut().enumerate() {
+            if i % 3 == 1 {
+                *m = VAL;
+            }
+        }
+        let data = s.data();
+        let mut cfg = test_config(4, 8, 2);
+        cfg.lr = 0.2;
+        cfg.dropout = 0.5;
+        let train_n = nn::net::local_train_count(&data);
+        let mut net = Net::new(cfg, 24, g.edge_count(), train_n).unwrap();
+        let mut best = Best::new(model::Metric::F1, Some(1000));
+        let mut seen = Vec::new();
+        for e in 0..60 {
+            net.train_step(&mut g, &mut Alone, &data, e).unwrap();
+            let m = net.evaluate(&mut g, &mut Alone, &data).unwrap();
+            assert!(!best.observe(e + 1, &m, || net.params()));
+            seen.push(m);
+        }
+        let kept = best.params.take().unwrap();
+        assert!(
+            best.epoch < 60,
+            "the last epoch was the best: no restore to test"
+        );
+        assert_ne!(kept, net.params());
+        net.load_params(&kept).unwrap();
+        assert_eq!(net.params(), kept);
+        // Evaluation has no dropout: the restored weights give the best epoch's numbers.
+        let again = net.evaluate(&mut g, &mut Alone, &data).unwrap();
+        let at = usize::try_from(best.epoch).unwrap() - 1;
+        assert_eq!(again, seen[at]);
+        assert_eq!(again.val_f1, best.value);
+        let max = seen.iter().map(|m| m.val_f1).fold(f64::MIN, f64::max);
+        assert_eq!(best.value, max);
     }
 
     #[test]

@@ -562,7 +562,8 @@ impl std::fmt::Display for NonFiniteGradient {
 
 impl std::error::Error for NonFiniteGradient {}
 
-/// Counts summed across ranks after an evaluation: `[nll_sum, train_ok, train_n, val_ok, val_n, test_ok, test_n]`.
+/// An evaluation's numbers, from counts summed across ranks (see [`count_metrics`] and
+/// [`count_confusion`]).
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct Metrics {
     /// Mean NLL over the training nodes (without the weight-decay term).
@@ -573,6 +574,33 @@ pub struct Metrics {
     pub val_acc: f64,
     /// Test accuracy (fraction).
     pub test_acc: f64,
+    /// Macro-F1 over the training nodes (see [`macro_f1`]).
+    pub train_f1: f64,
+    /// Macro-F1 over the validation nodes.
+    pub val_f1: f64,
+    /// Macro-F1 over the test nodes.
+    pub test_f1: f64,
+}
+
+/// The validation metric that early stopping and the "best epoch" report follow.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Metric {
+    /// Accuracy.
+    #[default]
+    Acc,
+    /// Macro-F1 over the classes (see [`macro_f1`]).
+    F1,
+}
+
+impl Metric {
+    /// Lower-case name (`acc`, `f1`), as the option takes it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Metric::Acc => "acc",
+            Metric::F1 => "f1",
+        }
+    }
 }
 
 thread_local! {
@@ -610,14 +638,102 @@ pub fn dense_seconds() -> f64 {
 }
 
 impl Metrics {
-    /// From counts summed over all rows of all ranks (see [`count_metrics`]).
-    pub fn from_counts(k: &[f64; 7]) -> Self {
+    /// From counts summed over all rows of all ranks: `k` of [`count_metrics`], `confusion` of
+    /// [`count_confusion`] (`9 · classes` values).
+    pub fn from_counts(k: &[f64; 7], confusion: &[f64]) -> Self {
+        let per_mask = confusion.len() / 3;
+        let f1 = |mask: usize| macro_f1(&confusion[mask * per_mask..(mask + 1) * per_mask]);
         Self {
             loss: k[0] / k[2].max(1.0),
             train_acc: k[1] / k[2].max(1.0),
             val_acc: k[3] / k[4].max(1.0),
             test_acc: k[5] / k[6].max(1.0),
+            train_f1: f1(0),
+            val_f1: f1(1),
+            test_f1: f1(2),
         }
+    }
+
+    /// The validation value of `metric`.
+    pub fn val(&self, metric: Metric) -> f64 {
+        match metric {
+            Metric::Acc => self.val_acc,
+            Metric::F1 => self.val_f1,
+        }
+    }
+}
+
+/// Per-class counts over the rows of `logits` (`rows × classes`), for [`macro_f1`]: for each
+/// mask (train, val, test, in that order) and each class `c`, `[tp, fp, fn]` — rows of the mask
+/// labelled `c` and predicted `c`, predicted `c` but labelled otherwise, labelled `c` but
+/// predicted otherwise — so `9 · classes` values, summed across ranks as the accuracy counts
+/// are. The prediction is the argmax of [`count_metrics`]; unlabelled rows (−1) count nowhere.
+pub(crate) fn count_confusion(
+    logits: &[f32],
+    classes: usize,
+    labels: &[i32],
+    masks: &[u8],
+) -> Vec<f64> {
+    let per_mask = 3 * classes;
+    let rows = labels
+        .len()
+        .min(masks.len())
+        .min(logits.len() / classes.max(1));
+    let block = par::task_rows(rows, classes).max(1);
+    let count = |range: std::ops::Range<usize>| {
+        let mut k = vec![0.0f64; 3 * per_mask];
+        for r in range {
+            let (y, m) = (labels[r], masks[r]);
+            // A label outside the classes is one `count_metrics` also never counts as right.
+            let Ok(y) = usize::try_from(y) else { continue };
+            if y >= classes {
+                continue;
+            }
+            let (p, _) = log_sum_exp(&logits[r * classes..(r + 1) * classes]);
+            for (mask, bit) in [TRAIN, VAL, TEST].into_iter().enumerate() {
+                if m & bit == 0 {
+                    continue;
+                }
+                let at = mask * per_mask;
+                if p == y {
+                    k[at + 3 * y] += 1.0;
+                } else {
+                    k[at + 3 * p + 1] += 1.0;
+                    k[at + 3 * y + 2] += 1.0;
+                }
+            }
+        }
+        k
+    };
+    (0..rows.div_ceil(block))
+        .into_par_iter()
+        .map(|b| count(b * block..((b + 1) * block).min(rows)))
+        .reduce(
+            || vec![0.0; 3 * per_mask],
+            |mut a, b| {
+                a.iter_mut().zip(&b).for_each(|(a, b)| *a += b);
+                a
+            },
+        )
+}
+
+/// Macro-F1 of one mask's `[tp, fp, fn]` per class (see [`count_confusion`]): the mean over
+/// classes of `F1_c = 2·tp / (2·tp + fp + fn)`, as scikit-learn's
+/// `f1_score(average='macro', zero_division=0)`: a class that occurs among the labels or the
+/// predictions but is never right scores 0, and a class absent from both (all three counts 0)
+/// is left out of the mean, as scikit-learn averages over the labels present in either. With no
+/// class present (an empty mask) it is 0.
+pub fn macro_f1(confusion: &[f64]) -> f64 {
+    let (sum, present) = confusion
+        .chunks_exact(3)
+        .filter(|c| c[0] + c[1] + c[2] > 0.0)
+        .fold((0.0, 0u32), |(sum, n), c| {
+            (sum + 2.0 * c[0] / (2.0 * c[0] + c[1] + c[2]), n + 1)
+        });
+    if present == 0 {
+        0.0
+    } else {
+        sum / f64::from(present)
     }
 }
 
@@ -742,5 +858,69 @@ pub(crate) mod testing {
         fn sum_f64(&mut self, _: &mut [f64]) -> Result<()> {
             Ok(())
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// One-hot logits predicting `preds` over `classes` classes.
+    fn logits_of(preds: &[usize], classes: usize) -> Vec<f32> {
+        let mut z = vec![0.0f32; preds.len() * classes];
+        for (r, &p) in preds.iter().enumerate() {
+            z[r * classes + p] = 1.0;
+        }
+        z
+    }
+
+    #[test]
+    fn macro_f1_matches_a_hand_computed_example() {
+        // Four classes. Validation: class 0 tp 1 fp 1 fn 1 (F1 1/2), class 1 tp 2 fp 1 (F1 4/5),
+        // class 2 only labelled, never predicted (F1 0), class 3 neither labelled nor predicted
+        // (left out): (0.5 + 0.8 + 0) / 3, as scikit-learn's
+        // f1_score([0,0,1,1,2], [0,1,1,1,0], average='macro', zero_division=0).
+        // Test: class 1 labelled but predicted 3 (0), class 2 right (1), class 3 only predicted
+        // (0), class 0 absent (left out): 1/3. The unlabelled row counts nowhere.
+        let labels = [0, 0, 1, 1, 2, 1, 2, -1, 0];
+        let preds = [0, 1, 1, 1, 0, 3, 2, 2, 0];
+        let vt = VAL | TEST;
+        let masks = [VAL, VAL, VAL, VAL, VAL, TEST, TEST, vt, TRAIN];
+        let z = logits_of(&preds, 4);
+        let confusion = count_confusion(&z, 4, &labels, &masks);
+        assert_eq!(confusion.len(), 9 * 4);
+        #[rustfmt::skip]
+        let val = [1.0, 1.0, 1.0,  2.0, 1.0, 0.0,  0.0, 0.0, 1.0,  0.0, 0.0, 0.0];
+        assert_eq!(confusion[12..24], val);
+        let m = Metrics::from_counts(&count_metrics(&z, 4, &labels, &masks), &confusion);
+        assert!((m.val_f1 - 1.3 / 3.0).abs() < 1e-12, "{m:?}");
+        assert!((m.test_f1 - 1.0 / 3.0).abs() < 1e-12, "{m:?}");
+        assert_eq!(m.train_f1, 1.0, "one class, always right");
+        assert!(
+            (m.val_acc - 0.6).abs() < 1e-12 && m.test_acc == 0.5,
+            "{m:?}"
+        );
+        assert_eq!(m.val(Metric::F1), m.val_f1);
+        assert_eq!(m.val(Metric::Acc), m.val_acc);
+    }
+
+    #[test]
+    fn macro_f1_of_nothing_is_zero_and_of_perfect_predictions_one() {
+        assert_eq!(macro_f1(&[0.0; 12]), 0.0, "an empty mask");
+        assert_eq!(macro_f1(&[]), 0.0);
+        assert_eq!(
+            macro_f1(&[3.0, 0.0, 0.0, 0.0, 0.0, 0.0, 5.0, 0.0, 0.0]),
+            1.0
+        );
+        // Counts summed in any grouping give the same F1: blocks of rows are independent.
+        let labels: Vec<i32> = (0..1000).map(|i| i % 7).collect();
+        let preds: Vec<usize> = (0..1000).map(|i| (i * 3 / 2) % 7).collect();
+        let masks = vec![VAL; 1000];
+        let z = logits_of(&preds, 7);
+        let whole = count_confusion(&z, 7, &labels, &masks);
+        let mut halves = count_confusion(&z[..500 * 7], 7, &labels[..500], &masks[..500]);
+        let rest = count_confusion(&z[500 * 7..], 7, &labels[500..], &masks[500..]);
+        halves.iter_mut().zip(&rest).for_each(|(a, b)| *a += b);
+        assert_eq!(whole, halves);
     }
 }

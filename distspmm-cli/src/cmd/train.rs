@@ -31,6 +31,15 @@ pub enum Model {
     Gat,
 }
 
+/// The validation metric of early stopping and the best-epoch report.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Metric {
+    /// Accuracy.
+    Acc,
+    /// Macro-F1 over the classes present among the labels or predictions.
+    F1,
+}
+
 /// Which communication schedule the distributed SpMM uses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum Schedule {
@@ -171,6 +180,15 @@ pub struct Args {
     /// are never touched).
     #[arg(long, requires = "save_predictions")]
     pub force: bool,
+    /// The validation metric that --patience and the reported best epoch follow: accuracy or
+    /// macro-F1.
+    #[arg(long, value_enum, default_value = "acc")]
+    pub metric: Metric,
+    /// Stop once the validation --metric has not improved for N epochs, and restore the best
+    /// epoch's weights before the final evaluation (and --save-predictions). A checkpoint
+    /// keeps the last epoch's state; on --resume the count starts afresh.
+    #[arg(long, value_name = "N")]
+    pub patience: Option<u64>,
     /// Print only a final JSON line on stdout (epoch lines go to stderr).
     #[arg(long)]
     pub json: bool,
@@ -266,6 +284,11 @@ impl Args {
             isolated_kernels: self.isolated_kernels.then_some(self.kernel_reps),
             save_predictions: self.save_predictions.clone(),
             force: self.force,
+            metric: match self.metric {
+                Metric::Acc => distspmm_gcn::model::Metric::Acc,
+                Metric::F1 => distspmm_gcn::model::Metric::F1,
+            },
+            patience: self.patience,
         }
     }
 }
@@ -281,12 +304,15 @@ pub(crate) fn print_event(event: Event, json: bool) {
         }
         Event::Epoch(rec) => {
             let line = format!(
-                "epoch {:>4}  loss {:.4}  train {:.4}  val {:.4}  test {:.4}  time {:>8.2} ms  comm {:>10} B (spmm {}, allreduce {})",
+                "epoch {:>4}  loss {:.4}  train {:.4} (f1 {:.4})  val {:.4} (f1 {:.4})  test {:.4} (f1 {:.4})  time {:>8.2} ms  comm {:>10} B (spmm {}, allreduce {})",
                 rec.epoch,
                 rec.loss,
                 rec.metrics.train_acc,
+                rec.metrics.train_f1,
                 rec.metrics.val_acc,
+                rec.metrics.val_f1,
                 rec.metrics.test_acc,
+                rec.metrics.test_f1,
                 rec.seconds * 1e3,
                 rec.bytes,
                 rec.spmm_bytes,
@@ -298,6 +324,15 @@ pub(crate) fn print_event(event: Event, json: bool) {
                 println!("{line}");
             }
         }
+        Event::StoppedEarly {
+            epoch,
+            best_epoch,
+            metric,
+            best,
+        } => eprintln!(
+            "stopping early after epoch {epoch}: the validation {} has not improved since epoch {best_epoch} ({best:.4}); restoring that epoch's weights",
+            metric.name()
+        ),
     }
 }
 
@@ -341,13 +376,24 @@ pub fn run(args: &Args) -> Result<()> {
             println!("{}", serde_json::to_string(&summary)?);
         } else {
             println!(
-                "done: {} epochs on {} rank(s), {} mode: test accuracy {:.2}% (train {:.2}%, val {:.2}%), final loss {:.4}, median epoch {:.2} ms, {} B/epoch ({} SpMM exchange, {} allreduce)",
+                "done: {} epochs on {} rank(s), {} mode: test accuracy {:.2}% (train {:.2}%, val {:.2}%), test macro-F1 {:.4} (train {:.4}, val {:.4}), best val {} {:.4} at epoch {}{}, final loss {:.4}, median epoch {:.2} ms, {} B/epoch ({} SpMM exchange, {} allreduce)",
                 summary.epochs,
                 summary.ranks,
                 summary.mode,
                 100.0 * summary.test_acc,
                 100.0 * summary.train_acc,
                 100.0 * summary.val_acc,
+                summary.test_f1,
+                summary.train_f1,
+                summary.val_f1,
+                summary.metric.name(),
+                summary.best_val,
+                summary.best_epoch,
+                if summary.patience.is_some() {
+                    " (its weights restored)"
+                } else {
+                    ""
+                },
                 summary.final_loss,
                 summary.epoch_seconds_median * 1e3,
                 summary.comm_bytes_per_epoch,

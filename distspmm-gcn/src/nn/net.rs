@@ -13,8 +13,8 @@ use super::gin::{Eps, GinConv};
 use super::sage::SageConv;
 use super::{param_len, Graph, Layer, Pass};
 use crate::model::{
-    count_metrics, len_of, nll_grad, zeros, Adam, LocalData, Metrics, ModelConfig, ModelKind,
-    NonFiniteGradient, Params, Reduce, Tensor, TRAIN,
+    count_confusion, count_metrics, len_of, nll_grad, zeros, Adam, LocalData, Metrics, ModelConfig,
+    ModelKind, NonFiniteGradient, Params, Reduce, Tensor, TRAIN,
 };
 use anyhow::{ensure, Result};
 use rand::SeedableRng;
@@ -184,6 +184,23 @@ impl Net {
             own.tensors.len(),
             own.len()
         );
+        self.load_params(params)?;
+        self.adam = adam;
+        Ok(())
+    }
+
+    /// Replaces the parameters, leaving the optimiser state as it is (e.g. the best epoch's
+    /// weights, kept by early stopping).
+    ///
+    /// # Errors
+    /// When the tensors' names or shapes are not this model's.
+    pub fn load_params(&mut self, params: &Params) -> Result<()> {
+        ensure!(
+            params.same_layout(&self.params()),
+            "the parameters do not have this model's tensors ({} tensors, {} values there)",
+            params.tensors.len(),
+            params.len()
+        );
         let mut from = params.tensors.iter();
         for layer in &mut self.layers {
             for p in layer.params_mut() {
@@ -192,7 +209,6 @@ impl Net {
                 }
             }
         }
-        self.adam = adam;
         Ok(())
     }
 
@@ -246,8 +262,8 @@ impl Net {
         self.layers.last().map_or(&[], |l| l.output())
     }
 
-    /// Evaluates without dropout: loss over training nodes and the three accuracies, summed
-    /// over ranks.
+    /// Evaluates without dropout: loss over training nodes, and the three accuracies and
+    /// macro-F1s, from counts summed over ranks (in one reduction of `7 + 9 · classes` f64).
     pub fn evaluate(
         &mut self,
         g: &mut dyn Graph,
@@ -255,12 +271,21 @@ impl Net {
         data: &LocalData<'_>,
     ) -> Result<Metrics> {
         self.forward(g, data, 0, false)?;
-        let mut counts = count_metrics(self.logits(), self.cfg.classes, data.labels, data.masks);
+        let classes = self.cfg.classes;
+        let mut counts = count_metrics(self.logits(), classes, data.labels, data.masks).to_vec();
+        counts.extend(count_confusion(
+            self.logits(),
+            classes,
+            data.labels,
+            data.masks,
+        ));
         // Under a column split every rank holds every row: its counts are already the total.
         if g.column_split().is_none() {
             red.sum_f64(&mut counts)?;
         }
-        Ok(Metrics::from_counts(&counts))
+        let (k, confusion) = counts.split_at(7);
+        let k: &[f64; 7] = k.try_into()?;
+        Ok(Metrics::from_counts(k, confusion))
     }
 
     /// One training step (forward with dropout, backward, gradient sum across ranks, weight
