@@ -64,7 +64,10 @@ for m in $MODELS; do
   case $m in sage|gin|gat) ;; *) die "--models takes sage, gin and gat, not $m" ;; esac
 done
 [ -x "$BIN" ] || die "$BIN not found: cargo build --release -p distspmm-cli"
-"$BIN" train --help | grep -q -- '--model' ||
+# The help is read whole first: `grep -q` stops reading at its match, and under pipefail the
+# writer's broken pipe would fail the check.
+help_text=$("$BIN" train --help 2>&1 || true)
+grep -q -- '--model' <<<"$help_text" ||
   die "$BIN train has no --model: rebuild it (cargo build --release -p distspmm-cli)"
 [ -x "$PY" ] || die "$PY not found: python3 -m venv .venv && .venv/bin/pip install torch torch_geometric numpy"
 [ -x /usr/bin/time ] || die "/usr/bin/time not found (it measures distspmm's peak memory): apt-get install time"
