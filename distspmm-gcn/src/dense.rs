@@ -408,6 +408,13 @@ fn skinny_isa(avx512: bool, a: &[f32], k: usize, w: &[f32], m: usize, c: &mut [f
     skinny_dispatch!(avx512, m, skinny_avx512, skinny_avx2, (a, k, w, c));
 }
 
+/// Whether [`skinny_tn`] is the faster way to a weight gradient of these widths here: as
+/// [`skinny_applies`], for 64 columns only. Narrower gradients (a GCN's 16 and 8) compiled into
+/// gathers over the tile and ran 2.5× slower than `matrixmultiply` on RMAT-18 (AMD EPYC).
+pub fn skinny_tn_applies(k: usize, m: usize) -> bool {
+    m == 64 && skinny_applies(k, m)
+}
+
 /// `C = Aᵀ · B` (`k × m`) for a row-major `rows × k` `A` and a row-major `rows × m` `B`: a
 /// block of a weight gradient, with the bits of [`gemm`] with `β = 0` (the caller checks
 /// [`skinny_applies`]): each element is one fused multiply-add chain over each pass of [`KC`]

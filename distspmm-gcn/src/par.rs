@@ -18,7 +18,7 @@
 
 use super::dense::{
     gemm, gemm_tn_acc, narrow_applies, narrow_rows, narrow_tn_acc, skinny_applies, skinny_rows,
-    skinny_tn, Op, Shape,
+    skinny_tn, skinny_tn_applies, Op, Shape,
 };
 use rayon::prelude::*;
 use std::cell::RefCell;
@@ -335,7 +335,7 @@ pub fn gemm_tn_sum(
         partials.resize(nb * k * m, 0.0);
     }
     let (a, b) = (&a[..n * k], &b[..n * m]);
-    let skinny = skinny_applies(k, m);
+    let skinny = skinny_tn_applies(k, m);
     partials[..nb * k * m]
         .par_chunks_mut(k * m)
         .enumerate()
