@@ -744,7 +744,7 @@ pub(crate) mod tests {
                 "convs.1.bias"
             ]
         );
-        // The layer stack draws the same initial weights as the tensor-parallel GCN.
+        // The layer stack draws the GCN's initial weights in the order `Params::glorot` draws them.
         assert_eq!(net.params(), Params::glorot(&cfg).unwrap());
         let mut other = Net::new(test_config(4, 5, 2), 7, g.edge_count(), 4).unwrap();
         let adam = Adam::new(net.params().len()).unwrap();
