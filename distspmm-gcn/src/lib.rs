@@ -200,6 +200,10 @@ pub enum ConfigError {
     /// data-parallel model's routines.
     #[error("--isolated-kernels times the data-parallel model's kernels: train with --chunks (data mode)")]
     IsolatedKernelsInTensorMode,
+    /// Isolated kernel timings with early stopping: the kernels are recorded in the epoch
+    /// numbered `--epochs`, which an early stop never reaches.
+    #[error("--isolated-kernels times the kernels of the last epoch (number --epochs), which --patience may stop before: use one of the two per run")]
+    IsolatedKernelsWithPatience,
     /// Prediction outputs asked for without a directory to write them to.
     #[error("--logits, --probabilities, --labels and --embeddings are written into --out DIR: give the directory")]
     OutputsNeedOut,
@@ -256,6 +260,9 @@ impl Config {
         match (self.isolated_kernels, self.mode) {
             (Some(0), _) => return Err(ConfigError::ZeroKernelReps),
             (Some(_), Mode::Tensor) => return Err(ConfigError::IsolatedKernelsInTensorMode),
+            (Some(_), Mode::Data) if self.patience.is_some() => {
+                return Err(ConfigError::IsolatedKernelsWithPatience)
+            }
             _ => {}
         }
         source
@@ -1527,6 +1534,14 @@ mod tests {
         assert_eq!(
             isolated(Mode::Data, Some("d"), None, 3).source(),
             Ok(Source::Chunks(Path::new("d")))
+        );
+        assert_eq!(
+            Config {
+                patience: Some(5),
+                ..isolated(Mode::Data, Some("d"), None, 3)
+            }
+            .source(),
+            Err(ConfigError::IsolatedKernelsWithPatience)
         );
     }
 
