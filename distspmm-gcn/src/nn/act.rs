@@ -83,6 +83,29 @@ pub fn bias_act(z: &mut [f32], side: Option<(f32, &[f32])>, b: &[f32], act: Act,
 }
 
 /// ELU with α = 1 (`exp_m1` keeps the small negative values exact).
+/// [`bias_act`] over every row of `z` (`rows × b.len()`, `side` and `out` alike), blocks of rows
+/// in parallel on the current rayon pool; each row is its own, so the cut changes no bit.
+pub fn bias_act_rows(
+    z: &mut [f32],
+    side: Option<(f32, &[f32])>,
+    b: &[f32],
+    act: Act,
+    out: &mut [f32],
+) {
+    let width = b.len();
+    if width == 0 {
+        return;
+    }
+    let block = par::task_rows(z.len() / width, width) * width;
+    z.par_chunks_mut(block)
+        .zip(out.par_chunks_mut(block))
+        .enumerate()
+        .for_each(|(i, (z, out))| {
+            let side = side.map(|(c, s)| (c, &s[i * block..i * block + z.len()]));
+            bias_act(z, side, b, act, out);
+        });
+}
+
 fn elu(z: f32) -> f32 {
     if z > 0.0 {
         z

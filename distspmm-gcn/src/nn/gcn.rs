@@ -11,7 +11,6 @@ use crate::model::{dense, glorot, len_of, zeros};
 use crate::par;
 use crate::sparse_input::SparseInput;
 use anyhow::Result;
-use rayon::prelude::*;
 
 /// How the first layer reads its input, once it has been seen.
 #[derive(Debug)]
@@ -285,11 +284,7 @@ impl Layer for GcnConv {
         }
         if split || !self.aggregate_first {
             g.sum_columns(&mut self.z[..n * fo])?;
-            let block = par::task_rows(n, fo);
-            self.z
-                .par_chunks_mut(block * fo)
-                .zip(self.out.par_chunks_mut(block * fo))
-                .for_each(|(z, out)| epilogue(0, z, out));
+            act::bias_act_rows(&mut self.z[..n * fo], None, b, act, &mut self.out[..n * fo]);
         }
         Ok(())
     }

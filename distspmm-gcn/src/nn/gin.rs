@@ -21,7 +21,6 @@ use crate::par;
 use anyhow::{ensure, Result};
 use distspmm_core::sparse::{DenseView, DenseViewMut};
 use rand_chacha::ChaCha8Rng;
-use rayon::prelude::*;
 
 /// GIN's ε: fixed, or a trained parameter starting at the value given (PyG's `eps` and
 /// `train_eps`).
@@ -313,26 +312,24 @@ impl Layer for GinConv {
             if split {
                 add_scaled(&mut self.a1, c, &self.mid, h, n);
             } else {
-                let block = par::task_rows(n, h);
-                let u = &self.mid;
-                self.a1[..n * h]
-                    .par_chunks_mut(block * h)
-                    .zip(self.r1[..n * h].par_chunks_mut(block * h))
-                    .enumerate()
-                    .for_each(|(i, (a1, r1))| {
-                        let at = i * block * h;
-                        let u = &u[at..at + a1.len()];
-                        act::bias_act(a1, Some((c, u)), b1, Act::Relu, r1);
-                    });
+                act::bias_act_rows(
+                    &mut self.a1[..n * h],
+                    Some((c, &self.mid[..n * h])),
+                    b1,
+                    Act::Relu,
+                    &mut self.r1[..n * h],
+                );
             }
         }
         if split {
             g.sum_columns(&mut self.a1[..n * h])?;
-            let block = par::task_rows(n, h);
-            self.a1[..n * h]
-                .par_chunks_mut(block * h)
-                .zip(self.r1[..n * h].par_chunks_mut(block * h))
-                .for_each(|(a1, r1)| act::bias_act(a1, None, b1, Act::Relu, r1));
+            act::bias_act_rows(
+                &mut self.a1[..n * h],
+                None,
+                b1,
+                Act::Relu,
+                &mut self.r1[..n * h],
+            );
         }
         let (act, b2) = (self.act, &self.b2[..]);
         par::gemm_rows(

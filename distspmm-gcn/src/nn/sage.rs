@@ -23,7 +23,6 @@ use crate::par;
 use anyhow::{ensure, Result};
 use distspmm_core::sparse::{DenseView, DenseViewMut};
 use rand_chacha::ChaCha8Rng;
-use rayon::prelude::*;
 
 /// GraphSAGE's layer with PyG `SAGEConv`'s defaults (see the module documentation), bound to
 /// one rank's rows, with its buffers.
@@ -268,11 +267,7 @@ impl Layer for SageConv {
         }
         if split {
             g.sum_columns(&mut self.z[..n * fo])?;
-            let block = par::task_rows(n, fo);
-            self.z[..n * fo]
-                .par_chunks_mut(block * fo)
-                .zip(self.out[..n * fo].par_chunks_mut(block * fo))
-                .for_each(|(z, out)| act::bias_act(z, None, b, act, out));
+            act::bias_act_rows(&mut self.z[..n * fo], None, b, act, &mut self.out[..n * fo]);
         }
         Ok(())
     }
