@@ -23,11 +23,15 @@ fn mpi_job(ranks: usize, args: &[&str]) -> Job {
 
 /// Whether `dir` holds a temporary of an atomic write (`<file>.tmp-<pid>-<seq>`).
 fn temporary_in(dir: &Path) -> bool {
-    std::fs::read_dir(dir).into_iter().flatten().flatten().any(|e| {
-        e.file_name()
-            .to_str()
-            .is_some_and(|n| n.contains(".npy.tmp-"))
-    })
+    std::fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .any(|e| {
+            e.file_name()
+                .to_str()
+                .is_some_and(|n| n.contains(".npy.tmp-"))
+        })
 }
 
 /// Checks that `path` is a complete `.npy` file of `rows` rows of f32: its header's shape and

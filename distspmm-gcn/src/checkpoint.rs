@@ -1,13 +1,14 @@
-//! Training checkpoints: weights, Adam state and the number of finished epochs, plus what they
-//! were trained on, so `--resume` continues exactly where a run stopped and refuses a checkpoint
-//! of another model or graph.
+//! Training checkpoints: weights, Adam state and the number of finished epochs, the best epoch
+//! by the validation metric (with early stopping, its weights), plus what they were trained on,
+//! so `--resume` continues exactly where a run stopped, `predict` can use the best epoch's
+//! weights, and a checkpoint of another model or graph is refused.
 //!
 //! A checkpoint is one JSON file (`checkpoint.json` in the checkpoint directory). f32 values are
 //! written in their shortest round-trip form, so they reload bit-exactly. It carries an xxh3
 //! checksum of its payload; it is written to a temporary file, fsynced and renamed, so a crash
 //! (or a rank killed mid-write) leaves the previous checkpoint or the new one, never half.
 
-use super::model::{Adam, ModelConfig, ModelKind, Params};
+use super::model::{Adam, Metric, ModelConfig, ModelKind, Params};
 use anyhow::{bail, Context, Result};
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
@@ -15,11 +16,14 @@ use std::path::{Path, PathBuf};
 /// File name of the checkpoint inside the checkpoint directory.
 pub const FILE_NAME: &str = "checkpoint.json";
 const FORMAT: &str = "distspmm-gcn-checkpoint";
-/// 4: the identity names the data by the input graph's content and Â's normalisation
+/// 5: the state records the best epoch ([`State::best`]). 4 lacks it and is read (its `best` is
+/// `None`). 4 named the data by the input graph's content and Â's normalisation
 /// ([`DataIdentity::Graph`]), the same for every partition, so a checkpoint resumes at another
-/// rank count; 3 named the partitioned chunks' content in data mode. Earlier versions are
-/// refused (see [`load`]).
-const VERSION: u32 = 4;
+/// rank count; 3 named the partitioned chunks' content in data mode. Versions before
+/// [`OLDEST_READ`] are refused (see [`load`]).
+const VERSION: u32 = 5;
+/// The oldest version [`load`] reads: the first whose identity can be checked against the data.
+const OLDEST_READ: u32 = 4;
 
 /// What a checkpoint's run trained on and with: everything that changes the objective. A resume
 /// continues only a run whose identity is the same ([`Identity::differences`]); the partition,
@@ -256,6 +260,39 @@ pub struct State {
     pub params: Params,
     /// Optimiser state after `epoch` epochs.
     pub adam: Adam,
+    /// The best epoch by the validation metric among the `epoch` finished ones; `None` in a
+    /// checkpoint of version 4, which does not record it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub best: Option<BestEpoch>,
+}
+
+/// The best epoch of a run by its validation metric, and early stopping's count of epochs since
+/// it: what a resume continues from, and (with the weights) what `predict` uses by default.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct BestEpoch {
+    /// The best epoch (counted from 1): the first of equals.
+    pub epoch: u64,
+    /// The validation metric followed.
+    pub metric: Metric,
+    /// Its value after `epoch` (serde_json's `float_roundtrip` reads it back bit-exactly, so a
+    /// resumed run compares later epochs against the same number).
+    pub value: f64,
+    /// Epochs finished after `epoch` without a strict improvement ([`State::epoch`] − `epoch`).
+    pub since: u64,
+    /// The parameters after `epoch`, kept when the run had a patience (`--patience`); `None`
+    /// without one, when the run's final model is the last epoch's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub params: Option<Params>,
+}
+
+impl BestEpoch {
+    /// The best epoch's parameters, given the checkpoint's last ones `last`: the kept copy, or
+    /// `last` itself when the best epoch is the last (`since` 0); `None` when neither holds.
+    pub fn weights<'a>(&'a self, last: &'a Params) -> Option<&'a Params> {
+        self.params
+            .as_ref()
+            .or_else(|| (self.since == 0).then_some(last))
+    }
 }
 
 #[derive(serde::Serialize, serde::Deserialize)]
@@ -372,9 +409,10 @@ fn remove_stale_temporaries(dir: &Path) {
     }
 }
 
-/// Text bytes a checkpoint of `config` can take at most: the parameters and Adam's two moments
-/// as JSON numbers (at most 24 characters and a comma each, as `serde_json` writes an f32 held
-/// as f64), plus 1 MiB for the envelope, the identity, the tensor names and the paths. The
+/// Text bytes a checkpoint of `config` can take at most: the parameters, Adam's two moments and
+/// the best epoch's copy of the parameters as JSON numbers (at most 24 characters and a comma
+/// each, as `serde_json` writes an f32 held as f64), plus 1 MiB for the envelope, the identity,
+/// the tensor names and the paths. The
 /// parameters counted are the most any model kind has at these widths, so that a checkpoint of
 /// another model is read and refused by name rather than by size.
 pub fn size_bound(config: &ModelConfig) -> u64 {
@@ -394,7 +432,7 @@ pub fn size_bound(config: &ModelConfig) -> u64 {
     })
     .max()
     .unwrap_or(0)
-    .saturating_mul(3 * 25)
+    .saturating_mul(4 * 25)
     .saturating_add(1 << 20)
 }
 
@@ -478,9 +516,10 @@ fn read_bounded(path: &Path, limit: u64, purpose: Purpose) -> Result<Vec<u8>> {
 /// the memory check alone); returns it with the checksum of its contents (equal for copies of
 /// one checkpoint: what the ranks compare before they use it).
 ///
-/// Checkpoints of earlier versions are refused: version 3 named data-mode runs by their
-/// partitioned chunks, earlier ones did not record the model or the data at all, so neither
-/// can be checked against the data it is used with.
+/// Version 4, which lacks the best epoch, is read with [`State::best`] `None`. Earlier versions
+/// are refused: version 3 named data-mode runs by their partitioned chunks, earlier ones did not
+/// record the model or the data at all, so neither can be checked against the data it is used
+/// with.
 pub fn load(dir: &Path, limit: u64, purpose: Purpose) -> Result<(State, u64)> {
     let path = path_in(dir);
     let bytes = read_bounded(&path, limit, purpose)?;
@@ -497,7 +536,7 @@ pub fn load(dir: &Path, limit: u64, purpose: Purpose) -> Result<(State, u64)> {
             envelope.format
         );
     }
-    if envelope.version < VERSION {
+    if envelope.version < OLDEST_READ {
         bail!(
             "{} has checkpoint version {}, written by an earlier distspmm: it does not record \
              the training graph's content independently of its partition{}, so {} cannot check that \
@@ -529,32 +568,56 @@ pub fn load(dir: &Path, limit: u64, purpose: Purpose) -> Result<(State, u64)> {
     }
     let state: State = serde_json::from_value(envelope.state)
         .with_context(|| format!("{} has an unexpected layout", path.display()))?;
-    // Each tensor holds its shape's values and the moments one value per parameter; whether
-    // the tensors are the model's is checked when the model takes them.
-    let shapes_ok = state
-        .params
-        .tensors
-        .iter()
-        .all(|t| t.shape[0].checked_mul(t.shape[1]) == Some(t.values.len()))
+    // Each tensor holds its shape's values, the moments one value per parameter and the best
+    // epoch's copy the same tensors; whether the tensors are the model's is checked when the
+    // model takes them.
+    let filled = |p: &Params| {
+        p.tensors
+            .iter()
+            .all(|t| t.shape[0].checked_mul(t.shape[1]) == Some(t.values.len()))
+    };
+    let shapes_ok = filled(&state.params)
         && state.adam.m.len() == state.params.len()
-        && state.adam.v.len() == state.params.len();
+        && state.adam.v.len() == state.params.len()
+        && state
+            .best
+            .as_ref()
+            .and_then(|b| b.params.as_ref())
+            .is_none_or(|p| filled(p) && p.same_layout(&state.params));
     if !shapes_ok {
         bail!(
             "{} holds parameters whose shapes do not match their values (a damaged checkpoint)",
             path.display()
         );
     }
+    if let Some(best) = &state.best {
+        if best.epoch == 0
+            || best.epoch > state.epoch
+            || best.since != state.epoch - best.epoch
+            || !best.value.is_finite()
+        {
+            bail!(
+                "{} records a best epoch ({}, {} since, of {} finished) that does not fit its \
+                 epochs (a damaged checkpoint)",
+                path.display(),
+                best.epoch,
+                best.since,
+                state.epoch
+            );
+        }
+    }
     Ok((state, sum))
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     /// A size limit no test checkpoint reaches.
     const LIMIT: u64 = 1 << 30;
 
-    fn state() -> State {
+    /// A small checkpoint state of 7 epochs whose best epoch, 5, has its weights kept.
+    pub(crate) fn state() -> State {
         let config = ModelConfig {
             in_dim: 5,
             hidden: 3,
@@ -586,6 +649,13 @@ mod tests {
                 }),
             },
             epoch: 7,
+            best: Some(BestEpoch {
+                epoch: 5,
+                metric: Metric::F1,
+                value: 0.1 + 0.2,
+                since: 2,
+                params: Some(params.clone()),
+            }),
             params,
             adam,
         }
@@ -826,6 +896,76 @@ mod tests {
                     && err.contains("nor the model") == (version < 3),
                 "{err}"
             );
+        }
+    }
+
+    #[test]
+    fn a_checkpoint_of_version_4_is_read_without_a_best_epoch() {
+        let dir = tempfile::tempdir().unwrap();
+        let old = State {
+            best: None,
+            ..state()
+        };
+        save(dir.path(), &old).unwrap();
+        let path = path_in(dir.path());
+        let mut envelope: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+        assert!(envelope["state"].get("best").is_none(), "{envelope}");
+        envelope["version"] = 4.into();
+        std::fs::write(&path, serde_json::to_vec(&envelope).unwrap()).unwrap();
+        assert_eq!(load(dir.path(), LIMIT, Purpose::Predict).unwrap().0, old);
+    }
+
+    #[test]
+    fn a_best_epoch_that_does_not_fit_the_state_is_refused() {
+        let mut other_layout = state().params;
+        other_layout.tensors.pop();
+        for damage in [
+            |b: &mut BestEpoch, _: &Params| b.epoch = 0,
+            |b: &mut BestEpoch, _: &Params| b.epoch = 8,
+            |b: &mut BestEpoch, _: &Params| b.since = 1,
+            |b: &mut BestEpoch, p: &Params| b.params = Some(p.clone()),
+        ] {
+            let dir = tempfile::tempdir().unwrap();
+            let mut s = state();
+            damage(s.best.as_mut().unwrap(), &other_layout);
+            save(dir.path(), &s).unwrap();
+            let err = load(dir.path(), LIMIT, Purpose::Resume)
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains("a damaged checkpoint"), "{err}");
+        }
+    }
+
+    #[test]
+    fn the_best_epoch_s_weights_are_its_copy_or_the_last_ones_when_it_is_the_last() {
+        let s = state();
+        let best = s.best.clone().unwrap();
+        let kept = best.params.clone().unwrap();
+        assert_eq!(best.weights(&Params::default()), Some(&kept));
+        let without = BestEpoch {
+            params: None,
+            ..best
+        };
+        assert_eq!(without.weights(&s.params), None);
+        let last = BestEpoch {
+            since: 0,
+            ..without
+        };
+        assert_eq!(last.weights(&s.params), Some(&s.params));
+    }
+
+    #[test]
+    fn metric_values_read_back_bit_exactly() {
+        // The best value is compared with later epochs' after a resume: every fraction of up
+        // to 400 nodes (an accuracy) must survive the JSON text.
+        for n in 1..=400u32 {
+            for k in 0..=n {
+                let v = f64::from(k) / f64::from(n);
+                let text = serde_json::to_string(&v).unwrap();
+                let back: f64 = serde_json::from_str(&text).unwrap();
+                assert_eq!(back.to_bits(), v.to_bits(), "{k}/{n} as {text}");
+            }
         }
     }
 

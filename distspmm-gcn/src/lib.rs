@@ -117,8 +117,11 @@ pub struct Config {
     /// Early stopping: stop once the validation `metric` has not improved for this many epochs,
     /// and restore the best epoch's parameters before the final evaluation (so the summary, and
     /// `save_predictions`, are the best epoch's). `None` trains every epoch and reports the
-    /// last. A checkpoint holds the last epoch's state, not the best; on resume, the best value
-    /// and the count of epochs without improvement start afresh from the resumed epoch.
+    /// last. A checkpoint holds the last epoch's state and the best epoch
+    /// ([`checkpoint::BestEpoch`]: its number, value and the epochs since, and with a patience
+    /// its parameters, which `predict` uses by default); a resume continues from them, so it
+    /// stops where an uninterrupted run would ([`Event::BestRestored`], or
+    /// [`Event::BestStartsAfresh`] where the checkpoint cannot tell).
     pub patience: Option<u64>,
 }
 
@@ -324,6 +327,24 @@ pub enum Event {
         /// Epochs it had finished.
         epoch: u64,
     },
+    /// The resumed checkpoint's best epoch is continued from: the epoch and value to beat, and
+    /// early stopping's count of epochs since it.
+    BestRestored {
+        /// The best epoch before the resume.
+        epoch: u64,
+        /// The metric followed.
+        metric: model::Metric,
+        /// Its value at `epoch`.
+        value: f64,
+        /// Epochs since `epoch` without improvement.
+        since: u64,
+    },
+    /// The resumed checkpoint's best epoch cannot be continued from: the best epoch and early
+    /// stopping's count start afresh from the resumed epoch.
+    BestStartsAfresh {
+        /// Why, in plain words ("the checkpoint was written by an earlier distspmm …").
+        reason: String,
+    },
     /// An epoch finished.
     Epoch(EpochReport),
     /// Early stopping ends the run: the validation metric has not improved for
@@ -404,8 +425,9 @@ pub struct Summary {
     pub test_auc: Option<f64>,
     /// The validation metric followed for `best_epoch` (`acc`, `f1` or `auc`).
     pub metric: model::Metric,
-    /// The epoch (counted from 1) with the best validation `metric` among those this run
-    /// trained (after a resume, among the resumed epochs); the first of equals.
+    /// The epoch (counted from 1) with the best validation `metric`, the first of equals: among
+    /// all epochs, those before a resume included ([`Event::BestRestored`]), or, after an
+    /// [`Event::BestStartsAfresh`], among the resumed ones.
     pub best_epoch: u64,
     /// That best value.
     pub best_val: f64,
@@ -1172,6 +1194,63 @@ impl Best {
         }
     }
 
+    /// Continues from a resumed checkpoint's best epoch `record`, whose last parameters are
+    /// `last`; leaves `self` as it is and returns why, in plain words, when the checkpoint does
+    /// not record one, followed another metric, or (for a patience) holds no copy of its
+    /// weights.
+    fn resume(
+        &mut self,
+        record: Option<&checkpoint::BestEpoch>,
+        last: &model::Params,
+    ) -> std::result::Result<(), String> {
+        let Some(record) = record else {
+            return Err(
+                "the checkpoint was written by an earlier distspmm (checkpoint version \
+                        4) and does not record its best epoch"
+                    .into(),
+            );
+        };
+        if record.metric != self.metric {
+            return Err(format!(
+                "the checkpoint's run followed the validation {} (epoch {} was its best), this \
+                 one follows {} (--metric)",
+                record.metric.name(),
+                record.epoch,
+                self.metric.name()
+            ));
+        }
+        let params = match (self.patience, record.weights(last)) {
+            (None, _) => None,
+            (Some(_), Some(params)) => Some(params.clone()),
+            (Some(_), None) => {
+                return Err(format!(
+                    "the checkpoint's run had no --patience, so it kept no copy of its best \
+                     epoch's ({}) weights for this one to restore",
+                    record.epoch
+                ))
+            }
+        };
+        *self = Self {
+            epoch: record.epoch,
+            value: record.value,
+            since: record.since,
+            params,
+            ..*self
+        };
+        Ok(())
+    }
+
+    /// What a checkpoint records of the best epoch (once an epoch has been observed).
+    fn record(&self) -> checkpoint::BestEpoch {
+        checkpoint::BestEpoch {
+            epoch: self.epoch,
+            metric: self.metric,
+            value: self.value,
+            since: self.since,
+            params: self.params.clone(),
+        }
+    }
+
     /// Records the metrics after `epoch` (counted from 1); `params` copies the model's
     /// parameters, called (with a patience) only when the epoch improves on the best, strictly.
     /// Returns whether the patience has run out.
@@ -1218,6 +1297,7 @@ where
         log: None,
     };
     let mut start_epoch = 0;
+    let mut best = Best::new(job.metric, args.patience);
     if let Some(dir) = args.resume_from()? {
         let limit = checkpoint::size_bound(&job.identity.config);
         let state = load_checkpoint(comm, dir, limit, checkpoint::Purpose::Resume)?;
@@ -1244,10 +1324,21 @@ where
         };
         agree(comm, verdict)?;
         start_epoch = state.epoch;
+        // Every rank holds the same checkpoint: the same outcome everywhere.
+        let continued = best.resume(state.best.as_ref(), &state.params);
         agree(comm, model.restore(&state.params, state.adam))?;
         on(Event::Resumed {
             path: checkpoint::path_in(dir),
             epoch: start_epoch,
+        });
+        on(match continued {
+            Ok(()) => Event::BestRestored {
+                epoch: best.epoch,
+                metric: best.metric,
+                value: best.value,
+                since: best.since,
+            },
+            Err(reason) => Event::BestStartsAfresh { reason },
         });
     }
     let mut records: Vec<EpochReport> = Vec::new();
@@ -1255,8 +1346,6 @@ where
     let mut skipped = 0u64;
     // The last epoch's kernel calls, logged for `isolated_kernels`.
     let mut products = Vec::new();
-    // Starts afresh on resume: the checkpoint holds no best epoch.
-    let mut best = Best::new(job.metric, args.patience);
     let mut stopped_early = false;
     for epoch in start_epoch..args.epochs {
         let logging = args.isolated_kernels.is_some() && epoch + 1 == args.epochs;
@@ -1345,7 +1434,7 @@ where
         let stop = best.observe(done, &metrics, || model.params()) && done < args.epochs;
         let due = args.checkpoint_every > 0 && done % args.checkpoint_every == 0;
         if let Some(dir) = &args.checkpoint {
-            // The last epoch's state, also when stopping early (not the best epoch's).
+            // The last epoch's state, also when stopping early, and the best epoch's record.
             if due || done == args.epochs || stop {
                 let (params, adam) = (model.params(), &model.adam);
                 let state = checkpoint::State {
@@ -1353,6 +1442,7 @@ where
                     epoch: done,
                     params,
                     adam: adam.clone(),
+                    best: Some(best.record()),
                 };
                 // Every rank holds the same parameters; rank 0 writes them.
                 let written = if job.rank == 0 {
@@ -1695,6 +1785,75 @@ mod tests {
             }
             .source(),
             Err(ConfigError::ZeroPatience)
+        );
+    }
+
+    #[test]
+    fn a_resumed_best_stops_where_an_uninterrupted_run_does() {
+        let at = |val_acc| Metrics {
+            val_acc,
+            ..Metrics::default()
+        };
+        let weights = |e: u64| model::Params {
+            tensors: vec![model::Tensor {
+                name: "w".into(),
+                shape: [1, 1],
+                values: vec![e as f32],
+            }],
+        };
+        let values = [0.5, 0.7, 0.6, 0.6, 0.65, 0.7, 0.6, 0.6];
+        let run = |best: &mut Best, epochs: std::ops::Range<u64>| -> Vec<bool> {
+            let from = usize::try_from(epochs.start).unwrap();
+            epochs
+                .zip(&values[from..])
+                .map(|(e, &v)| best.observe(e + 1, &at(v), || weights(e + 1)))
+                .collect()
+        };
+        let mut straight = Best::new(model::Metric::Acc, Some(4));
+        let all = run(&mut straight, 0..8);
+        assert_eq!(all, [false, false, false, false, false, true, true, true]);
+        for split in 1..6 {
+            let mut first = Best::new(model::Metric::Acc, Some(4));
+            let mut stops = run(&mut first, 0..split);
+            let record = first.record();
+            let mut resumed = Best::new(model::Metric::Acc, Some(4));
+            resumed.resume(Some(&record), &weights(split)).unwrap();
+            stops.extend(run(&mut resumed, split..8));
+            assert_eq!(stops, all, "split after epoch {split}");
+            assert_eq!(
+                (resumed.epoch, resumed.value, resumed.since, &resumed.params),
+                (
+                    straight.epoch,
+                    straight.value,
+                    straight.since,
+                    &straight.params
+                ),
+                "split after epoch {split}"
+            );
+        }
+        // Without a patience, no weights are kept; a later patience restores the last epoch's
+        // when it was the best, and cannot otherwise.
+        let mut plain = Best::new(model::Metric::Acc, None);
+        run(&mut plain, 0..2);
+        let record = plain.record();
+        assert!(record.params.is_none() && record.since == 0);
+        let mut later = Best::new(model::Metric::Acc, Some(3));
+        later.resume(Some(&record), &weights(2)).unwrap();
+        assert_eq!(later.params, Some(weights(2)));
+        run(&mut plain, 2..3);
+        let mut later = Best::new(model::Metric::Acc, Some(3));
+        let why = later
+            .resume(Some(&plain.record()), &weights(3))
+            .unwrap_err();
+        assert!(why.contains("no --patience") && later.epoch == 0, "{why}");
+        // Another metric, or a checkpoint that records no best epoch, starts afresh.
+        let mut f1 = Best::new(model::Metric::F1, None);
+        let why = f1.resume(Some(&record), &weights(2)).unwrap_err();
+        assert!(why.contains("followed the validation acc"), "{why}");
+        let why = f1.resume(None, &weights(2)).unwrap_err();
+        assert!(
+            why.contains("checkpoint version 4") && f1.epoch == 0,
+            "{why}"
         );
     }
 

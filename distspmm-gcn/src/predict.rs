@@ -1,6 +1,7 @@
-//! Prediction with a trained model: the checkpoint's weights, a forward pass without dropout
-//! over the whole graph, the accuracy (or, for multi-label targets, the ROC-AUC) on each mask,
-//! and the requested outputs as `.npy` files in the input graph's node order.
+//! Prediction with a trained model: the checkpoint's weights (its best epoch's where it holds
+//! them, see [`Weights`]), a forward pass without dropout over the whole graph, the accuracy
+//! (or, for multi-label targets, the ROC-AUC) on each mask, and the requested outputs as `.npy`
+//! files in the input graph's node order.
 //!
 //! Each rank writes its own rows into each file, at `header + original id × row bytes`; no rank
 //! gathers a matrix. The files are written by the workspace's atomic write
@@ -94,6 +95,18 @@ impl Outputs {
     }
 }
 
+/// Which of a checkpoint's weights a prediction uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Weights {
+    /// The best epoch's by the validation metric ([`checkpoint::BestEpoch::weights`]): kept by
+    /// a run with a patience, or the last epoch's when that was the best. These are the
+    /// weights `train --patience` evaluates for its summary.
+    Best,
+    /// The last epoch's.
+    Last,
+}
+
 /// What to predict with and on: the options of `distspmm predict`, as plain data.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Request {
@@ -116,6 +129,9 @@ pub struct Request {
     pub force: bool,
     /// NaN or infinite features: fail, or replace them by 0 (as the training did with warn).
     pub on_nonfinite: NonFinite,
+    /// The weights to use; `None` is the best epoch's where the checkpoint holds them, else the
+    /// last epoch's.
+    pub weights: Option<Weights>,
 }
 
 impl Request {
@@ -175,6 +191,17 @@ pub struct Report {
     pub checkpoint: PathBuf,
     /// Epochs the model was trained for.
     pub epochs: u64,
+    /// The weights used: `best` or `last`.
+    pub weights: Weights,
+    /// The epoch whose weights were used (counted from 1).
+    pub weights_epoch: u64,
+    /// With the best epoch's weights: the validation metric that chose it (`acc`, `f1` or
+    /// `auc`) ...
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub best_metric: Option<crate::model::Metric>,
+    /// ... and its value at that epoch.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub best_val: Option<f64>,
     /// The graph's nodes.
     pub nodes: u64,
     /// Ranks.
@@ -276,7 +303,9 @@ where
         ))
     };
     agree(comm, verdict)?;
-    agree(comm, model.restore(&state.params, state.adam.clone()))?;
+    // Every rank holds the same checkpoint and request: one verdict.
+    let (weights, params) = agree(comm, choose_weights(state, request.weights, &path))?;
+    agree(comm, model.restore(params, state.adam.clone()))?;
     let t = Instant::now();
     model.infer(g, data)?;
     let mut seconds = [t.elapsed().as_secs_f64()];
@@ -313,9 +342,14 @@ where
         )?,
         None => Vec::new(),
     };
+    let best = state.best.as_ref().filter(|_| weights == Weights::Best);
     Ok(Report {
         checkpoint: path,
         epochs: state.epoch,
+        weights,
+        weights_epoch: best.map_or(state.epoch, |b| b.epoch),
+        best_metric: best.map(|b| b.metric),
+        best_val: best.map(|b| b.value),
         nodes: placement.nodes,
         ranks: comm.size(),
         mode: job.mode,
@@ -329,6 +363,40 @@ where
         files,
         config: model.cfg.clone(),
     })
+}
+
+/// The weights of `state` that `asked` names (`None`: the best epoch's where `state` holds them,
+/// else the last); asking for the best of a checkpoint that does not hold them is refused with
+/// how to get them.
+fn choose_weights<'s>(
+    state: &'s checkpoint::State,
+    asked: Option<Weights>,
+    path: &Path,
+) -> Result<(Weights, &'s crate::model::Params)> {
+    let best = state.best.as_ref().and_then(|b| b.weights(&state.params));
+    match (asked, best) {
+        (None | Some(Weights::Best), Some(params)) => Ok((Weights::Best, params)),
+        (None, None) | (Some(Weights::Last), _) => Ok((Weights::Last, &state.params)),
+        (Some(Weights::Best), None) => {
+            let why = match &state.best {
+                None => "was written by an earlier distspmm (checkpoint version 4), which kept \
+                         the last epoch's weights only"
+                    .to_owned(),
+                Some(b) => format!(
+                    "was trained without --patience, so it keeps the last epoch's weights \
+                     ({}) only, and its best epoch by the validation {} was {}",
+                    state.epoch,
+                    b.metric.name(),
+                    b.epoch
+                ),
+            };
+            bail!(
+                "--weights best: checkpoint {} {why}; predict with --weights last, or train \
+                 again with --patience N --checkpoint DIR, which keeps the best epoch's weights",
+                path.display()
+            )
+        }
+    }
 }
 
 /// The refusal of an output file that exists already.
@@ -593,6 +661,54 @@ fn write_rows(
 mod tests {
     use super::*;
     use crate::nn::net::tests::{test_config, Setup};
+
+    #[test]
+    fn the_best_epoch_s_weights_are_the_default_and_refused_where_missing() {
+        let path = Path::new("ck/checkpoint.json");
+        let mut state = checkpoint::tests::state();
+        let kept = state.best.as_ref().unwrap().params.clone().unwrap();
+        state.params.tensors[0].values[0] += 1.0;
+        let chosen = |s: &checkpoint::State, asked| {
+            choose_weights(s, asked, path)
+                .map(|(w, p)| (w, p.clone()))
+                .map_err(|e| e.to_string())
+        };
+        for asked in [None, Some(Weights::Best)] {
+            assert_eq!(chosen(&state, asked), Ok((Weights::Best, kept.clone())));
+        }
+        let last = Ok((Weights::Last, state.params.clone()));
+        assert_eq!(chosen(&state, Some(Weights::Last)), last);
+        // Trained without a patience: the last weights, and the best refused with the way to
+        // keep them ...
+        let mut plain = state.clone();
+        plain.best.as_mut().unwrap().params = None;
+        assert_eq!(chosen(&plain, None), last);
+        let err = chosen(&plain, Some(Weights::Best)).unwrap_err();
+        assert!(
+            err.contains("was trained without --patience")
+                && err.contains("its best epoch by the validation f1 was 5")
+                && err
+                    .contains("--weights last, or train again with --patience N --checkpoint DIR"),
+            "{err}"
+        );
+        // ... unless the last epoch was the best.
+        let best = plain.best.as_mut().unwrap();
+        (best.epoch, best.since) = (7, 0);
+        let own = Ok((Weights::Best, plain.params.clone()));
+        assert_eq!(chosen(&plain, Some(Weights::Best)), own);
+        // A checkpoint of version 4 records no best epoch.
+        let old = checkpoint::State {
+            best: None,
+            ..state
+        };
+        assert_eq!(chosen(&old, None), last);
+        let err = chosen(&old, Some(Weights::Best)).unwrap_err();
+        assert!(
+            err.contains("written by an earlier distspmm (checkpoint version 4)")
+                && err.contains("train again with --patience N"),
+            "{err}"
+        );
+    }
 
     /// Reads an `.npy` file this module wrote: its header text and its data bytes.
     fn read_npy(path: &Path) -> (String, Vec<u8>) {

@@ -9,11 +9,20 @@
 
 use anyhow::{Context, Result};
 use dist_comm::Group;
-use distspmm_gcn::predict::{Outputs, Request};
+use distspmm_gcn::predict::{Outputs, Request, Weights};
 use distspmm_gcn::Event;
 use std::path::PathBuf;
 
 use super::train::{Mode, NonFinite, Schedule};
+
+/// Which of the checkpoint's weights to predict with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum WeightsArg {
+    /// The best epoch's by the validation metric (kept by `train --patience`).
+    Best,
+    /// The last epoch's.
+    Last,
+}
 
 /// Arguments of `distspmm predict`.
 #[derive(Debug, clap::Args)]
@@ -60,6 +69,11 @@ pub struct Args {
     /// NaN or infinite features: fail, or replace them by 0 (as `train --on-nonfinite warn`).
     #[arg(long, value_enum, default_value = "fail")]
     pub on_nonfinite: NonFinite,
+    /// The weights to predict with: the best epoch's by the validation metric (what `train
+    /// --patience` reports; refused if the checkpoint does not hold them) or the last epoch's
+    /// [default: best where the checkpoint holds them, else last].
+    #[arg(long, value_enum, value_name = "WHICH")]
+    pub weights: Option<WeightsArg>,
     /// Print only a final JSON line on stdout.
     #[arg(long)]
     pub json: bool,
@@ -83,6 +97,10 @@ impl Args {
             },
             force: self.force,
             on_nonfinite: self.on_nonfinite.into(),
+            weights: self.weights.map(|w| match w {
+                WeightsArg::Best => Weights::Best,
+                WeightsArg::Last => Weights::Last,
+            }),
         }
     }
 }
@@ -128,6 +146,18 @@ pub fn run(args: &Args) -> Result<()> {
             .into_iter()
             .filter_map(|(mask, auc)| auc.map(|a| format!("{mask} {a:.4}")))
             .collect::<Vec<_>>();
+            match (report.weights, report.best_metric, report.best_val) {
+                (Weights::Best, Some(metric), Some(value)) => println!(
+                    "using the best epoch's weights: epoch {} of {}, validation {} {value:.4}",
+                    report.weights_epoch,
+                    report.epochs,
+                    metric.name()
+                ),
+                _ => println!(
+                    "using the last epoch's weights: epoch {}",
+                    report.weights_epoch
+                ),
+            }
             println!(
                 "predicted {} nodes on {} rank(s), {} mode, with the model of {} after {} epochs: {}",
                 report.nodes,

@@ -189,7 +189,8 @@ pub struct Args {
     pub metric: Option<Metric>,
     /// Stop once the validation --metric has not improved for N epochs, and restore the best
     /// epoch's weights before the final evaluation (and --save-predictions). A checkpoint
-    /// keeps the last epoch's state; on --resume the count starts afresh.
+    /// keeps the last epoch's state and the best epoch's (its weights too, which `predict`
+    /// uses by default); --resume continues the count.
     #[arg(long, value_name = "N")]
     pub patience: Option<u64>,
     /// Print only a final JSON line on stdout (epoch lines go to stderr).
@@ -306,6 +307,18 @@ pub(crate) fn print_event(event: Event, json: bool) {
         Event::Resumed { path, epoch } => {
             eprintln!("resuming from {} after epoch {epoch}", path.display());
         }
+        Event::BestRestored {
+            epoch,
+            metric,
+            value,
+            since,
+        } => eprintln!(
+            "continuing from its best epoch {epoch} (validation {} {value:.4}, {since} epoch(s) since)",
+            metric.name()
+        ),
+        Event::BestStartsAfresh { reason } => eprintln!(
+            "note: {reason}: the best epoch (and --patience's count) start afresh from the resumed epoch"
+        ),
         Event::Epoch(rec) => {
             let m = &rec.metrics;
             let scores = match m.auc {
