@@ -121,7 +121,7 @@ fn refuses_to_overwrite_another_partition_without_force() {
     let out = tmp.path().join("chunks");
     let first = ok(&partition(&g, "2", &out, &["--threads", "1"]));
     assert!(first.contains("2 parts"), "{first}");
-    // The same partition again is fine (KaMinPar, the default, repeats itself on one thread).
+    // The same partition again is fine (the default repeats itself on one thread).
     ok(&partition(&g, "2", &out, &["--json", "--threads", "1"]));
     let err = fails(&partition(&g, "3", &out, &[]));
     assert!(
@@ -273,18 +273,16 @@ fn kaminpar_partitions_cora_and_the_run_reports_its_phases() {
     assert!(err.contains("--method metis"), "{err}");
 }
 
-/// KaMinPar is the default method; options it cannot honour are refused by name.
+/// `auto` is the default method (METIS for this graph's even degrees, named in the partition);
+/// options it cannot honour are refused by name.
 #[cfg(feature = "kaminpar")]
 #[test]
-fn kaminpar_is_the_default_and_metis_only_options_say_so() {
+fn auto_is_the_default_and_metis_only_options_say_so() {
     let tmp = tempfile::tempdir().unwrap();
     let g = small_graph(tmp.path());
     let out = tmp.path().join("out");
     let v = one_json(&ok(&partition(&g, "2", &out, &["--json"])));
-    assert!(
-        v["method"].as_str().unwrap().starts_with("kaminpar:"),
-        "{v}"
-    );
+    assert!(v["method"].as_str().unwrap().starts_with("metis:"), "{v}");
     assert_eq!(
         v["edge_cut"], 1,
         "the two 6-cycles are split at their bridge: {v}"

@@ -4,6 +4,8 @@
 // CSR arrays without a copy, caps TBB's threads with a global_control, silences std::cout for
 // the call and turns every C++ exception into an error code, so nothing unwinds into Rust.
 
+#include <getopt.h>
+
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -149,6 +151,14 @@ private:
   std::set<std::thread::id> _seen;
 };
 
+// Partitioner::set_option parses "--name value" with getopt_long, which resumes at the global
+// `optind`: without a reset only the process's first option is read and every later one is
+// silently ignored. optind = 0 makes glibc's getopt start afresh.
+void set_option(libkaminpar::Partitioner &partitioner, const char *name, const std::string &value) {
+  optind = 0;
+  partitioner.set_option(name, value);
+}
+
 void copy_message(const char *what, char *message, std::size_t capacity) {
   if (capacity == 0) {
     return;
@@ -182,8 +192,8 @@ extern "C" int distspmm_kaminpar_partition(uint32_t n, uint64_t *xadj, uint32_t 
       builder.with_node_weights(node_weights);
     }
     libkaminpar::Partitioner partitioner = builder.create();
-    partitioner.set_option("--threads", std::to_string(threads));
-    partitioner.set_option("--seed", std::to_string(seed));
+    set_option(partitioner, "--threads", std::to_string(threads));
+    set_option(partitioner, "--seed", std::to_string(seed));
     std::unique_ptr<libkaminpar::BlockID[]> blocks = partitioner.partition(k);
     if (!blocks || partitioner.partition_size() != n) {
       copy_message("KaMinPar returned no partition", message, capacity);

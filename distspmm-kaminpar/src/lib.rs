@@ -53,8 +53,9 @@ mod ffi {
 }
 
 /// Splits the graph's nodes into `parts` parts with `method`, as
-/// [`distspmm_core::partition::partition`] does, with [`Method::Kaminpar`] run by KaMinPar.
-/// Every other method is distspmm-core's own, unchanged.
+/// [`distspmm_core::partition::partition`] does, with [`Method::Kaminpar`] (and
+/// [`Method::Auto`] when it picks KaMinPar) run by KaMinPar. Every other method is
+/// distspmm-core's own, unchanged.
 pub fn partition(
     adjacency: &Adjacency,
     parts: u32,

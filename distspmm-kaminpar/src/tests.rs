@@ -4,7 +4,7 @@
 use super::partition;
 use distspmm_core::partition::testing::{two_cliques, weighted_imbalance};
 use distspmm_core::partition::{
-    Adjacency, Balance, KaminparOptions, Method, MetisOptions, KAMINPAR_IMBALANCE,
+    Adjacency, AutoOptions, Balance, KaminparOptions, Method, MetisOptions, KAMINPAR_IMBALANCE,
 };
 use proptest::prelude::*;
 
@@ -139,4 +139,21 @@ fn every_other_method_is_distspmm_cores() {
     });
     let err = partition(&adj, 2, &tight).unwrap_err();
     assert!(err.to_string().contains("--imbalance 1.03"), "{err}");
+}
+
+/// `auto` leaves a power-law graph to KaMinPar, as `--method kaminpar` runs it.
+#[test]
+fn auto_leaves_a_power_law_graph_to_kaminpar() {
+    let g = distspmm_core::graph::generate::rmat(12, 16, 5).unwrap();
+    let adj = Adjacency::from_edges(g.num_nodes, &g.src, &g.dst).unwrap();
+    let auto = Method::Auto(AutoOptions {
+        threads: 1,
+        ..AutoOptions::default()
+    });
+    let picked = partition(&adj, 8, &auto).unwrap();
+    assert_eq!(picked.method(), "kaminpar:seed=1:imbalance=1.03:threads=1");
+    assert_eq!(
+        picked,
+        partition(&adj, 8, &kaminpar(1, 1, Balance::Nodes)).unwrap()
+    );
 }

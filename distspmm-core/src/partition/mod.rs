@@ -1,5 +1,6 @@
-//! Graph partitioning: METIS k-way (through the `metis` crate), contiguous ranges and balanced
-//! random assignment; the [`Partition`] they produce (part of each node, fingerprint, edge cut,
+//! Graph partitioning: METIS k-way (through the `metis` crate), contiguous ranges, balanced
+//! random assignment, and the pick between METIS and KaMinPar by the graph's degree spread
+//! ([`Method::Auto`]); the [`Partition`] they produce (part of each node, fingerprint, edge cut,
 //! imbalance), the [`Renumbering`] that gives each part a contiguous id range, and the partition
 //! map file that lets a chunk directory be rebuilt without re-partitioning.
 //!
@@ -8,6 +9,7 @@
 //! the number of undirected cut edges (or METIS's communication volume).
 
 mod adjacency;
+mod auto;
 mod kaminpar;
 mod map_file;
 mod renumber;
@@ -17,6 +19,7 @@ use std::path::PathBuf;
 use std::string::String;
 use std::vec::Vec;
 
+pub use self::auto::{AutoOptions, DegreeSpread, EVEN_DEGREE_SPREAD};
 pub use self::kaminpar::{KaminparKway, KaminparOptions, KAMINPAR_IMBALANCE};
 pub use adjacency::Adjacency;
 pub(crate) use map_file::{sync_parent_dir, write_atomically};
@@ -233,6 +236,9 @@ pub enum Method {
     Metis(MetisOptions),
     /// KaMinPar deep multilevel k-way (parallel, 64-bit edge ids).
     Kaminpar(KaminparOptions),
+    /// METIS or KaMinPar, picked by the graph's degree spread ([`AutoOptions::choose`]); the
+    /// partition records the method that ran.
+    Auto(AutoOptions),
     /// Part p gets original ids `⌊pN/P⌋..⌊(p+1)N/P⌋` (no locality beyond the input order).
     Contiguous,
     /// A seeded random permutation split into P equal ranges: balanced, locality-free — the
@@ -244,6 +250,14 @@ pub enum Method {
 }
 
 impl Method {
+    /// The method that runs on `adjacency`: [`Method::Auto`]'s pick, any other method itself.
+    pub fn resolve(&self, adjacency: &Adjacency) -> Method {
+        match self {
+            Method::Auto(options) => options.choose(adjacency),
+            method => *method,
+        }
+    }
+
     /// A short text naming the method and every option that shapes its result; stored in the
     /// partition map and mixed into the fingerprint.
     pub fn tag(&self) -> Result<String, PartitionError> {
@@ -268,6 +282,17 @@ impl Method {
                 "kaminpar:seed={}:imbalance=1.03:threads={}{}",
                 o.seed,
                 o.effective_threads(),
+                match o.balance {
+                    Balance::Nodes => "",
+                    Balance::Nonzeros => ":balance=nnz",
+                }
+            ),
+            // A partition never carries this tag: it records the method that was picked.
+            Method::Auto(o) => std::format!(
+                "auto:seed={}:imbalance={}:threads={}{}",
+                o.seed,
+                crate::graph::show_float(o.imbalance),
+                o.threads,
                 match o.balance {
                     Balance::Nodes => "",
                     Balance::Nonzeros => ":balance=nnz",
@@ -445,6 +470,10 @@ fn partition_with(
     check_parts(parts, n)?;
     let tag = method.tag()?;
     let part_of = match method {
+        // The picked method runs (and names the partition), even for one part.
+        Method::Auto(options) => {
+            return partition_with(adjacency, parts, &options.choose(adjacency), kaminpar)
+        }
         _ if parts == 1 => std::vec![0u32; n],
         Method::Contiguous => contiguous(n, parts),
         Method::Random { seed } => random(n, parts, *seed),
@@ -659,6 +688,28 @@ pub mod testing {
         src.push(0);
         dst.push(k);
         ((2 * k + 1) as usize, src, dst)
+    }
+
+    /// The `rows` × `cols` 5-point mesh (node (i, j) is `i * cols + j`), both directions of
+    /// every edge.
+    pub fn mesh(rows: u32, cols: u32) -> (usize, Vec<u32>, Vec<u32>) {
+        let (mut src, mut dst) = (Vec::new(), Vec::new());
+        for i in 0..rows {
+            for j in 0..cols {
+                let v = i * cols + j;
+                let mut link = |u: u32| {
+                    src.extend([u, v]);
+                    dst.extend([v, u]);
+                };
+                if j > 0 {
+                    link(v - 1);
+                }
+                if i > 0 {
+                    link(v - cols);
+                }
+            }
+        }
+        ((rows * cols) as usize, src, dst)
     }
 
     /// Largest part's share of `weight` over the mean (1 = perfect balance).
