@@ -247,7 +247,10 @@ fn bf16_bits(x: u32) -> u16 {
     } else {
         rounded
     };
-    #[allow(clippy::cast_possible_truncation, reason = "the upper 16 bits of a u32")]
+    #[allow(
+        clippy::cast_possible_truncation,
+        reason = "the upper 16 bits of a u32"
+    )]
     let r = r as u16;
     r
 }
@@ -319,11 +322,13 @@ mod x86 {
                 let x = _mm512_loadu_si512(src.as_ptr().add(k).cast());
                 let h = match fmt {
                     Half::Bf16 => {
-                        let lsb = _mm512_and_si512(_mm512_srli_epi32::<16>(x), _mm512_set1_epi32(1));
+                        let lsb =
+                            _mm512_and_si512(_mm512_srli_epi32::<16>(x), _mm512_set1_epi32(1));
                         let bias = _mm512_add_epi32(_mm512_set1_epi32(0x7FFF), lsb);
                         let rounded = _mm512_srli_epi32::<16>(_mm512_add_epi32(x, bias));
                         let magnitude = _mm512_and_si512(x, _mm512_set1_epi32(0x7FFF_FFFF));
-                        let nan = _mm512_cmpgt_epu32_mask(magnitude, _mm512_set1_epi32(0x7F80_0000));
+                        let nan =
+                            _mm512_cmpgt_epu32_mask(magnitude, _mm512_set1_epi32(0x7F80_0000));
                         let quiet =
                             _mm512_or_si512(_mm512_srli_epi32::<16>(x), _mm512_set1_epi32(0x0040));
                         _mm512_cvtepi32_epi16(_mm512_mask_blend_epi32(nan, rounded, quiet))
@@ -395,7 +400,9 @@ mod x86 {
         while k < body {
             // SAFETY: `k + 8 <= n`, within both slices; unaligned loads and stores.
             unsafe {
-                let h = _mm256_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(_mm256_loadu_ps(src.as_ptr().add(k)));
+                let h = _mm256_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(_mm256_loadu_ps(
+                    src.as_ptr().add(k),
+                ));
                 _mm_storeu_si128(dst.as_mut_ptr().add(k).cast::<__m128i>(), h);
             }
             k += 8;

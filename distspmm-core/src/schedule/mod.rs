@@ -182,6 +182,19 @@ pub struct Workspace {
 }
 
 impl Workspace {
+    /// The workspace of an operator whose messages travel in `precision`: a 16-bit format
+    /// adds, beside each `f32` buffer, its narrowed copy on the wire (2 bytes per value).
+    pub fn in_precision(self, precision: Precision) -> Self {
+        let wire = match precision.half() {
+            Some(_) => self.buffers / VALUE_BYTES * precision.value_bytes(),
+            None => 0,
+        };
+        Self {
+            buffers: self.buffers + wire,
+            structure: self.structure,
+        }
+    }
+
     /// Both together.
     pub fn total(&self) -> u64 {
         self.buffers + self.structure

@@ -36,31 +36,75 @@ fn reference_widen(fmt: Half, h: u16) -> u32 {
 /// plus a stride through all 2³² patterns.
 fn patterns() -> Vec<u32> {
     let mut p: Vec<u32> = vec![
-        0x0000_0000, 0x8000_0000, // ±0
-        0x0000_0001, 0x8000_0001, 0x007F_FFFF, 0x807F_FFFF, // f32 subnormals
-        0x0080_0000, 0x8080_0000, 0x7F7F_FFFF, 0xFF7F_FFFF, // f32 smallest/largest normals
-        0x7F80_0000, 0xFF80_0000, // ±Inf
-        0x7FC0_0000, 0xFFC0_0000, 0x7F80_0001, 0xFF80_0001, // quiet and signalling NaN
-        0x7FA0_0000, 0x7FBF_FFFF, 0x7FC0_0001, 0x7FFF_FFFF, 0xFFFF_FFFF, 0x7F81_2345,
-        0x7F80_8000, 0x7F80_FFFF, 0x7F80_1000, 0x7F80_2000, // NaN payloads in the low bits
-        0x477F_E000, 0x477F_EFFF, 0x477F_F000, 0x477F_F001, 0x4780_0000, // f16 overflow: 65504..
-        0x3880_0000, 0x3380_0000, 0x3300_0000, 0x3300_0001, 0x32FF_FFFF, // f16 normal/subnormal edges
-        0x3F80_8000, 0x3F81_8000, 0x3F80_8001, 0x3F81_7FFF, // bf16 ties to even both ways
-        0x3F80_1000, 0x3F80_3000, 0x3F80_0FFF, 0x3F80_1001, // f16 ties to even both ways
+        0x0000_0000,
+        0x8000_0000, // ±0
+        0x0000_0001,
+        0x8000_0001,
+        0x007F_FFFF,
+        0x807F_FFFF, // f32 subnormals
+        0x0080_0000,
+        0x8080_0000,
+        0x7F7F_FFFF,
+        0xFF7F_FFFF, // f32 smallest/largest normals
+        0x7F80_0000,
+        0xFF80_0000, // ±Inf
+        0x7FC0_0000,
+        0xFFC0_0000,
+        0x7F80_0001,
+        0xFF80_0001, // quiet and signalling NaN
+        0x7FA0_0000,
+        0x7FBF_FFFF,
+        0x7FC0_0001,
+        0x7FFF_FFFF,
+        0xFFFF_FFFF,
+        0x7F81_2345,
+        0x7F80_8000,
+        0x7F80_FFFF,
+        0x7F80_1000,
+        0x7F80_2000, // NaN payloads in the low bits
+        0x477F_E000,
+        0x477F_EFFF,
+        0x477F_F000,
+        0x477F_F001,
+        0x4780_0000, // f16 overflow: 65504..
+        0x3880_0000,
+        0x3380_0000,
+        0x3300_0000,
+        0x3300_0001,
+        0x32FF_FFFF, // f16 normal/subnormal edges
+        0x3F80_8000,
+        0x3F81_8000,
+        0x3F80_8001,
+        0x3F81_7FFF, // bf16 ties to even both ways
+        0x3F80_1000,
+        0x3F80_3000,
+        0x3F80_0FFF,
+        0x3F80_1001, // f16 ties to even both ways
     ];
     // Around every bf16 boundary: the pattern, just below the tie, the tie, just above.
     for h in 0..=u16::MAX {
         let base = u32::from(h) << 16;
-        p.extend([base, base | 0x7FFF, base | 0x8000, base | 0x8001, base | 0xFFFF]);
+        p.extend([
+            base,
+            base | 0x7FFF,
+            base | 0x8000,
+            base | 0x8001,
+            base | 0xFFFF,
+        ]);
     }
     // Around every f16 value (as f32) and the ties between neighbours.
     for h in 0..=u16::MAX {
         let x = reference_widen(Half::F16, h);
-        p.extend([x, x.wrapping_add(0x0FFF), x.wrapping_add(0x1000), x.wrapping_add(0x1001)]);
+        p.extend([
+            x,
+            x.wrapping_add(0x0FFF),
+            x.wrapping_add(0x1000),
+            x.wrapping_add(0x1001),
+        ]);
         p.extend([x.wrapping_sub(1), x.wrapping_add(1)]);
     }
     // A stride through everything (odd, so every residue class mod 2^k is visited).
-    p.extend((0..(1u64 << 32)).step_by(40_503).map(|x| x as u32));
+    p.extend((0..=u32::MAX).step_by(40_503));
     p
 }
 
@@ -95,7 +139,11 @@ fn widening_matches_the_software_reference_for_every_pattern() {
             let mut got = vec![0f32; src.len()];
             widen_with(isa, fmt, &src, &mut got);
             for (h, g) in src.iter().zip(&got) {
-                assert_eq!(g.to_bits(), reference_widen(fmt, *h), "{fmt:?} {isa:?}: {h:#06x}");
+                assert_eq!(
+                    g.to_bits(),
+                    reference_widen(fmt, *h),
+                    "{fmt:?} {isa:?}: {h:#06x}"
+                );
             }
         }
     }
@@ -126,7 +174,11 @@ fn the_formats_keep_what_they_promise() {
             match fmt {
                 Half::Bf16 => {
                     assert_eq!(back[3].to_bits() >> 16, 0xFFC1, "upper payload kept");
-                    assert_eq!(back[4], f32::INFINITY, "f32::MAX rounds up past bf16's largest");
+                    assert_eq!(
+                        back[4],
+                        f32::INFINITY,
+                        "f32::MAX rounds up past bf16's largest"
+                    );
                 }
                 Half::F16 => assert_eq!(back[4], f32::INFINITY, "overflow is Inf"),
             }
@@ -149,10 +201,17 @@ fn conversions_check_their_lengths() {
 fn precisions_parse_and_name_themselves() {
     for p in Precision::ALL {
         assert_eq!(p.name().parse::<Precision>(), Ok(p));
-        assert_eq!(p.word().to_le_bytes()[..p.name().len()], *p.name().as_bytes());
+        assert_eq!(
+            p.word().to_le_bytes()[..p.name().len()],
+            *p.name().as_bytes()
+        );
     }
     assert_eq!("BF16".parse::<Precision>(), Ok(Precision::Bf16));
-    assert!("fp8".parse::<Precision>().unwrap_err().to_string().contains("f32, bf16 or f16"));
+    assert!("fp8"
+        .parse::<Precision>()
+        .unwrap_err()
+        .to_string()
+        .contains("f32, bf16 or f16"));
     assert_eq!(Precision::Bf16.value_bytes(), 2);
     assert_eq!(Precision::F16.subnormal_step(), 2f64.powi(-24));
     assert_eq!(Precision::Bf16.subnormal_step(), 2f64.powi(-133));
