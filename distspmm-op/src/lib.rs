@@ -78,6 +78,14 @@
 //! once per receiving rank on the root's side), so it equals `BroadcastPlan::traffic` /
 //! `HaloPlan::traffic`.
 //!
+//! # Message precision
+//! [`DistSpmm::with_precision`] sends the messages in bf16 or f16 ([`Precision`]): the CPU
+//! engine narrows each region where it hands it to the communicator and widens each message
+//! where it is first read, into the same `f32` buffers the programs name, so products and sums
+//! stay `f32` and only operands that cross ranks are rounded, once. The bytes are counted as
+//! they are handed over (2 per value) and equal the plan's in that precision
+//! (`LayerTraffic::in_precision`); the workspace adds the 16-bit copies of the two buffers.
+//!
 //! # On the GPU
 //! With the feature `cuda`, `GpuDistSpmm` runs the same programs on device buffers with
 //! distspmm-cuda's kernels and an `NcclComm`, agreeing over a host communicator exactly as
