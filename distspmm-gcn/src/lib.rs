@@ -1561,6 +1561,20 @@ mod tests {
             ..with(Mode::Tensor, None, Some("g"), true)
         };
         assert_eq!(resumed.source(), Ok(Source::Graph(Path::new("g"))));
+        let precise = |mode, chunks, input, comm_precision| Config {
+            comm_precision,
+            ..with(mode, chunks, input, false)
+        };
+        assert_eq!(
+            precise(Mode::Tensor, None, Some("g"), Precision::Bf16).source(),
+            Err(ConfigError::PrecisionInTensorMode("bf16"))
+        );
+        assert!(precise(Mode::Tensor, None, Some("g"), Precision::F32)
+            .source()
+            .is_ok());
+        assert!(precise(Mode::Data, Some("d"), None, Precision::F16)
+            .source()
+            .is_ok());
         let isolated = |mode, chunks, input, reps| Config {
             isolated_kernels: Some(reps),
             ..with(mode, chunks, input, false)

@@ -318,7 +318,7 @@ fn within(
                 k
             );
         }
-        let bound = u / 16.0 * remote[k] + tiny + all[k] / 1_048_576.0;
+        let bound = u * remote[k] + tiny + all[k] / 1_048_576.0;
         prop_assert!(
             (g - w).abs() <= bound,
             "{what}[{k}] = {g}, f32 gives {w}: off by {} > {bound}",
