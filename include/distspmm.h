@@ -32,7 +32,7 @@
 #define DSP_VERSION_MAJOR 0
 
 // Minor version: a new minor only adds (functions, status codes, enum values, constants).
-#define DSP_VERSION_MINOR 1
+#define DSP_VERSION_MINOR 2
 
 // Patch version: fixes only, no change to the header.
 #define DSP_VERSION_PATCH 0
@@ -159,7 +159,7 @@ extern "C" {
 // mismatch at run time. Thread-safe; never fails.
 uint32_t dsp_version(void);
 
-// The library's version as a static NUL-terminated string, e.g. `"0.1.0"`. Never NULL;
+// The library's version as a static NUL-terminated string, e.g. `"0.2.0"`. Never NULL;
 // thread-safe.
 const char *dsp_version_string(void);
 
@@ -402,6 +402,110 @@ dsp_status dsp_spmm_device_bytes_last_call(const dsp_spmm_device *op, uint64_t *
 // 1 if this library was built with CUDA support (the `dsp_spmm_device` functions work only
 // then, and still need a device at run time), else 0. Thread-safe; never fails.
 int32_t dsp_built_with_cuda(void);
+
+// Stores this rank's number of stored non-zeros of `Ahat` (the self loops the normalisation
+// added included) in `*count`: the length of one group of every per-edge buffer. Local (no
+// communication); any thread that does not call the operator at the same time.
+//
+// # Safety
+// `op` is NULL or a live `dsp_spmm *`; `count` is NULL or valid for a write.
+dsp_status dsp_spmm_edge_count(const dsp_spmm *op, size_t *count);
+
+// The layout of the per-edge operand: for each edge `k` (`count` = `dsp_spmm_edge_count`),
+// `rows[k]` receives its local row (`0 .. dsp_chunk_num_local_nodes`, the destination) and
+// `sources[k]` the global (renumbered) id of its source node (its column of `Ahat`). The
+// per-edge buffers of the other calls hold one value per edge in this order (with several
+// groups, run `g` of them starts at `g * count`). `rows` and `sources` must not overlap.
+// Local; any thread that does not call the operator at the same time.
+//
+// # Safety
+// `op` is NULL or a live `dsp_spmm *`; `rows` and `sources` are NULL or hold `count` values.
+dsp_status dsp_spmm_edges(const dsp_spmm *op, int64_t *rows, int64_t *sources, size_t count);
+
+// The weight in the graph's `A` (not `Ahat`) of every edge, in the order of
+// `dsp_spmm_edges`: the input edges' weights summed (1 for an unweighted edge), 0 at a self
+// loop the normalisation added (GraphSAGE's mean aggregation divides these by the row sums;
+// GIN's sum uses them as they are). `weights` receives `count` = `dsp_spmm_edge_count`
+// values. `DSP_STATUS_INVALID_ARGUMENT` for chunks written without edge weights (re-run
+// `distspmm partition`). Local; any thread that does not call the operator at the same
+// time.
+//
+// # Safety
+// `op` is NULL or a live `dsp_spmm *`; `weights` is NULL or holds `count` floats.
+dsp_status dsp_spmm_edge_weights(const dsp_spmm *op, float *weights, size_t count);
+
+// Forward product with caller-given per-edge values in place of `Ahat`'s:
+// `Y_i[g] = sum_j e_g[ij] X_j[g]` over this rank's rows, where `X_j[g]` is column block `g`
+// (of width `cols / groups`) of row `j`. `e` holds `groups` runs of `dsp_spmm_edge_count`
+// values (run `g` at `g * edge_count`, each in the order of `dsp_spmm_edges`), `count` =
+// `groups * edge_count` (checked); `x`, `y`, `rows` and `cols` as in `dsp_spmm_forward`
+// (`cols` a multiple of `groups`). `y` must not overlap `e` or `x`. Collective, moving what
+// `dsp_spmm_forward` moves: every rank calls it with the same `groups` and `cols`; an
+// argument error on any rank fails on every rank. Creating thread only.
+//
+// # Safety
+// `op` is NULL or a live `dsp_spmm *`; `e` is NULL or holds `count` floats; `x` and `y` are
+// NULL or hold the extents of `dsp_spmm_forward`.
+dsp_status dsp_spmm_forward_values(dsp_spmm *op, size_t groups, const float *e, size_t count, size_t rows, size_t cols, const float *x, size_t ldx, float *y, size_t ldy);
+
+// Backward product with per-edge values (the gradient of `dsp_spmm_forward_values` with
+// respect to `x`): `dX_j[g] = sum_i e_g[ij] dY_i[g]`, with the conventions of
+// `dsp_spmm_forward_values` (`dy` in, `dx` out, overwritten, not overlapping `e` or `dy`).
+// Collective, moving what `dsp_spmm_backward` moves; creating thread only.
+//
+// # Safety
+// As `dsp_spmm_forward_values`, with `dy` for `x` and `dx` for `y`.
+dsp_status dsp_spmm_backward_values(dsp_spmm *op, size_t groups, const float *e, size_t count, size_t rows, size_t cols, const float *dy, size_t lddy, float *dx, size_t lddx);
+
+// The distributed SDDMM: `e_g[ij] = <U_i[g], V_j[g]>` for every edge `(i, j)` of this
+// rank's rows, `U_i[g]` being column block `g` (of width `cols / groups`) of row `i`. `u`
+// and `v` are this rank's `rows x cols` blocks of U and V (leading dimensions `ldu`, `ldv`);
+// the rows of V that other ranks own arrive by the schedule's exchange (what
+// `dsp_spmm_forward` moves for X). `e` receives `groups` runs of `dsp_spmm_edge_count`
+// values (`count` = `groups * edge_count`, checked), overwritten, and must not overlap `u` or
+// `v`. GAT's additive attention `e_ij = s_i + t_j` is this product with `cols = 2`,
+// `U_i = [s_i, 1]`, `V_j = [1, t_j]`. Collective; creating thread only.
+//
+// # Safety
+// `op` is NULL or a live `dsp_spmm *`; `u` and `v` are NULL or hold `(rows-1)*ld + cols`
+// floats; `e` is NULL or holds `count` floats.
+dsp_status dsp_sddmm(dsp_spmm *op, size_t groups, size_t rows, size_t cols, const float *u, size_t ldu, const float *v, size_t ldv, float *e, size_t count);
+
+// The gradients of `dsp_sddmm` from `de` (the gradient of its `e`, same layout and `count`):
+// `dU_i[g] = sum_j dE_g[ij] V_j[g]` and `dV_j[g] = sum_i dE_g[ij] U_i[g]`, into `du` and
+// `dv` (`rows x cols`, leading dimensions `lddu`, `lddv`, overwritten; neither may overlap
+// another buffer of the call). Collective, moving what one `dsp_spmm_forward` and one
+// `dsp_spmm_backward` move; creating thread only.
+//
+// # Safety
+// `op` is NULL or a live `dsp_spmm *`; `de` is NULL or holds `count` floats; `u`, `v`, `du`
+// and `dv` are NULL or hold `(rows-1)*ld + cols` floats for their leading dimensions.
+dsp_status dsp_sddmm_backward(dsp_spmm *op, size_t groups, const float *de, size_t count, size_t rows, size_t cols, const float *u, size_t ldu, const float *v, size_t ldv, float *du, size_t lddu, float *dv, size_t lddv);
+
+// Edge softmax: for each group and each destination row `i`, `out_g[ij] =
+// exp(a_g[ij]) / sum_k exp(a_g[ik])` over the row's edges, where `a = LeakyReLU(logits)`
+// with `negative_slope` (`a = z > 0 ? z : negative_slope * z`; 1.0 is no activation, a plain
+// softmax; GAT uses 0.2; it must be finite). Numerically stable (the row maximum is
+// subtracted); a row with a non-finite logit is NaN. `logits` and `out` hold `groups` runs of
+// `dsp_spmm_edge_count` values (`count` = `groups * edge_count`, checked) and must not
+// overlap. Local (no communication: every row's edges are on its rank), but on the creating
+// thread like every call of the operator.
+//
+// # Safety
+// `op` is NULL or a live `dsp_spmm *`; `logits` and `out` are NULL or hold `count` floats.
+dsp_status dsp_edge_softmax(const dsp_spmm *op, size_t groups, float negative_slope, const float *logits, float *out, size_t count);
+
+// The gradient of `dsp_edge_softmax` with respect to its pre-activation `logits`, from its
+// `logits`, its result `out` and the gradient `d_out` of `out`, into `d_logits`
+// (overwritten): per row and group, `d_a = out * (d_out - sum_k out_k d_out_k)`, times 1
+// where the logit is positive and `negative_slope` elsewhere. All four buffers hold `count` =
+// `groups * edge_count` values; `d_logits` must not overlap the others. Local; creating
+// thread only.
+//
+// # Safety
+// `op` is NULL or a live `dsp_spmm *`; `logits`, `out`, `d_out` and `d_logits` are NULL or
+// hold `count` floats.
+dsp_status dsp_edge_softmax_backward(const dsp_spmm *op, size_t groups, float negative_slope, const float *logits, const float *out, const float *d_out, float *d_logits, size_t count);
 
 // Creates this rank's distributed SpMM for `chunk` (opened with the same communicator) and
 // `schedule` (a `dsp_schedule` value). Collective over `comm`: the ranks agree on their

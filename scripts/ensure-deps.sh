@@ -9,7 +9,8 @@
 #                          has no CPU-only torch. No pip cache: the venv is the cache.
 set -euo pipefail
 
-APT_PACKAGES=(libopenmpi-dev openmpi-bin libmetis-dev libtbb-dev libclang-dev clang pkg-config cmake g++ python3-venv)
+# libptscotch-dev: PT-Scotch 7 with its 64-bit build (scotch-int64/), which distspmm-ptscotch links.
+APT_PACKAGES=(libopenmpi-dev openmpi-bin libmetis-dev libtbb-dev libclang-dev clang pkg-config cmake g++ python3-venv libptscotch-dev)
 
 sudo_if_needed() {
   if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi

@@ -383,7 +383,9 @@ impl<T> OutPtr<T> {
     }
 }
 
-fn check_buffer<T>(ptr: *const T, len: usize, arg: &str) -> Result<(), Error> {
+/// The rules of a C buffer of `len` elements: not NULL unless empty, aligned for `T`, and its
+/// bytes within what one object may span.
+pub(crate) fn check_buffer<T>(ptr: *const T, len: usize, arg: &str) -> Result<(), Error> {
     if len == 0 {
         return Ok(());
     }

@@ -21,6 +21,7 @@ mod boundary;
 mod chunk;
 mod comm;
 mod device;
+mod edges;
 mod spmm;
 mod version;
 
@@ -48,7 +49,7 @@ pub extern "C" fn dsp_version() -> u32 {
     version::NUMBER
 }
 
-/// The library's version as a static NUL-terminated string, e.g. `"0.1.0"`. Never NULL;
+/// The library's version as a static NUL-terminated string, e.g. `"0.2.0"`. Never NULL;
 /// thread-safe.
 #[no_mangle]
 pub extern "C" fn dsp_version_string() -> *const c_char {

@@ -73,6 +73,9 @@ impl From<DistSpmmError> for Error {
             DistSpmmError::Shape(_) => Status::InvalidArgument,
             DistSpmmError::Comm(c) => return Error::from(c.clone()),
             DistSpmmError::Allocation { .. } => Status::OutOfMemory,
+            // Chunks written before edge weights were recorded: the message says to
+            // re-partition.
+            DistSpmmError::NoEdgeWeights { .. } => Status::InvalidArgument,
             _ => Status::Panic,
         };
         Error::new(status, crate::boundary::with_sources(&e))
@@ -203,6 +206,111 @@ enum Direction {
     Backward,
 }
 
+/// The operator of a collective call, after its local checks and the agreement: borrows `op`
+/// on its creating thread, runs `local` (this rank's argument checks, which make the call's
+/// slices), then agrees with every rank on the outcome and on `cols`, so a bad argument
+/// anywhere is an error everywhere ([`Status::PeerFailed`] on the ranks whose own arguments
+/// were fine, [`Status::ArgumentMismatch`] for different `cols`).
+///
+/// # Safety
+/// `op` is NULL or a live `dsp_spmm *` that no one else uses during `'a`.
+pub(crate) unsafe fn collective<'a, T>(
+    op: *mut Spmm,
+    cols: usize,
+    local: impl FnOnce(&Spmm) -> Result<T, Error>,
+) -> Result<(&'a mut DistSpmm<SharedComm, Arc<RankChunk>>, T), Error> {
+    // SAFETY: the caller's contract: NULL or a live handle, used by one thread.
+    let op = unsafe { Spmm::borrow_mut(op, "op") }?;
+    check_usable(op.owner, Spmm::C_NAME)?;
+    let local = local(op);
+    let key = local.as_ref().map(|_| cols as u64).map_err(Error::clone);
+    agree(op.op.comm(), key, |c| format!("cols = {c}"))?;
+    Ok((&mut op.op, local?))
+}
+
+impl Spmm {
+    /// The operator.
+    pub(crate) fn op(&self) -> &DistSpmm<SharedComm, Arc<RankChunk>> {
+        &self.op
+    }
+
+    /// [`Status::WrongThread`] unless called on the creating thread of the communicator.
+    pub(crate) fn check_owner(&self) -> Result<(), Error> {
+        check_owner(self.owner, Self::C_NAME)
+    }
+
+    /// `rows` must be the number of rows this rank owns.
+    pub(crate) fn check_rows(&self, rows: usize) -> Result<(), Error> {
+        let n = self.op.local_rows();
+        if rows == n {
+            Ok(())
+        } else {
+            Err(Error::invalid(format!(
+                "rows = {rows}, but this rank (part {}) owns {n} rows",
+                self.op.rank()
+            )))
+        }
+    }
+}
+
+/// A dense `rows x cols` buffer with leading dimension `ld`, as the operand rules see it.
+pub(crate) fn dense_operand(
+    name: &'static str,
+    ptr: *const f32,
+    rows: usize,
+    cols: usize,
+    ld: usize,
+) -> Operand {
+    Operand {
+        name,
+        addr: ptr as u64,
+        rows,
+        cols,
+        ld,
+    }
+}
+
+/// Checks a call's buffers by the operand rules: each one alone (NULL, alignment, extent),
+/// then every output against every other buffer, since a call reads its inputs while it
+/// writes its outputs and no output may share memory with anything. Returns the values each
+/// spans, `inputs` first, then `outputs`, in the order given.
+pub(crate) fn check_buffers(inputs: &[Operand], outputs: &[Operand]) -> Result<Vec<usize>, Error> {
+    let all: Vec<&Operand> = inputs.iter().chain(outputs).collect();
+    let values = all
+        .iter()
+        .map(|o| o.check())
+        .collect::<Result<Vec<_>, _>>()?;
+    for (i, output) in all.iter().enumerate().skip(inputs.len()) {
+        for other in &all[..i] {
+            check_pair(other, output)?;
+        }
+    }
+    Ok(values)
+}
+
+/// A row-major view of a checked input buffer of `rows x cols`.
+pub(crate) fn view(
+    data: &[f32],
+    rows: usize,
+    cols: usize,
+    ld: usize,
+) -> Result<DenseView<'_, f32>, Error> {
+    // With no columns the buffer holds nothing (it may be empty), whatever the ld says.
+    let ld = if cols == 0 { 0 } else { ld };
+    DenseView::new(data, rows, cols, ld).map_err(|e| Error::invalid(e.to_string()))
+}
+
+/// A row-major view of a checked output buffer of `rows x cols`.
+pub(crate) fn view_mut(
+    data: &mut [f32],
+    rows: usize,
+    cols: usize,
+    ld: usize,
+) -> Result<DenseViewMut<'_, f32>, Error> {
+    let ld = if cols == 0 { 0 } else { ld };
+    DenseViewMut::new(data, rows, cols, ld).map_err(|e| Error::invalid(e.to_string()))
+}
+
 /// Checks one call's arguments locally, agrees with every rank (so a bad argument anywhere is
 /// an error everywhere), then runs the product.
 #[allow(clippy::too_many_arguments)]
@@ -220,46 +328,27 @@ unsafe fn call(
         Direction::Forward => ("x", "y"),
         Direction::Backward => ("dy", "dx"),
     };
-    // SAFETY: the exported callers' contract: NULL or a live handle, used by one thread.
-    let op = unsafe { Spmm::borrow_mut(op, "op") }?;
-    check_usable(op.owner, Spmm::C_NAME)?;
-    let n = op.op.local_rows();
-    let local = (|| {
-        if rows != n {
-            return Err(Error::invalid(format!(
-                "rows = {rows}, but this rank (part {}) owns {n} rows",
-                op.op.rank()
-            )));
-        }
-        let operand = |name, addr: usize, ld| Operand {
-            name,
-            addr: addr as u64,
-            rows,
-            cols,
-            ld,
-        };
-        let (len_in, len_out) = check_pair(
-            &operand(name_in, input as usize, ld_in),
-            &operand(name_out, output as usize, ld_out),
+    let local = |op: &Spmm| {
+        op.check_rows(rows)?;
+        let len = check_buffers(
+            &[dense_operand(name_in, input, rows, cols, ld_in)],
+            &[dense_operand(name_out, output, rows, cols, ld_out)],
         )?;
-        // SAFETY: the exported callers' contract: `input` holds (rows-1)*ld_in + cols floats.
-        let input = unsafe { slice(input, len_in, name_in) }?;
+        // SAFETY: the exported callers' contract: `input` holds (rows-1)*ld_in + cols
+        // floats.
+        let input = unsafe { slice(input, len[0], name_in) }?;
         // SAFETY: the exported callers' contract: `output` holds (rows-1)*ld_out + cols
         // floats, not aliased (checked above against `input`).
-        let output = unsafe { slice_mut(output, len_out, name_out) }?;
+        let output = unsafe { slice_mut(output, len[1], name_out) }?;
         Ok((input, output))
-    })();
-    let key = local.as_ref().map(|_| cols as u64).map_err(Error::clone);
-    agree(op.op.comm(), key, |c| format!("cols = {c}"))?;
-    let (input, output) = local?;
-    let dense_error = |e: distspmm_core::sparse::SparseError| Error::invalid(e.to_string());
-    // With no columns the buffers hold nothing (they may be empty), whatever the ld says.
-    let ld = |ld: usize| if cols == 0 { 0 } else { ld };
-    let input = DenseView::new(input, rows, cols, ld(ld_in)).map_err(dense_error)?;
-    let output = DenseViewMut::new(output, rows, cols, ld(ld_out)).map_err(dense_error)?;
+    };
+    // SAFETY: the exported callers' contract: NULL or a live handle, used by one thread.
+    let (op, (input, output)) = unsafe { collective(op, cols, local) }?;
+    let input = view(input, rows, cols, ld_in)?;
+    let output = view_mut(output, rows, cols, ld_out)?;
     match direction {
-        Direction::Forward => op.op.forward(input, output)?,
-        Direction::Backward => op.op.backward(input, output)?,
+        Direction::Forward => op.forward(input, output)?,
+        Direction::Backward => op.backward(input, output)?,
     }
     Ok(())
 }
@@ -350,5 +439,36 @@ mod tests {
         assert_eq!(Schedule::from_code(1), Some(ScheduleKind::Broadcast));
         assert_eq!(Schedule::from_code(2), None);
         assert_eq!(Schedule::from_code(-1), None);
+    }
+
+    #[test]
+    fn outputs_may_overlap_nothing_inputs_may_share_memory() {
+        let data = [0.0f32; 16];
+        let at = |k: usize| data[k..].as_ptr();
+        let dense = |name, k, rows| dense_operand(name, at(k), rows, 2, 2);
+        // Two inputs over the same memory, an output beside them: fine.
+        let spans = check_buffers(&[dense("u", 0, 3), dense("v", 0, 3)], &[dense("e", 6, 4)]);
+        assert_eq!(spans, Ok(vec![6, 6, 8]));
+        // An output over an input, or over another output.
+        for outputs in [
+            vec![dense("e", 4, 2)],
+            vec![dense("du", 6, 2), dense("dv", 8, 2)],
+        ] {
+            let e = check_buffers(&[dense("u", 0, 3)], &outputs).unwrap_err();
+            assert_eq!(e.status, Status::InvalidArgument, "{}", e.message);
+            assert!(e.message.contains("overlap"), "{}", e.message);
+        }
+        // A NULL buffer that holds values.
+        let null = dense_operand("x", std::ptr::null(), 2, 2, 2);
+        let e = check_buffers(&[null], &[]).unwrap_err();
+        assert_eq!(e.status, Status::NullArgument);
+        assert_eq!(e.message, "x (with 4 elements) is NULL");
+    }
+
+    #[test]
+    fn chunks_without_edge_weights_are_an_argument_error_that_says_to_repartition() {
+        let e = Error::from(DistSpmmError::NoEdgeWeights { part: 1 });
+        assert_eq!(e.status, Status::InvalidArgument);
+        assert!(e.message.contains("distspmm partition"), "{}", e.message);
     }
 }

@@ -6,7 +6,7 @@ use std::ffi::CStr;
 /// Major version of the library: a new major may change or remove anything in the C ABI.
 pub const DSP_VERSION_MAJOR: u32 = 0;
 /// Minor version: a new minor only adds (functions, status codes, enum values, constants).
-pub const DSP_VERSION_MINOR: u32 = 1;
+pub const DSP_VERSION_MINOR: u32 = 2;
 /// Patch version: fixes only, no change to the header.
 pub const DSP_VERSION_PATCH: u32 = 0;
 
@@ -15,7 +15,7 @@ pub(crate) const NUMBER: u32 =
     DSP_VERSION_MAJOR * 1_000_000 + DSP_VERSION_MINOR * 1_000 + DSP_VERSION_PATCH;
 
 /// `dsp_version_string()`'s value.
-pub(crate) const STRING: &CStr = c"0.1.0";
+pub(crate) const STRING: &CStr = c"0.2.0";
 
 #[cfg(test)]
 mod tests {

@@ -1,12 +1,14 @@
-//! The examples, built and run: the C++ GCN trainer (`examples/cpp`, CMake against the
-//! installed config package) on Cora under `mpirun`, and the Python ctypes module
-//! (`examples/python`) checked against SciPy under `mpirun` with mpi4py.
+//! The examples, built and run: the C++ trainer (`examples/cpp`, CMake against the installed
+//! config package) under `mpirun` — the GCN on Cora, and every model (GCN, GraphSAGE, GIN,
+//! GAT) on a small generated graph — and the Python ctypes module (`examples/python`) checked
+//! against SciPy under `mpirun` with mpi4py.
 
 mod common;
 
 use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::sync::OnceLock;
 use std::time::Duration;
 
 const BUILD_TIMEOUT: Duration = Duration::from_secs(300);
@@ -20,8 +22,14 @@ fn cora_chunks(cora: &Path, parts: u32) -> PathBuf {
     dir
 }
 
-/// Configures and builds `examples/cpp` with `-DDISTSPMM_ROOT=<installed prefix>`.
+/// Configures and builds `examples/cpp` with `-DDISTSPMM_ROOT=<installed prefix>`, once per
+/// test binary (the tests that run it share its build tree).
 fn build_cpp_example() -> Option<PathBuf> {
+    static TRAINER: OnceLock<Option<PathBuf>> = OnceLock::new();
+    TRAINER.get_or_init(configure_and_build).clone()
+}
+
+fn configure_and_build() -> Option<PathBuf> {
     let cmake = common::tool("cmake")?;
     let build = common::scratch().join("cpp-build");
     let source = common::repo_root().join("examples/cpp");
@@ -41,11 +49,11 @@ fn build_cpp_example() -> Option<PathBuf> {
         BUILD_TIMEOUT,
     );
     common::assert_success("cmake --build examples/cpp", &out);
-    Some(build.join("distspmm_gcn"))
+    Some(build.join("distspmm_train"))
 }
 
 #[test]
-fn cpp_gcn_trainer_links_only_libdistspmm_and_reaches_78_percent_on_cora() {
+fn cpp_trainer_links_only_libdistspmm_and_its_gcn_reaches_78_percent_on_cora() {
     let Some(cora) = common::cora() else { return };
     let Some(trainer) = build_cpp_example() else {
         return;
@@ -77,13 +85,68 @@ fn cpp_gcn_trainer_links_only_libdistspmm_and_reaches_78_percent_on_cora() {
         ) else {
             return;
         };
-        common::assert_success(&format!("distspmm_gcn at P={parts}"), &out);
+        common::assert_success(&format!("distspmm_train at P={parts}"), &out);
         let stdout = String::from_utf8_lossy(&out.stdout);
         eprintln!("P={parts}:\n{stdout}");
         let accuracy = common::test_accuracy(&stdout);
         assert!(
             accuracy >= 0.78,
             "P={parts}: test accuracy {accuracy} < 0.78:\n{stdout}"
+        );
+    }
+}
+
+/// The `loss=` values of the trainer's epoch lines, in order.
+fn losses(stdout: &str) -> Vec<f64> {
+    stdout
+        .lines()
+        .filter(|l| l.starts_with("epoch"))
+        .filter_map(|l| l.split("loss=").nth(1))
+        .map(|v| {
+            v.split_whitespace()
+                .next()
+                .and_then(|v| v.parse().ok())
+                .unwrap_or_else(|| panic!("unparsable loss in:\n{stdout}"))
+        })
+        .collect()
+}
+
+#[test]
+fn cpp_trainer_lowers_the_loss_of_every_model_at_p2() {
+    let Some(trainer) = build_cpp_example() else {
+        return;
+    };
+    let chunks = common::scratch().join("small-2");
+    common::write_chunks(&common::small_graph(), 2, &chunks);
+    for model in ["gcn", "sage", "gin", "gat"] {
+        let args = [
+            OsStr::new("--chunks"),
+            chunks.as_os_str(),
+            OsStr::new("--model"),
+            OsStr::new(model),
+            OsStr::new("--epochs"),
+            OsStr::new("15"),
+            OsStr::new("--log-every"),
+            OsStr::new("1"),
+            OsStr::new("--dropout"),
+            OsStr::new("0"),
+        ];
+        let Some(out) = common::mpirun(2, &trainer, &args, &[], TRAIN_TIMEOUT) else {
+            return;
+        };
+        common::assert_success(&format!("distspmm_train --model {model} at P=2"), &out);
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        eprintln!("{model}:\n{stdout}");
+        let losses = losses(&stdout);
+        assert_eq!(losses.len(), 15, "{model}: one loss per epoch:\n{stdout}");
+        let (first, last) = (losses[0], losses[14]);
+        assert!(
+            last.is_finite() && last < 0.9 * first,
+            "{model}: the loss went from {first} to {last}:\n{stdout}"
+        );
+        assert!(
+            stdout.contains(&format!("model={model} ranks=2")),
+            "{model}: no final line:\n{stdout}"
         );
     }
 }

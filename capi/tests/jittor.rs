@@ -1,5 +1,6 @@
 //! The Jittor integration (`python/distspmm`, `examples/jittor`), run under `mpirun`: the
-//! operator against SciPy and finite differences at P = 1 and 2, and the distributed GCN example
+//! operator against SciPy and finite differences at P = 1 and 2, `DistGATConv` against a dense
+//! NumPy reference (outputs and gradients) at P = 1 and 2, and the distributed GCN example
 //! on Cora (the loss falls, P = 2 follows the single-rank loss trajectory, and 200 epochs at
 //! P = 2 reach 78% test accuracy).
 //!
@@ -57,6 +58,21 @@ fn jittor_operator_matches_scipy_and_finite_differences() {
         "jittor-directed",
         &python,
         &[check_script().into_os_string()],
+        &jittor_env(),
+        RUN_TIMEOUT,
+    );
+}
+
+#[test]
+fn jittor_gat_layer_matches_a_dense_reference() {
+    let Some(python) = jittor_python() else {
+        return;
+    };
+    let script = common::repo_root().join("python/tests/check_jittor_gat.py");
+    common::check_on_directed_graph(
+        "jittor-gat-directed",
+        &python,
+        &[script.into_os_string()],
         &jittor_env(),
         RUN_TIMEOUT,
     );

@@ -3,7 +3,10 @@
 //! gradcheck, the model gradient against finite differences, `DistGCNConv` against PyG's
 //! `GCNConv`, the loader, the device operator's refusal) at P = 1 and 2, 20 training epochs at
 //! P = 2 against single-process PyG on Cora, and PyG's GCN example at P = 2 on Cora (200
-//! epochs, at least 80% test accuracy).
+//! epochs, at least 80% test accuracy). The layers over the per-edge calls:
+//! `python/tests/check_torch_layers.py` (`DistSAGEConv`, `DistGINConv`, `DistGATConv` against
+//! PyG's layers, gradcheck, state_dicts both ways) at P = 1 and 2 on an unweighted directed
+//! graph and at P = 2 on Cora, and PyG's GAT example at P = 2 on Cora.
 //!
 //! Needs the repository's `.venv` with torch, torch_geometric, numpy and mpi4py
 //! (scripts/ensure-deps.sh with `DISTSPMM_PY_EXTRAS=1`); skips with a message without it,
@@ -123,5 +126,100 @@ fn torch_pyg_gcn_example_reaches_80_percent_on_cora_at_two_ranks() {
     assert!(
         accuracy >= 0.80,
         "test accuracy {accuracy} < 0.80 after 200 epochs:\n{stdout}"
+    );
+}
+
+/// [`common::directed_graph`] without weights (PyG's SAGEConv, GINConv and GATConv ignore
+/// them) and with a self loop on every seventh node (kept by SAGE and GIN, replaced by GATConv's
+/// own): the graph of the layer checks. No duplicate edges (GATConv would count each).
+fn layers_graph() -> distspmm_core::graph::Graph {
+    let mut graph = common::directed_graph();
+    graph.weights = None;
+    let n = u32::try_from(graph.num_nodes).expect("a small graph");
+    let mut edges: Vec<(u32, u32)> = graph
+        .src
+        .iter()
+        .copied()
+        .zip(graph.dst.iter().copied())
+        .chain((0..n).step_by(7).map(|v| (v, v)))
+        .collect();
+    edges.sort_unstable();
+    edges.dedup();
+    (graph.src, graph.dst) = edges.into_iter().unzip();
+    graph
+}
+
+/// `check_torch_layers.py` on `graph`'s chunks for each of `parts` under `mpirun`.
+fn check_layers(name: &str, graph: &distspmm_core::graph::Graph, npz: &Path, parts: &[u32]) {
+    let Some(python) = torch_python() else {
+        return;
+    };
+    let script = common::repo_root().join("python/tests/check_torch_layers.py");
+    for &p in parts {
+        let chunks = common::scratch().join(format!("{name}-{p}"));
+        common::write_chunks(graph, p, &chunks);
+        let args = vec![
+            script.clone().into_os_string(),
+            "--chunks".into(),
+            chunks.into_os_string(),
+            "--graph".into(),
+            npz.as_os_str().to_owned(),
+        ];
+        let Some(out) = mpirun(p as usize, &python, &args) else {
+            return;
+        };
+        common::assert_every_rank_ok(
+            &format!("mpirun -n {p} check_torch_layers.py ({name})"),
+            &out,
+            p as usize,
+        );
+    }
+}
+
+#[test]
+fn torch_sage_gin_gat_match_pyg_at_one_and_two_ranks() {
+    let dir = common::scratch().join("torch-layers");
+    std::fs::create_dir_all(&dir).expect("create the scratch directory");
+    let npz = dir.join("graph.npz");
+    let _ = std::fs::remove_file(&npz);
+    distspmm_core::graph::npz::write_npz(&npz, &layers_graph()).expect("write .npz");
+    let graph = distspmm_core::graph::load(&npz).expect("read .npz");
+    check_layers("torch-layers", &graph, &npz, &[1, 2]);
+}
+
+#[test]
+fn torch_layers_match_pyg_on_cora_at_two_ranks() {
+    let Some(cora) = common::cora() else { return };
+    let graph = distspmm_core::graph::load(&cora).expect("read cora.npz");
+    check_layers("torch-layers-cora", &graph, &cora, &[2]);
+}
+
+#[test]
+fn torch_pyg_gat_example_reaches_79_percent_on_cora_at_two_ranks() {
+    let Some(cora) = common::cora() else { return };
+    let Some(python) = torch_python() else {
+        return;
+    };
+    let graph = distspmm_core::graph::load(&cora).expect("read cora.npz");
+    let chunks = common::scratch().join("torch-cora-gat-2");
+    common::write_chunks(&graph, 2, &chunks);
+    // PyG's (and the GAT paper's) Cora configuration: 8 heads x 8 hidden, 200 epochs.
+    let args = vec![
+        common::repo_root()
+            .join("examples/torch/gat.py")
+            .into_os_string(),
+        "--chunks".into(),
+        chunks.into_os_string(),
+    ];
+    let Some(out) = mpirun(2, &python, &args) else {
+        return;
+    };
+    common::assert_success("mpirun -n 2 examples/torch/gat.py", &out);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    eprintln!("{stdout}");
+    let accuracy = common::test_accuracy(&stdout);
+    assert!(
+        accuracy >= 0.79,
+        "test accuracy {accuracy} < 0.79 after 200 epochs:\n{stdout}"
     );
 }

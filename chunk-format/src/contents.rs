@@ -43,8 +43,12 @@ pub struct ChunkContents<'a> {
     pub features: Option<&'a [f32]>,
     /// Number of classes `C` (0 without labels).
     pub num_classes: u32,
-    /// Labels, −1 or `< C`; present iff `num_classes > 0`.
+    /// Labels, −1 or `< C`: one class per node. With `num_classes > 0` exactly one of
+    /// `labels` and `targets` is present.
     pub labels: Option<&'a [i32]>,
+    /// Multi-label targets, row-major `n_p × C`: each row all 0/1, or all
+    /// [`crate::TARGET_UNLABELLED`] for an unlabelled node (`TARGETS`, format 1.2).
+    pub targets: Option<&'a [u8]>,
     /// Masks (bit 0 train, 1 val, 2 test).
     pub masks: Option<&'a [u8]>,
     /// Original node id of each local row.
@@ -62,6 +66,7 @@ impl core::fmt::Debug for ChunkContents<'_> {
             .field("halo_send", &self.halo_send.len())
             .field("feature_dim", &self.feature_dim)
             .field("num_classes", &self.num_classes)
+            .field("targets", &self.targets.is_some())
             .field("masks", &self.masks.is_some())
             .finish_non_exhaustive()
     }
@@ -69,11 +74,14 @@ impl core::fmt::Debug for ChunkContents<'_> {
 
 impl ChunkContents<'_> {
     /// The format version the writer records for these contents: the lowest that defines
-    /// every section they fill — 1.1 when the blocks carry edge weights (`EDGE_WEIGHTS`), else
-    /// 1.0, so a chunk without them is byte for byte a 1.0 file.
+    /// every section they fill — 1.2 with multi-label targets (`TARGETS`), else 1.1 when the
+    /// blocks carry edge weights (`EDGE_WEIGHTS`), else 1.0, so a chunk without either is byte
+    /// for byte a 1.0 file.
     pub fn version(&self) -> Version {
-        if self.blocks.iter().any(|b| b.edge_weights.is_some()) {
+        if self.targets.is_some() {
             FORMAT_VERSION
+        } else if self.blocks.iter().any(|b| b.edge_weights.is_some()) {
+            Version { major: 1, minor: 1 }
         } else {
             Version { major: 1, minor: 0 }
         }
@@ -292,6 +300,12 @@ impl<'a> Plan<'a> {
                 }),
             ));
         }
+        if let Some(targets) = contents.targets {
+            sections.push(PlannedSection::new(
+                SectionKind::TARGETS,
+                vec![borrowed(targets)],
+            ));
+        }
 
         let mut plan = Self {
             header: ChunkHeader {
@@ -338,6 +352,7 @@ impl<'a> Plan<'a> {
             original_ids: contents.original_ids,
             features: contents.features,
             labels: contents.labels,
+            targets: contents.targets,
             masks: contents.masks,
         };
         arrays.validate_lists()?;

@@ -8,8 +8,12 @@ pub const MAGIC: [u8; 8] = *b"\x89DSPCHK\n";
 
 /// The newest format version this crate writes; it reads every minor version of this major.
 /// The writer records the lowest version that defines every section of the file it writes
-/// ([`crate::ChunkContents::version`]): a chunk without the sections 1.1 added is a 1.0 file.
-pub const FORMAT_VERSION: Version = Version { major: 1, minor: 1 };
+/// ([`crate::ChunkContents::version`]): a chunk without the sections 1.1 and 1.2 added is a
+/// 1.0 file, one with edge weights but no multi-label targets a 1.1 file.
+pub const FORMAT_VERSION: Version = Version { major: 1, minor: 2 };
+
+/// The `TARGETS` byte of every class of an unlabelled row (a labelled row holds 0 or 1).
+pub const TARGET_UNLABELLED: u8 = 0xFF;
 
 /// Length of the fixed header in bytes.
 pub const HEADER_LEN: usize = 128;
@@ -167,7 +171,7 @@ pub(crate) struct KindSpec {
 }
 
 /// Known kinds, indexed by code (index 0 is unused). The order is the writer's layout order.
-const KIND_SPECS: [Option<KindSpec>; 20] = {
+const KIND_SPECS: [Option<KindSpec>; 21] = {
     const fn k(name: &'static str, elem: ElemType, optional: bool) -> Option<KindSpec> {
         Some(KindSpec {
             name,
@@ -196,6 +200,7 @@ const KIND_SPECS: [Option<KindSpec>; 20] = {
         k("LABELS", ElemType::I32, true),
         k("MASKS", ElemType::U8, true),
         k("EDGE_WEIGHTS", ElemType::F32, true),
+        k("TARGETS", ElemType::U8, true),
     ]
 };
 
@@ -242,6 +247,9 @@ impl SectionKind {
     /// The weight in the graph's `A` of every stored non-zero, in `CSR_VALS` order, `f32[nnz]`
     /// (optional; format 1.1).
     pub const EDGE_WEIGHTS: Self = Self(0x13);
+    /// Multi-label targets, row-major `u8[n_p*C]`: 0 or 1 per class, or a whole row of
+    /// [`TARGET_UNLABELLED`] (optional, instead of `LABELS`; format 1.2).
+    pub const TARGETS: Self = Self(0x14);
 
     /// The spec's name of a known kind.
     pub fn name(self) -> Option<&'static str> {
@@ -569,7 +577,13 @@ mod tests {
                 .map(|s| (s.name, s.elem, s.optional)),
             Some(("EDGE_WEIGHTS", ElemType::F32, true))
         );
-        assert!(!SectionKind(0x14).is_known());
+        assert_eq!(
+            SectionKind::TARGETS
+                .spec()
+                .map(|s| (s.name, s.elem, s.optional)),
+            Some(("TARGETS", ElemType::U8, true))
+        );
+        assert!(!SectionKind(0x15).is_known());
         assert_eq!(alloc::format!("{}", SectionKind(0x99)), "unknown kind 0x99");
         for code in 1..=5 {
             assert_eq!(ElemType::from_code(code).map(ElemType::code), Some(code));

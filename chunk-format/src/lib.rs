@@ -1,6 +1,7 @@
 //! The on-disk chunk: what one rank of a `P`-way partition loads — its rows of Â split into one
 //! block per source part (CSR and CSC over compacted columns), the halo send/receive lists, and
-//! optional features, labels, masks and the graph's own edge weights at Â's entries.
+//! optional features, labels (or multi-label targets), masks and the graph's own edge weights
+//! at Â's entries.
 //!
 //! The byte layout is specified in `docs/chunk-format.md`. [`ChunkView`] is a zero-copy,
 //! validating view over the bytes of a chunk (a memory map or an [`AlignedBuf`]): once
@@ -40,6 +41,7 @@
 //!     features: None,
 //!     num_classes: 0,
 //!     labels: None,
+//!     targets: None, // or multi-label 0/1 targets, n_p × C (format 1.2)
 //!     masks: None,
 //!     original_ids: &[1, 0],
 //! };
@@ -87,6 +89,6 @@ pub use file::{
 pub use layout::{
     ChunkHeader, ElemType, SectionEntry, SectionKind, ValueDtype, Version, BUFFER_ALIGN,
     FORMAT_VERSION, HEADER_LEN, INDEX_WIDTH, MAGIC, SECTION_ALIGN, SECTION_ENTRY_LEN,
-    SECTION_FLAG_OPTIONAL,
+    SECTION_FLAG_OPTIONAL, TARGET_UNLABELLED,
 };
 pub use view::{BlockView, ChunkView, ParseOptions};

@@ -49,6 +49,8 @@ pub(crate) struct ChunkParams {
     pub(crate) num_classes: u32,
     pub(crate) masks: bool,
     pub(crate) edge_weights: bool,
+    /// Multi-label targets (`TARGETS`) instead of labels, when there are classes.
+    pub(crate) multi_label: bool,
 }
 
 pub(crate) fn params_strategy() -> impl Strategy<Value = ChunkParams> {
@@ -59,6 +61,7 @@ pub(crate) fn params_strategy() -> impl Strategy<Value = ChunkParams> {
         0u64..=70,
         0u32..4,
         0u32..4,
+        any::<bool>(),
         any::<bool>(),
         any::<bool>(),
     )
@@ -72,6 +75,7 @@ pub(crate) fn params_strategy() -> impl Strategy<Value = ChunkParams> {
                 num_classes,
                 masks,
                 edge_weights,
+                multi_label,
             )| {
                 ChunkParams {
                     seed,
@@ -82,6 +86,7 @@ pub(crate) fn params_strategy() -> impl Strategy<Value = ChunkParams> {
                     num_classes,
                     masks,
                     edge_weights,
+                    multi_label,
                 }
             },
         )
@@ -116,6 +121,7 @@ pub(crate) struct OwnedChunk {
     pub(crate) features: Option<Vec<f32>>,
     pub(crate) num_classes: u32,
     pub(crate) labels: Option<Vec<i32>>,
+    pub(crate) targets: Option<Vec<u8>>,
     pub(crate) masks: Option<Vec<u8>>,
     pub(crate) original_ids: Vec<u64>,
     /// Row-major `n_p × N`: p's rows of Â over global columns.
@@ -226,7 +232,7 @@ pub(crate) fn build(params: &ChunkParams) -> OwnedChunk {
     let c = params.num_classes;
     let fingerprint = core::array::from_fn(|_| rng.next_u64() as u8);
     let features = (f > 0).then(|| (0..n_p * f as usize).map(|_| rng.value()).collect());
-    let labels = (c > 0).then(|| {
+    let mut labels = (c > 0).then(|| {
         (0..n_p)
             .map(|_| rng.below(u64::from(c) + 1) as i32 - 1)
             .collect()
@@ -240,6 +246,19 @@ pub(crate) fn build(params: &ChunkParams) -> OwnedChunk {
             b.edge_weights = Some(b.csr_vals.iter().map(|_| rng.value()).collect());
         }
     }
+    // Each row unlabelled (one in four) or 0/1 per class.
+    let targets = (params.multi_label && c > 0).then(|| {
+        labels = None;
+        let mut t = Vec::with_capacity(n_p * c as usize);
+        for _ in 0..n_p {
+            if rng.below(4) == 0 {
+                t.extend(core::iter::repeat_n(crate::TARGET_UNLABELLED, c as usize));
+            } else {
+                t.extend((0..c).map(|_| rng.below(2) as u8));
+            }
+        }
+        t
+    });
     OwnedChunk {
         part_id: p as u32,
         fingerprint,
@@ -253,6 +272,7 @@ pub(crate) fn build(params: &ChunkParams) -> OwnedChunk {
         features,
         num_classes: c,
         labels,
+        targets,
         masks,
         original_ids: permutation[p_start..p_end].to_vec(),
         dense,
@@ -297,6 +317,7 @@ impl OwnedChunk {
             features: self.features.as_deref(),
             num_classes: self.num_classes,
             labels: self.labels.as_deref(),
+            targets: self.targets.as_deref(),
             masks: self.masks.as_deref(),
             original_ids: &self.original_ids,
         }
@@ -315,6 +336,22 @@ pub(crate) fn small_full_chunk() -> OwnedChunk {
         num_classes: 3,
         masks: true,
         edge_weights: true,
+        multi_label: false,
+    })
+}
+
+/// [`small_full_chunk`] with multi-label targets instead of labels.
+pub(crate) fn small_multi_label_chunk() -> OwnedChunk {
+    build(&ChunkParams {
+        seed: 7,
+        part_sizes: vec![3, 4, 2],
+        part_id: 1,
+        density_percent: 40,
+        feature_dim: 2,
+        num_classes: 3,
+        masks: true,
+        edge_weights: true,
+        multi_label: true,
     })
 }
 

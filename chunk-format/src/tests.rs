@@ -5,7 +5,7 @@
     reason = "tests over small fixtures: every offset, count and id is far below u32::MAX"
 )]
 
-use alloc::string::ToString;
+use alloc::string::{String, ToString};
 use alloc::vec;
 use alloc::vec::Vec;
 
@@ -13,7 +13,9 @@ use proptest::prelude::*;
 
 use crate::contents::{Piece, Plan, PlannedSection};
 use crate::layout::*;
-use crate::testing::{build, dense_from_view, params_strategy, small_full_chunk, OwnedChunk};
+use crate::testing::{
+    build, dense_from_view, params_strategy, small_full_chunk, small_multi_label_chunk, OwnedChunk,
+};
 use crate::*;
 
 fn encode_ok(chunk: &OwnedChunk) -> AlignedBuf {
@@ -79,8 +81,14 @@ fn assert_round_trip(chunk: &OwnedChunk) {
     assert_eq!(view.contents(), contents);
     let h = view.header();
     let weighted = chunk.blocks.iter().any(|b| b.edge_weights.is_some());
-    let minor = if weighted { FORMAT_VERSION.minor } else { 0 };
+    let minor = match (chunk.targets.is_some(), weighted) {
+        (true, _) => 2,
+        (false, true) => 1,
+        (false, false) => 0,
+    };
     assert_eq!(h.version, Version { major: 1, minor });
+    assert_eq!(view.targets(), chunk.targets.as_deref());
+    assert_eq!(view.labels(), chunk.labels.as_deref());
     assert_eq!(h.version, contents.version());
     assert_eq!(view.edge_weights().is_some(), weighted);
     for (b, owned) in view.blocks().zip(&chunk.blocks) {
@@ -156,9 +164,11 @@ fn empty_and_single_part_chunks_round_trip() {
                 part_id: part,
                 density_percent,
                 feature_dim: 0,
-                num_classes: 0,
+                // Empty parts with multi-label targets too.
+                num_classes: if density_percent > 0 { 2 } else { 0 },
                 masks: false,
                 edge_weights: density_percent > 0,
+                multi_label: density_percent > 0,
             }));
         }
     }
@@ -611,6 +621,112 @@ fn edge_weights_are_optional_and_skipped_by_a_reader_that_does_not_know_them() {
     assert_eq!(plain.sections().len() + 1, view.sections().len());
 }
 
+/// [`blamed_section`] for the multi-label chunk: the section the writer and the reader blame.
+fn blamed_multi_label_section(edit: impl FnOnce(&mut OwnedChunk)) -> (SectionKind, String) {
+    let mut chunk = small_multi_label_chunk();
+    edit(&mut chunk);
+    let contents = chunk.contents();
+    let in_memory = Plan::new(&contents).and_then(|plan| plan.validate(&contents, true));
+    let parsed = Plan::new(&contents).and_then(|plan| {
+        let buf = plan.encode_unchecked()?;
+        ChunkView::parse(buf.as_bytes()).map(|_| ())
+    });
+    assert_eq!(
+        in_memory, parsed,
+        "the writer's check and the reader disagree"
+    );
+    match parsed {
+        Err(e @ ChunkError::Section { section, .. }) => (section, e.to_string()),
+        Err(e @ ChunkError::Header { .. }) => (SectionKind(0), e.to_string()),
+        Err(other) => panic!("expected a section or header error, got {other}"),
+        Ok(()) => panic!("invalid contents were encoded"),
+    }
+}
+
+#[test]
+fn multi_label_targets_round_trip_as_format_1_2() {
+    let chunk = small_multi_label_chunk();
+    assert!(chunk.labels.is_none());
+    let targets = chunk.targets.clone().unwrap();
+    assert_eq!(targets.len(), chunk.n_p() * 3);
+    assert!(targets.chunks(3).any(|r| r == [TARGET_UNLABELLED; 3]));
+    assert!(targets.chunks(3).any(|r| r.iter().all(|&t| t <= 1)));
+    assert_round_trip(&chunk);
+    let buf = encode_ok(&chunk);
+    let view = ChunkView::parse(buf.as_bytes()).unwrap();
+    assert_eq!(view.header().version, FORMAT_VERSION);
+    assert_eq!(view.header().num_classes, 3);
+    assert_eq!(view.labels(), None);
+    let entry = view
+        .sections()
+        .find(|s| s.kind == SectionKind::TARGETS)
+        .unwrap();
+    assert_eq!(
+        (entry.flags, entry.elem_type, entry.elem_count),
+        (
+            SECTION_FLAG_OPTIONAL,
+            ElemType::U8.code(),
+            targets.len() as u64
+        )
+    );
+    // The last section, after EDGE_WEIGHTS, in the writer's kind order.
+    assert_eq!(
+        view.sections().last().map(|s| s.kind),
+        Some(SectionKind::TARGETS)
+    );
+
+    // A 1.1 reader does not know TARGETS: it skips the optional section, then finds classes
+    // without LABELS and refuses the chunk rather than misreading it.
+    let mut renamed = buf.clone();
+    let at = entry_at(renamed.as_bytes(), SectionKind::TARGETS);
+    set_u32(renamed.as_bytes_mut(), at + E_KIND, 0x40);
+    reseal(renamed.as_bytes_mut());
+    let err = ChunkView::parse(renamed.as_bytes()).unwrap_err();
+    assert_eq!(
+        err,
+        ChunkError::Header {
+            field: "num_classes",
+            detail: "is 3 but there is no LABELS section".into()
+        }
+    );
+}
+
+#[test]
+fn broken_multi_label_targets_are_named() {
+    // A value other than 0/1 in a labelled row.
+    let (kind, msg) = blamed_multi_label_section(|c| {
+        let t = c.targets.as_mut().unwrap();
+        let r = t.chunks(3).position(|r| r[0] <= 1).unwrap();
+        t[r * 3 + 1] = 2;
+    });
+    assert_eq!(kind, SectionKind::TARGETS);
+    assert!(msg.contains("has 2 for class 1"), "{msg}");
+    // An unlabelled row with a 0/1 in it.
+    let (kind, msg) = blamed_multi_label_section(|c| {
+        let t = c.targets.as_mut().unwrap();
+        let r = t.chunks(3).position(|r| r[0] == TARGET_UNLABELLED).unwrap();
+        t[r * 3 + 2] = 1;
+    });
+    assert_eq!(kind, SectionKind::TARGETS);
+    assert!(
+        msg.contains("has 1 for class 2 after 255 for class 0"),
+        "{msg}"
+    );
+    // One byte short, and both sections at once.
+    let (kind, msg) = blamed_multi_label_section(|c| {
+        c.targets.as_mut().unwrap().pop();
+    });
+    assert_eq!(kind, SectionKind::TARGETS);
+    assert!(msg.contains("num_local_nodes × num_classes"), "{msg}");
+    let (kind, msg) = blamed_multi_label_section(|c| c.labels = Some(vec![0; c.n_p()]));
+    assert_eq!(kind, SectionKind::TARGETS);
+    assert!(msg.contains("not both"), "{msg}");
+    // Targets without classes in the header.
+    let (kind, msg) = blamed_multi_label_section(|c| c.num_classes = 0);
+    assert_eq!(kind, SectionKind::TARGETS);
+    assert!(msg.contains("num_classes is 0"), "{msg}");
+}
+
 #[test]
 fn encoder_checks_block_shapes_and_header_fields() {
     let chunk = small_full_chunk();
@@ -761,6 +877,7 @@ fn fuzz_seeds_are_valid_chunks() {
         std::fs::create_dir_all(&dir).unwrap();
         let seeds = [
             ("three-parts-all-sections", small_full_chunk()),
+            ("three-parts-multi-label", small_multi_label_chunk()),
             (
                 "one-part",
                 build(&testing::ChunkParams {
@@ -772,6 +889,7 @@ fn fuzz_seeds_are_valid_chunks() {
                     num_classes: 2,
                     masks: true,
                     edge_weights: false,
+                    multi_label: false,
                 }),
             ),
             (
@@ -785,6 +903,7 @@ fn fuzz_seeds_are_valid_chunks() {
                     num_classes: 0,
                     masks: false,
                     edge_weights: false,
+                    multi_label: false,
                 }),
             ),
         ];
@@ -802,5 +921,5 @@ fn fuzz_seeds_are_valid_chunks() {
         ChunkView::parse(bytes.as_bytes()).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
         seen += 1;
     }
-    assert!(seen >= 3, "expected at least 3 seeds in {}", dir.display());
+    assert!(seen >= 4, "expected at least 4 seeds in {}", dir.display());
 }

@@ -8,7 +8,7 @@ use alloc::string::String;
 use alloc::vec::Vec;
 
 use crate::error::ChunkError;
-use crate::layout::{ChunkHeader, SectionKind};
+use crate::layout::{ChunkHeader, SectionKind, TARGET_UNLABELLED};
 use crate::view::{BlockView, ChunkView};
 
 /// Checks that `actual` elements is the `expected` count (`what` says where it comes from).
@@ -121,6 +121,7 @@ pub(crate) struct Arrays<'a, 'h> {
     pub(crate) original_ids: &'a [u64],
     pub(crate) features: Option<&'a [f32]>,
     pub(crate) labels: Option<&'a [i32]>,
+    pub(crate) targets: Option<&'a [u8]>,
     pub(crate) masks: Option<&'a [u8]>,
 }
 
@@ -136,6 +137,7 @@ impl ChunkView<'_> {
             original_ids: self.original_ids,
             features: self.features,
             labels: self.labels,
+            targets: self.targets,
             masks: self.masks,
         };
         arrays.validate_lists()?;
@@ -451,7 +453,18 @@ impl Arrays<'_, '_> {
         }
 
         let classes = h.num_classes;
-        check_presence("num_classes", classes, SectionKind::LABELS, self.labels)?;
+        if self.labels.is_some() && self.targets.is_some() {
+            return Err(ChunkError::section(
+                SectionKind::TARGETS,
+                "present together with LABELS; a chunk holds one class per node (LABELS) or \
+                 multi-label targets (TARGETS), not both"
+                    .into(),
+            ));
+        }
+        match self.targets {
+            Some(targets) => self.validate_targets(targets)?,
+            None => check_presence("num_classes", classes, SectionKind::LABELS, self.labels)?,
+        }
         if let Some(labels) = self.labels {
             let kind = SectionKind::LABELS;
             expect_len(kind, labels.len(), n_p, "num_local_nodes")?;
@@ -478,6 +491,65 @@ impl Arrays<'_, '_> {
                     format!(
                         "row {i} has mask {:#010b}; only bits 0 (train), 1 (val) and 2 (test) are defined",
                         masks[i]
+                    ),
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Arrays<'_, '_> {
+    /// `TARGETS`: `n_p × C` bytes (C > 0), each row all 0/1 or all [`TARGET_UNLABELLED`].
+    fn validate_targets(&self, targets: &[u8]) -> Result<(), ChunkError> {
+        let h = &self.header;
+        let kind = SectionKind::TARGETS;
+        let classes = h.num_classes;
+        if classes == 0 {
+            return Err(ChunkError::section(
+                kind,
+                "present but the header's num_classes is 0".into(),
+            ));
+        }
+        let expected = h
+            .num_local_nodes
+            .checked_mul(u64::from(classes))
+            .ok_or_else(|| {
+                ChunkError::header(
+                    "num_classes",
+                    format!("num_local_nodes × {classes} overflows"),
+                )
+            })?;
+        expect_len(
+            kind,
+            targets.len(),
+            expected,
+            "num_local_nodes × num_classes",
+        )?;
+        for (i, row) in targets
+            .chunks_exact(to_usize(u64::from(classes)))
+            .enumerate()
+        {
+            let unlabelled = row[0] == TARGET_UNLABELLED;
+            let bad = row.iter().position(|&t| {
+                if unlabelled {
+                    t != TARGET_UNLABELLED
+                } else {
+                    t > 1
+                }
+            });
+            if let Some(c) = bad {
+                return Err(ChunkError::section(
+                    kind,
+                    format!(
+                        "row {i} has {} for class {c}{}; a row is all 0/1 (a labelled node) or \
+                         all {TARGET_UNLABELLED} (an unlabelled one)",
+                        row[c],
+                        if unlabelled {
+                            format!(" after {TARGET_UNLABELLED} for class 0")
+                        } else {
+                            String::new()
+                        }
                     ),
                 ));
             }

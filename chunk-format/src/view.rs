@@ -137,6 +137,7 @@ pub struct ChunkView<'a> {
     pub(crate) labels: Option<&'a [i32]>,
     pub(crate) masks: Option<&'a [u8]>,
     pub(crate) edge_weights: Option<&'a [f32]>,
+    pub(crate) targets: Option<&'a [u8]>,
 }
 
 /// Converts an in-bounds `(offset, len)` pair to a byte range of a buffer of `total` bytes.
@@ -275,6 +276,7 @@ impl<'a> ChunkView<'a> {
             labels: optional(&found, SectionKind::LABELS)?,
             masks: optional(&found, SectionKind::MASKS)?,
             edge_weights: optional(&found, SectionKind::EDGE_WEIGHTS)?,
+            targets: optional(&found, SectionKind::TARGETS)?,
         };
         view.validate(options.verify_csc_matches_csr)?;
         Ok(view)
@@ -675,6 +677,13 @@ impl<'a> ChunkView<'a> {
         self.labels
     }
 
+    /// Multi-label targets, row-major `n_p × C` (each row all 0/1, or all
+    /// [`crate::TARGET_UNLABELLED`] for an unlabelled node), if the chunk holds them instead of
+    /// [`ChunkView::labels`] (format 1.2).
+    pub fn targets(&self) -> Option<&'a [u8]> {
+        self.targets
+    }
+
     /// Node masks (bit 0 train, 1 val, 2 test), if present.
     pub fn masks(&self) -> Option<&'a [u8]> {
         self.masks
@@ -707,6 +716,7 @@ impl<'a> ChunkView<'a> {
             features: self.features,
             num_classes: self.header.num_classes,
             labels: self.labels,
+            targets: self.targets,
             masks: self.masks,
             original_ids: self.original_ids,
         }

@@ -1,8 +1,9 @@
 //! Golden test vectors: small chunks built by hand must encode to the committed fixture bytes,
 //! and each fixture must decode to its hand-written contents. An accidental format change fails
-//! here. Two fixtures: `small-v1.chunk` (format 1.0: no edge weights) and
-//! `small-v1.1-edge-weights.chunk` (the same chunk with its `EDGE_WEIGHTS`, format 1.1). After
-//! an intended change (and a version bump), regenerate with
+//! here. Three fixtures: `small-v1.chunk` (format 1.0: no edge weights),
+//! `small-v1.1-edge-weights.chunk` (the same chunk with its `EDGE_WEIGHTS`, format 1.1) and
+//! `small-v1.2-targets.chunk` (that chunk with multi-label `TARGETS` instead of `LABELS`,
+//! format 1.2). After an intended change (and a version bump), regenerate with
 //! `UPDATE_GOLDEN=1 cargo test -p chunk-format --test golden`.
 
 use std::path::PathBuf;
@@ -10,7 +11,7 @@ use std::sync::Once;
 
 use chunk_format::{
     encode_to_vec, AlignedBuf, BlockView, ChunkContents, ChunkView, SectionKind, Version,
-    FORMAT_VERSION, HEADER_LEN, SECTION_ENTRY_LEN, SECTION_FLAG_OPTIONAL,
+    FORMAT_VERSION, HEADER_LEN, SECTION_ENTRY_LEN, SECTION_FLAG_OPTIONAL, TARGET_UNLABELLED,
 };
 
 /// One committed fixture: its file and whether its blocks carry edge weights.
@@ -20,6 +21,8 @@ enum Fixture {
     V1_0,
     /// Format 1.1: the 18 sections plus `EDGE_WEIGHTS`.
     EdgeWeights,
+    /// Format 1.2: as `EdgeWeights`, with `TARGETS` in place of `LABELS`.
+    Targets,
 }
 
 impl Fixture {
@@ -27,6 +30,7 @@ impl Fixture {
         let name = match self {
             Fixture::V1_0 => "small-v1.chunk",
             Fixture::EdgeWeights => "small-v1.1-edge-weights.chunk",
+            Fixture::Targets => "small-v1.2-targets.chunk",
         };
         PathBuf::from(env!("CARGO_MANIFEST_DIR"))
             .join("tests/golden")
@@ -34,28 +38,38 @@ impl Fixture {
     }
 
     fn weighted(self) -> bool {
-        matches!(self, Fixture::EdgeWeights)
+        matches!(self, Fixture::EdgeWeights | Fixture::Targets)
+    }
+
+    fn multi_label(self) -> bool {
+        matches!(self, Fixture::Targets)
     }
 
     fn version(self) -> Version {
         match self {
             Fixture::V1_0 => Version { major: 1, minor: 0 },
             Fixture::EdgeWeights => Version { major: 1, minor: 1 },
+            Fixture::Targets => Version { major: 1, minor: 2 },
         }
     }
 
-    fn sections(self) -> u32 {
+    /// The section kinds, in the writer's order.
+    fn kinds(self) -> Vec<u32> {
+        let mut kinds: Vec<u32> = (1..=18).collect();
         if self.weighted() {
-            19
-        } else {
-            18
+            kinds.push(SectionKind::EDGE_WEIGHTS.0);
         }
+        if self.multi_label() {
+            kinds.retain(|&k| k != SectionKind::LABELS.0);
+            kinds.push(SectionKind::TARGETS.0);
+        }
+        kinds
     }
 
     /// The fixture's bytes; with `UPDATE_GOLDEN=1` it is first rewritten (once per process and
     /// fixture, before any test reads it).
     fn bytes(self) -> AlignedBuf {
-        static UPDATE: [Once; 2] = [Once::new(), Once::new()];
+        static UPDATE: [Once; 3] = [Once::new(), Once::new(), Once::new()];
         let path = self.path();
         if std::env::var_os("UPDATE_GOLDEN").is_some_and(|v| v == "1") {
             UPDATE[self as usize].call_once(|| {
@@ -88,6 +102,18 @@ const SEND_OFFSETS: [u64; 4] = [0, 2, 2, 3];
 const SEND: [u32; 3] = [0, 2, 1];
 const FEATURES: [f32; 6] = [1.5, -2.0, 0.0, 4.25, -0.5, 8.0];
 const LABELS: [i32; 3] = [2, -1, 0];
+/// The multi-label fixture's targets: three classes per row, the second row unlabelled.
+const TARGETS: [u8; 9] = [
+    1,
+    0,
+    1,
+    TARGET_UNLABELLED,
+    TARGET_UNLABELLED,
+    TARGET_UNLABELLED,
+    0,
+    0,
+    1,
+];
 const MASKS: [u8; 3] = [0b001, 0b010, 0b100];
 const ORIGINAL_IDS: [u64; 3] = [6, 0, 3];
 const FINGERPRINT: [u8; 16] = *b"golden-chunk-v1!";
@@ -149,7 +175,8 @@ fn contents(fixture: Fixture) -> ChunkContents<'static> {
         feature_dim: 2,
         features: Some(&FEATURES),
         num_classes: 3,
-        labels: Some(&LABELS),
+        labels: (!fixture.multi_label()).then_some(&LABELS[..]),
+        targets: fixture.multi_label().then_some(&TARGETS[..]),
         masks: Some(&MASKS),
         original_ids: &ORIGINAL_IDS,
     }
@@ -203,7 +230,14 @@ fn decodes_to_the_hand_written_contents(fixture: Fixture) {
         (&[0u32, 2][..], &[][..], &[1u32][..])
     );
     assert_eq!(view.features(), Some(&FEATURES[..]));
-    assert_eq!(view.labels(), Some(&LABELS[..]));
+    assert_eq!(
+        view.labels(),
+        (!fixture.multi_label()).then_some(&LABELS[..])
+    );
+    assert_eq!(
+        view.targets(),
+        fixture.multi_label().then_some(&TARGETS[..])
+    );
     assert_eq!(view.masks(), Some(&MASKS[..]));
     assert_eq!(view.original_ids(), ORIGINAL_IDS);
     let all_weights = WEIGHTS.concat();
@@ -220,11 +254,12 @@ fn layout_follows_the_spec(fixture: Fixture) {
     let h = view.header();
     // The reference writer: table right after the header, then the sections in kind order,
     // each 64-aligned, the file padded to a multiple of 64.
-    let count = fixture.sections();
+    let expected = fixture.kinds();
+    let count = u32::try_from(expected.len()).unwrap();
     assert_eq!(h.section_table_offset, HEADER_LEN as u64);
     assert_eq!(h.section_count, count);
     let kinds: Vec<u32> = view.sections().map(|s| s.kind.0).collect();
-    assert_eq!(kinds, (1..=count).collect::<Vec<u32>>());
+    assert_eq!(kinds, expected);
     let mut expected_offset =
         (HEADER_LEN + count as usize * SECTION_ENTRY_LEN).div_ceil(64) as u64 * 64;
     for s in view.sections() {
@@ -236,10 +271,17 @@ fn layout_follows_the_spec(fixture: Fixture) {
     assert_eq!(counts[4], (SectionKind::CSR_ROWPTR, 12));
     assert_eq!(counts[7], (SectionKind::CSC_COLPTR, 9));
     assert_eq!(counts[15], (SectionKind::FEATURES, 6));
+    let flags: Vec<u32> = view.sections().map(|s| s.flags).collect();
     if fixture.weighted() {
-        assert_eq!(counts[18], (SectionKind::EDGE_WEIGHTS, 8));
-        let flags: Vec<u32> = view.sections().map(|s| s.flags).collect();
-        assert_eq!(flags[18], SECTION_FLAG_OPTIONAL);
+        let at = kinds.iter().position(|&k| k == SectionKind::EDGE_WEIGHTS.0);
+        let at = at.unwrap();
+        assert_eq!(counts[at], (SectionKind::EDGE_WEIGHTS, 8));
+        assert_eq!(flags[at], SECTION_FLAG_OPTIONAL);
+    }
+    if fixture.multi_label() {
+        let last = counts.len() - 1;
+        assert_eq!(counts[last], (SectionKind::TARGETS, 9));
+        assert_eq!(flags[last], SECTION_FLAG_OPTIONAL);
     }
 }
 
@@ -271,5 +313,20 @@ fn edge_weights_fixture_decodes_to_the_hand_written_contents() {
 #[test]
 fn edge_weights_fixture_layout_follows_the_spec() {
     layout_follows_the_spec(Fixture::EdgeWeights);
-    assert_eq!(Fixture::EdgeWeights.version(), FORMAT_VERSION);
+}
+
+#[test]
+fn encoder_output_matches_the_committed_targets_fixture() {
+    encoder_output_matches(Fixture::Targets);
+}
+
+#[test]
+fn targets_fixture_decodes_to_the_hand_written_contents() {
+    decodes_to_the_hand_written_contents(Fixture::Targets);
+}
+
+#[test]
+fn targets_fixture_layout_follows_the_spec() {
+    layout_follows_the_spec(Fixture::Targets);
+    assert_eq!(Fixture::Targets.version(), FORMAT_VERSION);
 }

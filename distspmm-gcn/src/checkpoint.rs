@@ -115,6 +115,18 @@ impl Identity {
             a.classes.to_string(),
             b.classes.to_string(),
         );
+        let targets = |multi: bool| {
+            if multi {
+                "multi-label targets"
+            } else {
+                "one class per node"
+            }
+        };
+        field(
+            "the data's targets",
+            targets(a.multi_label).into(),
+            targets(b.multi_label).into(),
+        );
         field("--hidden", a.hidden.to_string(), b.hidden.to_string());
         field("--layers", a.layers.to_string(), b.layers.to_string());
         field("--dropout", a.dropout.to_string(), b.dropout.to_string());

@@ -292,7 +292,9 @@ impl<C: dist_comm::Communicator, K: ChunkSource> Graph for DistAggregate<'_, C, 
 /// This rank's node data, copied out of the chunk.
 struct NodeData {
     features: Vec<f32>,
+    /// Empty with multi-label `targets`.
     labels: Vec<i32>,
+    targets: Option<Vec<u8>>,
     masks: Vec<u8>,
     ids: Vec<u64>,
     in_dim: usize,
@@ -310,11 +312,14 @@ fn node_data(args: &Config, view: &ChunkView<'_>, path: &std::path::Path) -> Res
             path.display()
         )
     };
-    let Some(labels) = view.labels() else {
-        bail!(
+    let targets = view.targets().map(<[u8]>::to_vec);
+    let labels = match (view.labels(), &targets) {
+        (Some(labels), _) => labels,
+        (None, Some(_)) => &[],
+        (None, None) => bail!(
             "{} carries no labels; partition a graph with labels (`y`) to train a GCN",
             path.display()
-        )
+        ),
     };
     let masks = view.masks().map_or_else(|| vec![0u8; n], <[u8]>::to_vec);
     let ids = view.original_ids().to_vec();
@@ -335,6 +340,7 @@ fn node_data(args: &Config, view: &ChunkView<'_>, path: &std::path::Path) -> Res
     Ok(NodeData {
         features,
         labels: labels.to_vec(),
+        targets,
         masks,
         ids,
         in_dim,
@@ -402,8 +408,14 @@ where
     let view = chunk.view();
     let mut nd = agree(comm, node_data(args, view, &chunk_path))?;
     // The class count sizes the output layer: it must be what the labels justify (partition
-    // writes the largest label + 1), not just any number a chunk header declares.
-    let mut top = [nd.labels.iter().copied().max().map_or(-1.0, f64::from)];
+    // writes the largest label + 1), not just any number a chunk header declares. Multi-label
+    // targets have a column per class; every rank must hold the same kind.
+    let multi = f64::from(u8::from(nd.targets.is_some()));
+    let mut top = [
+        nd.labels.iter().copied().max().map_or(-1.0, f64::from),
+        multi,
+        -multi,
+    ];
     comm.all_reduce(&mut top, dist_comm::ReduceOp::Max)
         .context("cannot agree on the largest label")?;
     #[allow(
@@ -411,7 +423,13 @@ where
         reason = "an i32 label + 1, at most 2^31: exact"
     )]
     let justified = (top[0] + 1.0).max(0.0) as usize;
-    let classes_ok = if nd.classes > justified {
+    let multi_label = nd.targets.is_some();
+    let classes_ok = if top[1] != -top[2] {
+        Err(anyhow::anyhow!(
+            "some chunks of {} hold multi-label targets and others class labels: re-run `distspmm partition` on the graph",
+            dir_path.display()
+        ))
+    } else if !multi_label && nd.classes > justified {
         Err(anyhow::anyhow!(
             "{} declares {} classes, but the largest label in the chunks is {}: re-run `distspmm partition` on the graph",
             dir_path.display(),
@@ -426,14 +444,19 @@ where
         let ids = &nd.ids;
         maybe_normalize_rows(comm, &mut nd.features, nd.in_dim, |r| ids[r], on)?;
     }
-    let cfg = args.model_config(nd.in_dim, nd.classes);
+    let metric = agree(
+        comm,
+        super::model::Metric::resolve(args.metric, multi_label),
+    )?;
+    let cfg = args.model_config(nd.in_dim, nd.classes, multi_label);
     let data = LocalData {
         features: &nd.features,
         labels: &nd.labels,
+        targets: nd.targets.as_deref(),
         masks: &nd.masks,
         original_ids: &nd.ids,
     };
-    let mut train_total = [super::nn::net::local_train_count(&data)];
+    let mut train_total = [super::nn::net::local_train_count(&data, nd.classes)];
     comm.all_reduce_sum(&mut train_total)?;
     let model = agree(
         comm,
@@ -451,6 +474,7 @@ where
     let job = Job::new(
         args,
         cfg,
+        metric,
         "data",
         data_identity(dir.manifest()),
         Some(partition),

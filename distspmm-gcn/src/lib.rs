@@ -116,8 +116,10 @@ pub struct Config {
     pub save_predictions: Option<PathBuf>,
     /// Replace prediction files that exist already in `save_predictions`.
     pub force: bool,
-    /// The validation metric early stopping and [`Summary::best_epoch`] follow.
-    pub metric: model::Metric,
+    /// The validation metric early stopping and [`Summary::best_epoch`] follow; `None` is the
+    /// data's own: accuracy for class labels, ROC-AUC for multi-label targets (see
+    /// [`model::Metric::resolve`], which refuses a metric the data has not).
+    pub metric: Option<model::Metric>,
     /// Early stopping: stop once the validation `metric` has not improved for this many epochs,
     /// and restore the best epoch's parameters before the final evaluation (so the summary, and
     /// `save_predictions`, are the best epoch's). `None` trains every epoch and reports the
@@ -156,7 +158,7 @@ impl Default for Config {
             isolated_kernels: None,
             save_predictions: None,
             force: false,
-            metric: model::Metric::Acc,
+            metric: None,
             patience: None,
         }
     }
@@ -223,8 +225,9 @@ pub enum ConfigError {
 }
 
 impl Config {
-    /// The model's configuration for data of `in_dim` features and `classes` classes.
-    pub fn model_config(&self, in_dim: usize, classes: usize) -> ModelConfig {
+    /// The model's configuration for data of `in_dim` features and `classes` classes (one per
+    /// node, or `multi_label` targets).
+    pub fn model_config(&self, in_dim: usize, classes: usize, multi_label: bool) -> ModelConfig {
         ModelConfig {
             model: self.model,
             in_dim,
@@ -240,6 +243,7 @@ impl Config {
             attn_dropout: self.attn_dropout,
             residual: self.residual,
             train_eps: self.train_eps,
+            multi_label,
         }
     }
 
@@ -298,9 +302,10 @@ impl Config {
 pub struct EpochReport {
     /// The epoch just finished, counted from 1 (including those before a resume).
     pub epoch: u64,
-    /// Mean training NLL of the epoch's training step.
+    /// Mean training loss of the epoch's training step (NLL, or binary cross-entropy for
+    /// multi-label targets).
     pub loss: f64,
-    /// Accuracies and macro-F1s after the step.
+    /// Accuracies and macro-F1s (or ROC-AUCs, for multi-label targets) after the step.
     pub metrics: Metrics,
     /// Wall time of the epoch (training step + evaluation) on the slowest rank, seconds.
     pub seconds: f64,
@@ -387,19 +392,37 @@ pub struct Summary {
     /// stopping ended the run).
     pub epochs: u64,
     /// Training accuracy of the final model (fraction): the last epoch's, or with
-    /// [`Config::patience`] the best epoch's (its parameters restored).
-    pub train_acc: f64,
+    /// [`Config::patience`] the best epoch's (its parameters restored). This and the other
+    /// accuracies and macro-F1s are for class labels (absent for multi-label targets, which
+    /// have the ROC-AUCs instead).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub train_acc: Option<f64>,
     /// Validation accuracy of the final model.
-    pub val_acc: f64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub val_acc: Option<f64>,
     /// Test accuracy of the final model.
-    pub test_acc: f64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub test_acc: Option<f64>,
     /// Training macro-F1 of the final model (see [`model::macro_f1`]).
-    pub train_f1: f64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub train_f1: Option<f64>,
     /// Validation macro-F1 of the final model.
-    pub val_f1: f64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub val_f1: Option<f64>,
     /// Test macro-F1 of the final model.
-    pub test_f1: f64,
-    /// The validation metric followed for `best_epoch` (`acc` or `f1`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub test_f1: Option<f64>,
+    /// Multi-label targets: the training ROC-AUC of the final model (see
+    /// [`model::auc_per_mask`]; absent for class labels).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub train_auc: Option<f64>,
+    /// ... the validation ROC-AUC ...
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub val_auc: Option<f64>,
+    /// ... and the test ROC-AUC.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub test_auc: Option<f64>,
+    /// The validation metric followed for `best_epoch` (`acc`, `f1` or `auc`).
     pub metric: model::Metric,
     /// The epoch (counted from 1) with the best validation `metric` among those this run
     /// trained (after a resume, among the resumed epochs); the first of equals.
@@ -410,7 +433,8 @@ pub struct Summary {
     pub patience: Option<u64>,
     /// Whether early stopping ended the run before the epochs asked for.
     pub stopped_early: bool,
-    /// Mean training NLL of the last epoch's training step.
+    /// Mean training loss (NLL, or binary cross-entropy for multi-label targets) of the last
+    /// epoch's training step.
     pub final_loss: f64,
     /// Median wall time of an epoch (training step + evaluation), seconds.
     pub epoch_seconds_median: f64,
@@ -428,7 +452,9 @@ pub struct Summary {
     /// ... and by the training's allreduces (0 on one rank). In data mode an epoch reduces the
     /// gradient (`parameters` f32), the training step's loss/accuracy counts (7 f64) and the
     /// evaluation's counts (7 f64 and `9 · classes` per-class counts), each received once by
-    /// every rank: `ranks · (4 · parameters + (14 + 9 · classes) · 8)` bytes.
+    /// every rank: `ranks · (4 · parameters + (14 + 9 · classes) · 8)` bytes. For multi-label
+    /// targets the counts are 2 f64 each, and the evaluation also gathers the masks' labelled
+    /// rows for the ROC-AUC (see [`nn::net::Net::measure`]), counted here.
     pub allreduce_bytes_per_epoch: u64,
     /// The model's parameter count (weights and biases of every layer).
     pub parameters: u64,
@@ -482,7 +508,7 @@ impl<C> std::fmt::Debug for CommReduce<'_, C> {
     }
 }
 
-impl<C: AllReduce> Reduce for CommReduce<'_, C> {
+impl<C: AllReduce + AllGather> Reduce for CommReduce<'_, C> {
     fn sum_f32(&mut self, buf: &mut [f32]) -> Result<()> {
         let t = Instant::now();
         let r = self.comm.all_reduce_sum(buf);
@@ -495,9 +521,32 @@ impl<C: AllReduce> Reduce for CommReduce<'_, C> {
         self.seconds += t.elapsed().as_secs_f64();
         r.context("allreduce across ranks failed")
     }
-    /// Bytes this rank has received from other ranks in its reductions so far (0 on one rank).
+    /// Each rank's length first, then every rank's values padded to the longest: every rank
+    /// receives `P × longest` values.
+    fn gather_f32(&mut self, mine: &[f32]) -> Result<Vec<f32>> {
+        let t = Instant::now();
+        let r = (|| -> Result<Vec<f32>> {
+            let lens = self.comm.all_gather_vec(&[mine.len() as u64])?;
+            let longest = lens.iter().copied().max().unwrap_or(0);
+            let longest = usize::try_from(longest).context("a gather longer than memory")?;
+            let mut padded = mine.to_vec();
+            padded.resize(longest, 0.0);
+            let all = self.comm.all_gather_vec(&padded)?;
+            let mut out = Vec::new();
+            for (block, &len) in all.chunks(longest.max(1)).zip(&lens) {
+                // Each length is at most `longest`, a usize.
+                out.extend_from_slice(&block[..usize::try_from(len).unwrap_or(longest)]);
+            }
+            Ok(out)
+        })();
+        self.seconds += t.elapsed().as_secs_f64();
+        r.context("gather across ranks failed")
+    }
+    /// Bytes this rank has received from other ranks in its reductions and gathers so far (0
+    /// on one rank).
     fn bytes_received(&self) -> u64 {
-        self.comm.counts().all_reduce.received
+        let counts = self.comm.counts();
+        counts.all_reduce.received + counts.all_gather.received
     }
 }
 
@@ -766,6 +815,8 @@ pub fn check_features(
 /// Everything the epoch loop needs, whatever the mode.
 struct Job<'a> {
     args: &'a Config,
+    /// The validation metric, resolved for the data ([`model::Metric::resolve`]).
+    metric: model::Metric,
     /// What the run trains on and with (recorded in checkpoints, checked on resume).
     identity: checkpoint::Identity,
     mode: &'static str,
@@ -774,9 +825,14 @@ struct Job<'a> {
 }
 
 impl Job<'_> {
+    #[allow(
+        clippy::too_many_arguments,
+        reason = "the parts of a run's identity, each from where it is known"
+    )]
     fn new<'a>(
         args: &'a Config,
         cfg: ModelConfig,
+        metric: model::Metric,
         mode: &'static str,
         data: checkpoint::DataIdentity,
         partition: Option<checkpoint::PartitionIdentity>,
@@ -785,6 +841,7 @@ impl Job<'_> {
     ) -> Job<'a> {
         Job {
             args,
+            metric,
             identity: checkpoint::Identity {
                 config: cfg,
                 mode: mode.into(),
@@ -959,14 +1016,17 @@ fn run_tensor<C: AllReduce + AllGather + dist_comm::Broadcast + Group>(
         chunk,
         mut features,
         labels,
+        targets,
         masks,
         ids,
         in_dim,
         classes,
         fingerprint,
     } = loaded?;
-    let n = labels.len();
-    let cfg = args.model_config(in_dim, classes);
+    let n = ids.len();
+    let multi_label = targets.is_some();
+    let metric = agree(comm, model::Metric::resolve(args.metric, multi_label))?;
+    let cfg = args.model_config(in_dim, classes, multi_label);
     // Every rank holds the same options and graph: the same verdict everywhere.
     agree(comm, check_column_split(&cfg, ranks))?;
     if args.normalize_features {
@@ -975,11 +1035,12 @@ fn run_tensor<C: AllReduce + AllGather + dist_comm::Broadcast + Group>(
     let data = LocalData {
         features: &features,
         labels: &labels,
+        targets: targets.as_deref(),
         masks: &masks,
         original_ids: &ids,
     };
     // Every rank holds every row: the training nodes are counted, not summed.
-    let train_total = nn::net::local_train_count(&data);
+    let train_total = nn::net::local_train_count(&data, classes);
     let solo = dist_comm::LocalComm::group(1);
     let set_up = || -> Result<_> {
         let view = chunk_format::ChunkView::parse(chunk.as_bytes())
@@ -994,7 +1055,7 @@ fn run_tensor<C: AllReduce + AllGather + dist_comm::Broadcast + Group>(
         fingerprint,
         normalization: distspmm_core::normalize::Normalization::Gcn.name().into(),
     };
-    let job = Job::new(args, cfg, "tensor", identity, None, input, comm);
+    let job = Job::new(args, cfg, metric, "tensor", identity, None, input, comm);
     // Every rank holds every row: each writes an equal block of them.
     let placement = Placement {
         nodes: n as u64,
@@ -1032,7 +1093,9 @@ fn check_column_split(cfg: &ModelConfig, ranks: usize) -> Result<()> {
 struct WholeGraph {
     chunk: chunk_format::AlignedBuf,
     features: Vec<f32>,
+    /// Empty with multi-label `targets`.
     labels: Vec<i32>,
+    targets: Option<Vec<u8>>,
     masks: Vec<u8>,
     ids: Vec<u64>,
     in_dim: usize,
@@ -1051,11 +1114,13 @@ fn tensor_inputs(args: &Config, input: &Path) -> Result<WholeGraph> {
             input.display()
         )
     })?;
-    let labels = g
-        .labels
-        .clone()
-        .with_context(|| format!("{} has no labels (`y`)", input.display()))?;
-    let classes = labels.iter().copied().max().unwrap_or(-1) + 1;
+    let targets = g.targets.as_ref().map(|t| t.data.clone());
+    let labels = match (&g.labels, &targets) {
+        (Some(labels), _) => labels.clone(),
+        (None, Some(_)) => Vec::new(),
+        (None, None) => bail!("{} has no labels (`y`)", input.display()),
+    };
+    let classes = g.num_classes();
     let mut masks = vec![0u8; n];
     for (bit, m) in [
         (TRAIN, &g.train_mask),
@@ -1100,10 +1165,11 @@ fn tensor_inputs(args: &Config, input: &Path) -> Result<WholeGraph> {
         chunk,
         features,
         labels,
+        targets,
         masks,
         ids: (0..n as u64).collect(),
         in_dim,
-        classes: classes.max(0) as usize,
+        classes,
         fingerprint,
     })
 }
@@ -1221,7 +1287,7 @@ where
     // The last epoch's kernel calls, logged for `isolated_kernels`.
     let mut products = Vec::new();
     // Starts afresh on resume: the checkpoint holds no best epoch.
-    let mut best = Best::new(args.metric, args.patience);
+    let mut best = Best::new(job.metric, args.patience);
     let mut stopped_early = false;
     for epoch in start_epoch..args.epochs {
         let logging = args.isolated_kernels.is_some() && epoch + 1 == args.epochs;
@@ -1377,14 +1443,19 @@ where
         model.load_params(&params)?;
         last_metrics = model.evaluate(&mut timed, &mut red, data)?;
     }
+    let classes = |v: f64| last_metrics.auc.is_none().then_some(v);
+    let auc = |mask: usize| last_metrics.auc.map(|a| a[mask]);
     let summary = Summary {
         epochs: last.epoch,
-        train_acc: last_metrics.train_acc,
-        val_acc: last_metrics.val_acc,
-        test_acc: last_metrics.test_acc,
-        train_f1: last_metrics.train_f1,
-        val_f1: last_metrics.val_f1,
-        test_f1: last_metrics.test_f1,
+        train_acc: classes(last_metrics.train_acc),
+        val_acc: classes(last_metrics.val_acc),
+        test_acc: classes(last_metrics.test_acc),
+        train_f1: classes(last_metrics.train_f1),
+        val_f1: classes(last_metrics.val_f1),
+        test_f1: classes(last_metrics.test_f1),
+        train_auc: auc(0),
+        val_auc: auc(1),
+        test_auc: auc(2),
         metric: best.metric,
         best_epoch: best.epoch,
         best_val: best.value,
@@ -1422,6 +1493,48 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn gathers_of_uneven_lengths_give_every_rank_all_values_in_rank_order() {
+        let out = dist_comm::LocalComm::run(3, |comm| {
+            let mine: Vec<f32> = (0..[2, 0, 5][comm.rank()])
+                .map(|i| (10 * comm.rank() + i) as f32)
+                .collect();
+            let mut red = CommReduce::new(&comm);
+            let all = red.gather_f32(&mine).unwrap();
+            (all, red.bytes_received())
+        });
+        let expected = [0.0, 1.0, 20.0, 21.0, 22.0, 23.0, 24.0];
+        for (all, bytes) in &out {
+            assert_eq!(all, &expected);
+            assert!(*bytes > 0, "the gathers are counted");
+        }
+        // The ROC-AUC of rows split across ranks is the one of all rows in one process.
+        let rows: Vec<f32> = (0..40)
+            .flat_map(|r| {
+                let z = ((r * 7) % 11) as f32 / 3.0;
+                [
+                    z,
+                    -z,
+                    f32::from(u8::from(r % 3 == 0)),
+                    f32::from(u8::from(r % 2 == 0)),
+                    7.0,
+                ]
+            })
+            .collect();
+        let whole = model::auc_per_mask(&rows, 2);
+        let out = dist_comm::LocalComm::run(2, |comm| {
+            let half = if comm.rank() == 0 {
+                &rows[..75]
+            } else {
+                &rows[75..]
+            };
+            let all = CommReduce::new(&comm).gather_f32(half).unwrap();
+            model::auc_per_mask(&all, 2)
+        });
+        assert_eq!(out, [whole, whole]);
+        assert!(whole[1].is_some());
+    }
 
     #[test]
     fn rows_are_normalised_only_when_every_rank_is_non_negative() {
@@ -1658,7 +1771,7 @@ mod tests {
         let mut cfg = test_config(4, 8, 2);
         cfg.lr = 0.2;
         cfg.dropout = 0.5;
-        let train_n = nn::net::local_train_count(&data);
+        let train_n = nn::net::local_train_count(&data, 3);
         let mut net = Net::new(cfg, 24, g.edge_count(), train_n).unwrap();
         let mut best = Best::new(model::Metric::F1, Some(1000));
         let mut seen = Vec::new();

@@ -11,6 +11,7 @@
 
 use super::par;
 use anyhow::{ensure, Result};
+use chunk_format::TARGET_UNLABELLED;
 use rand::{Rng, SeedableRng};
 use rayon::prelude::*;
 
@@ -36,7 +37,13 @@ pub trait Reduce {
     fn sum_f32(&mut self, buf: &mut [f32]) -> Result<()>;
     /// Sums `buf` across ranks.
     fn sum_f64(&mut self, buf: &mut [f64]) -> Result<()>;
-    /// Bytes this rank has received from other ranks in its sums so far (0 unless counted).
+    /// Every rank's `mine` (of any length), concatenated in rank order, on every rank. One
+    /// rank's (the default) is `mine` itself.
+    fn gather_f32(&mut self, mine: &[f32]) -> Result<Vec<f32>> {
+        Ok(mine.to_vec())
+    }
+    /// Bytes this rank has received from other ranks in its sums (and gathers) so far (0
+    /// unless counted).
     fn bytes_received(&self) -> u64 {
         0
     }
@@ -116,6 +123,10 @@ pub struct ModelConfig {
     /// GIN: ε is a trained parameter (else fixed at 0).
     #[serde(default)]
     pub train_eps: bool,
+    /// Multi-label targets (`classes` independent 0/1 outputs, binary cross-entropy with
+    /// logits) instead of one class per node (softmax and NLL).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub multi_label: bool,
 }
 
 fn one() -> usize {
@@ -508,15 +519,18 @@ impl Adam {
     }
 }
 
-/// What one rank holds of the data: its feature rows, labels and masks, and the original node ids
-/// of its rows (the dropout masks are keyed by original id, so they do not depend on how many
-/// ranks share the graph).
+/// What one rank holds of the data: its feature rows, labels (or multi-label targets) and
+/// masks, and the original node ids of its rows (the dropout masks are keyed by original id, so
+/// they do not depend on how many ranks share the graph).
 #[derive(Debug, Clone, Copy)]
 pub struct LocalData<'a> {
     /// `rows × in_dim` features (row-normalised if asked).
     pub features: &'a [f32],
-    /// Class per row, −1 for unlabelled.
+    /// Class per row, −1 for unlabelled (empty with multi-label `targets`).
     pub labels: &'a [i32],
+    /// Multi-label targets, `rows × classes`: each row 0/1 per class, or all
+    /// [`TARGET_UNLABELLED`] for an unlabelled node. `None` for class labels.
+    pub targets: Option<&'a [u8]>,
     /// Bit 0 train, bit 1 val, bit 2 test.
     pub masks: &'a [u8],
     /// Original node id of each row.
@@ -586,6 +600,10 @@ pub struct Metrics {
     pub val_f1: f64,
     /// Macro-F1 over the test nodes.
     pub test_f1: f64,
+    /// Multi-label targets: the ROC-AUC on the training, validation and test masks (see
+    /// [`auc_per_mask`]; 0 for a mask without a class that has both target values), where the
+    /// accuracies and F1s above are 0. `None` for class labels.
+    pub auc: Option<[f64; 3]>,
 }
 
 /// The validation metric that early stopping and the "best epoch" report follow.
@@ -597,14 +615,40 @@ pub enum Metric {
     Acc,
     /// Macro-F1 over the classes (see [`macro_f1`]).
     F1,
+    /// ROC-AUC averaged over the classes, for multi-label targets (see [`auc_per_mask`]).
+    Auc,
 }
 
 impl Metric {
-    /// Lower-case name (`acc`, `f1`), as the option takes it.
+    /// Lower-case name (`acc`, `f1`, `auc`), as the option takes it.
     pub fn name(self) -> &'static str {
         match self {
             Metric::Acc => "acc",
             Metric::F1 => "f1",
+            Metric::Auc => "auc",
+        }
+    }
+
+    /// The metric of data with multi-label targets (`auc`) or class labels (`acc`) when none is
+    /// asked for; an asked-for metric the data has not is an error that says which it has.
+    ///
+    /// # Errors
+    /// `acc` or `f1` for multi-label targets, `auc` for class labels.
+    pub fn resolve(asked: Option<Metric>, multi_label: bool) -> Result<Metric> {
+        match (asked, multi_label) {
+            (None, false) => Ok(Metric::Acc),
+            (None, true) => Ok(Metric::Auc),
+            (Some(m @ Metric::Auc), true) | (Some(m @ (Metric::Acc | Metric::F1)), false) => Ok(m),
+            (Some(m), true) => anyhow::bail!(
+                "--metric {} is for one class per node, but this graph has multi-label targets \
+                 (`y` of shape [N, C] in {{0, 1}}), which are measured by ROC-AUC: use --metric \
+                 auc, or leave --metric out",
+                m.name()
+            ),
+            (Some(_), false) => anyhow::bail!(
+                "--metric auc is for multi-label targets (`y` of shape [N, C] in {{0, 1}}), but \
+                 this graph has one class per node: use --metric acc or f1, or leave --metric out"
+            ),
         }
     }
 }
@@ -657,6 +701,18 @@ impl Metrics {
             train_f1: f1(0),
             val_f1: f1(1),
             test_f1: f1(2),
+            auc: None,
+        }
+    }
+
+    /// For multi-label targets: the mean binary cross-entropy over the training nodes and
+    /// classes (`[loss sum, training rows]` of [`bce_sums`], summed over ranks) and the ROC-AUC
+    /// per mask.
+    pub fn multi_label(sums: &[f64; 2], classes: usize, auc: [Option<f64>; 3]) -> Self {
+        Self {
+            loss: sums[0] / (sums[1] * classes as f64).max(1.0),
+            auc: Some(auc.map(|a| a.unwrap_or(0.0))),
+            ..Self::default()
         }
     }
 
@@ -665,6 +721,7 @@ impl Metrics {
         match metric {
             Metric::Acc => self.val_acc,
             Metric::F1 => self.val_f1,
+            Metric::Auc => self.auc.map_or(0.0, |a| a[1]),
         }
     }
 }
@@ -828,6 +885,192 @@ pub(crate) fn nll_grad(
         });
 }
 
+/// Whether a row of multi-label targets is labelled (its bytes are 0/1, not
+/// [`TARGET_UNLABELLED`]).
+pub(crate) fn labelled(row: &[u8]) -> bool {
+    row.first().is_some_and(|&t| t != TARGET_UNLABELLED)
+}
+
+/// Binary cross-entropy of a logit `z` against a target `y` ∈ {0, 1}, in the stable form
+/// `max(z, 0) − z·y + ln(1 + e^−|z|)` (torch's `BCEWithLogitsLoss`).
+pub fn bce_with_logits(z: f64, y: f64) -> f64 {
+    z.max(0.0) - z * y + (-z.abs()).exp().ln_1p()
+}
+
+/// The logistic function `1 / (1 + e^−z)`, computed without overflow on either side.
+pub fn sigmoid(z: f64) -> f64 {
+    if z >= 0.0 {
+        1.0 / (1.0 + (-z).exp())
+    } else {
+        let e = z.exp();
+        e / (1.0 + e)
+    }
+}
+
+/// `[Σ bce, rows]` over this slice's labelled training rows of multi-label `targets`
+/// (`rows × classes`): the loss summed over their classes (see [`bce_with_logits`]) and their
+/// count. The mean loss is `Σ / (rows · classes)` over all ranks' sums.
+pub(crate) fn bce_sums(logits: &[f32], classes: usize, targets: &[u8], masks: &[u8]) -> [f64; 2] {
+    let rows = masks
+        .len()
+        .min(targets.len() / classes.max(1))
+        .min(logits.len() / classes.max(1));
+    par::block_sums(rows, |range| {
+        let mut k = [0.0f64; 2];
+        for r in range {
+            let t = &targets[r * classes..(r + 1) * classes];
+            if masks[r] & TRAIN == 0 || !labelled(t) {
+                continue;
+            }
+            let z = &logits[r * classes..(r + 1) * classes];
+            k[0] += z
+                .iter()
+                .zip(t)
+                .map(|(&z, &y)| bce_with_logits(f64::from(z), f64::from(y)))
+                .sum::<f64>();
+            k[1] += 1.0;
+        }
+        k
+    })
+}
+
+/// Gradient of the mean binary cross-entropy over `train_total` training nodes and `classes`
+/// classes with respect to the logits: `(σ(z) − y) / (train_total · classes)` on this slice's
+/// labelled training rows, 0 elsewhere.
+pub(crate) fn bce_grad(
+    logits: &[f32],
+    classes: usize,
+    targets: &[u8],
+    masks: &[u8],
+    train_total: f64,
+    dz: &mut [f32],
+) {
+    let rows = par::task_rows(masks.len(), classes);
+    let block = rows * classes;
+    let scale = train_total * classes as f64;
+    dz.par_chunks_mut(block)
+        .zip(logits.par_chunks(block))
+        .zip(targets.par_chunks(block))
+        .zip(masks.par_chunks(rows))
+        .for_each(|(((dz, logits), targets), masks)| {
+            dz.fill(0.0);
+            for (((z, d), t), &m) in logits
+                .chunks_exact(classes)
+                .zip(dz.chunks_exact_mut(classes))
+                .zip(targets.chunks_exact(classes))
+                .zip(masks)
+            {
+                if m & TRAIN == 0 || !labelled(t) {
+                    continue;
+                }
+                for ((dv, &z), &y) in d.iter_mut().zip(z).zip(t) {
+                    #[allow(
+                        clippy::cast_possible_truncation,
+                        reason = "deliberate: computed in f64, rounded to f32"
+                    )]
+                    let grad = ((sigmoid(f64::from(z)) - f64::from(y)) / scale) as f32;
+                    *dv = grad;
+                }
+            }
+        });
+}
+
+/// Values per row of [`auc_rows`]: the logits, the targets and the mask bits.
+fn auc_row_len(classes: usize) -> usize {
+    2 * classes + 1
+}
+
+/// What this slice's rows contribute to the ROC-AUC of every mask: for each labelled row in
+/// any mask, its `classes` logits, its `classes` targets (as 0.0 or 1.0) and its mask bits (as a
+/// float), `2·classes + 1` values; [`auc_per_mask`] takes these rows of every rank.
+pub(crate) fn auc_rows(logits: &[f32], classes: usize, targets: &[u8], masks: &[u8]) -> Vec<f32> {
+    let mut out = Vec::new();
+    for (r, &m) in masks.iter().enumerate() {
+        let (Some(z), Some(t)) = (
+            logits.get(r * classes..(r + 1) * classes),
+            targets.get(r * classes..(r + 1) * classes),
+        ) else {
+            break;
+        };
+        if m & (TRAIN | VAL | TEST) == 0 || !labelled(t) {
+            continue;
+        }
+        out.extend_from_slice(z);
+        out.extend(t.iter().map(|&y| f32::from(y)));
+        out.push(f32::from(m));
+    }
+    out
+}
+
+/// The ROC-AUC of every mask (train, val, test) over `rows` laid out as [`auc_rows`] writes
+/// them (all ranks' rows together), as OGB's ogbn-proteins evaluator computes it: for each
+/// class, the exact [`roc_auc`] of the logits over the mask's labelled rows, skipping a class
+/// whose targets there are all 0 or all 1; then the mean over the classes kept. `None` for a
+/// mask where no class is kept (OGB raises an error there). The order of the rows does not
+/// matter: the result depends only on the set of (logit, target) pairs.
+pub fn auc_per_mask(rows: &[f32], classes: usize) -> [Option<f64>; 3] {
+    let width = auc_row_len(classes);
+    let rows: Vec<&[f32]> = rows.chunks_exact(width).collect();
+    [TRAIN, VAL, TEST].map(|bit| {
+        let in_mask: Vec<&[f32]> = rows
+            .iter()
+            .copied()
+            .filter(|r| mask_bits(r[width - 1]) & bit != 0)
+            .collect();
+        let per_class: Vec<Option<f64>> = (0..classes)
+            .into_par_iter()
+            .map(|c| {
+                let mut pairs: Vec<(f32, bool)> = in_mask
+                    .iter()
+                    .map(|r| (r[c], r[classes + c] > 0.5))
+                    .collect();
+                roc_auc(&mut pairs)
+            })
+            .collect();
+        let kept: Vec<f64> = per_class.into_iter().flatten().collect();
+        (!kept.is_empty()).then(|| kept.iter().sum::<f64>() / kept.len() as f64)
+    })
+}
+
+/// The mask bits [`auc_rows`] stored as a float (exact: at most 7).
+fn mask_bits(v: f32) -> u8 {
+    (0..8u8).find(|&m| f32::from(m) == v).unwrap_or(0)
+}
+
+/// The exact area under the ROC curve of `(score, positive)` pairs: the probability that a
+/// positive scores above a negative, ties counting one half (the Mann–Whitney U over the
+/// number of pairs), from the average ranks of tied scores. `None` without both a positive and
+/// a negative. Reorders `pairs`. Scores are compared by value (−0 equals 0); NaN sorts above
+/// every number.
+pub fn roc_auc(pairs: &mut [(f32, bool)]) -> Option<f64> {
+    let positives = pairs.iter().filter(|p| p.1).count();
+    let negatives = pairs.len() - positives;
+    if positives == 0 || negatives == 0 {
+        return None;
+    }
+    for p in pairs.iter_mut() {
+        if p.0 == 0.0 {
+            p.0 = 0.0;
+        }
+    }
+    pairs.sort_unstable_by(|a, b| a.0.total_cmp(&b.0));
+    // Σ of the positives' ranks (1-based), a tie group of positions i..j sharing the rank
+    // (i + 1 + j) / 2: half-integers, exact in f64 far beyond any row count.
+    let mut rank_sum = 0.0f64;
+    let mut i = 0;
+    while i < pairs.len() {
+        let mut j = i + 1;
+        while j < pairs.len() && pairs[j].0.total_cmp(&pairs[i].0).is_eq() {
+            j += 1;
+        }
+        let pos = pairs[i..j].iter().filter(|p| p.1).count();
+        rank_sum += pos as f64 * (i + 1 + j) as f64 / 2.0;
+        i = j;
+    }
+    let (p, n) = (positives as f64, negatives as f64);
+    Some((rank_sum - p * (p + 1.0) / 2.0) / (p * n))
+}
+
 /// `(argmax, log Σ exp)` of one row of logits.
 pub(crate) fn log_sum_exp(row: &[f32]) -> (usize, f32) {
     let (mut arg, mut max) = (0, f32::NEG_INFINITY);
@@ -870,6 +1113,7 @@ pub(crate) mod testing {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use rand::seq::SliceRandom;
 
     /// One-hot logits predicting `preds` over `classes` classes.
     fn logits_of(preds: &[usize], classes: usize) -> Vec<f32> {
@@ -928,5 +1172,248 @@ mod tests {
         let rest = count_confusion(&z[500 * 7..], 7, &labels[500..], &masks[500..]);
         halves.iter_mut().zip(&rest).for_each(|(a, b)| *a += b);
         assert_eq!(whole, halves);
+    }
+
+    /// `-[y log σ(z) + (1 − y) log(1 − σ(z))]`, the textbook form, for moderate `z`.
+    fn bce_reference(z: f64, y: f64) -> f64 {
+        let p = 1.0 / (1.0 + (-z).exp());
+        -(y * p.ln() + (1.0 - y) * (1.0 - p).ln())
+    }
+
+    #[test]
+    fn bce_with_logits_is_the_textbook_loss_and_stays_finite() {
+        for z in [-8.0, -1.5, -0.25, 0.0, 0.3, 2.0, 9.0] {
+            for y in [0.0, 1.0] {
+                let (a, b) = (bce_with_logits(z, y), bce_reference(z, y));
+                assert!((a - b).abs() < 1e-12, "z {z} y {y}: {a} vs {b}");
+            }
+            assert!((sigmoid(z) - 1.0 / (1.0 + (-z).exp())).abs() < 1e-15);
+        }
+        // Where the textbook form overflows or loses everything: ln(1 + e^-|z|) ≈ 0.
+        assert_eq!(bce_with_logits(1000.0, 0.0), 1000.0);
+        assert_eq!(bce_with_logits(-1000.0, 1.0), 1000.0);
+        assert_eq!(bce_with_logits(1000.0, 1.0), 0.0);
+        assert!((bce_with_logits(40.0, 1.0) - (-40.0f64).exp()).abs() < 1e-30);
+        assert_eq!((sigmoid(-1000.0), sigmoid(1000.0)), (0.0, 1.0));
+    }
+
+    /// Random logits, targets (some rows unlabelled) and masks.
+    fn bce_case(rows: usize, classes: usize, seed: u64) -> (Vec<f32>, Vec<u8>, Vec<u8>) {
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
+        let z = (0..rows * classes)
+            .map(|_| rng.random_range(-4.0f32..4.0))
+            .collect();
+        let mut t: Vec<u8> = (0..rows * classes)
+            .map(|_| u8::from(rng.random::<bool>()))
+            .collect();
+        for r in (0..rows).filter(|r| r % 5 == 3) {
+            t[r * classes..(r + 1) * classes].fill(TARGET_UNLABELLED);
+        }
+        let masks = (0..rows)
+            .map(|r| [TRAIN, VAL, TEST, TRAIN | VAL, 0][r % 5])
+            .collect();
+        (z, t, masks)
+    }
+
+    #[test]
+    fn bce_gradient_matches_finite_differences_and_a_dense_reference() {
+        let (rows, classes) = (23, 4);
+        let (z, t, masks) = bce_case(rows, classes, 11);
+        // The labelled training rows: r % 5 ∈ {0, 3} minus the unlabelled r % 5 = 3.
+        let train: Vec<usize> = (0..rows).filter(|r| r % 5 == 0).collect();
+        let [sum, n] = bce_sums(&z, classes, &t, &masks);
+        assert_eq!(n, train.len() as f64);
+        let mean = |z: &[f32]| -> f64 {
+            let mut total = 0.0;
+            for &r in &train {
+                for c in 0..classes {
+                    let k = r * classes + c;
+                    total += bce_reference(f64::from(z[k]), f64::from(t[k]));
+                }
+            }
+            total / (train.len() * classes) as f64
+        };
+        assert!((sum / (n * classes as f64) - mean(&z)).abs() < 1e-12);
+        let mut dz = vec![f32::NAN; rows * classes];
+        bce_grad(&z, classes, &t, &masks, n, &mut dz);
+        let eps = 1e-3f32;
+        for k in 0..z.len() {
+            // The step as the f32 logits take it.
+            let (up, down) = (z[k] + eps, z[k] - eps);
+            let at = |v: f32| {
+                let mut w = z.clone();
+                w[k] = v;
+                mean(&w)
+            };
+            let numeric = (at(up) - at(down)) / (f64::from(up) - f64::from(down));
+            let analytic = f64::from(dz[k]);
+            assert!(
+                (numeric - analytic).abs() < 1e-6,
+                "logit {k}: numeric {numeric} analytic {analytic}"
+            );
+            if !train.contains(&(k / classes)) {
+                assert_eq!(dz[k], 0.0, "logit {k} is not a labelled training row's");
+            }
+        }
+        // Any thread count, the same bits.
+        let mut again = vec![0.0f32; rows * classes];
+        testing::pool(3, || bce_grad(&z, classes, &t, &masks, n, &mut again));
+        assert_eq!(again, dz);
+        assert_eq!(
+            testing::pool(3, || bce_sums(&z, classes, &t, &masks)),
+            [sum, n]
+        );
+    }
+
+    /// The ROC-AUC by definition: over every (positive, negative) pair, 1 if the positive
+    /// scores higher, 1/2 on a tie.
+    fn pairwise_auc(pairs: &[(f32, bool)]) -> Option<f64> {
+        let (mut wins, mut count) = (0.0, 0.0);
+        for &(p, _) in pairs.iter().filter(|p| p.1) {
+            for &(q, _) in pairs.iter().filter(|p| !p.1) {
+                count += 1.0;
+                wins += if p > q {
+                    1.0
+                } else if p == q {
+                    0.5
+                } else {
+                    0.0
+                };
+            }
+        }
+        (count > 0.0).then(|| wins / count)
+    }
+
+    #[test]
+    fn roc_auc_of_hand_computed_cases_with_ties() {
+        let auc = |scores: &[f32], labels: &[u8]| {
+            let mut pairs: Vec<(f32, bool)> = scores
+                .iter()
+                .zip(labels)
+                .map(|(&s, &l)| (s, l == 1))
+                .collect();
+            roc_auc(&mut pairs)
+        };
+        // scikit-learn's roc_auc_score example.
+        assert_eq!(auc(&[0.1, 0.4, 0.35, 0.8], &[0, 0, 1, 1]), Some(0.75));
+        // Positives {2, 3}, negatives {1, 2}: 1 + 1/2 + 1 + 1 of 4 pairs.
+        assert_eq!(auc(&[1.0, 2.0, 2.0, 3.0], &[0, 0, 1, 1]), Some(0.875));
+        // All tied: one half. Perfect and reversed orders.
+        assert_eq!(auc(&[0.5; 4], &[0, 1, 0, 1]), Some(0.5));
+        assert_eq!(auc(&[1.0, 2.0, 3.0], &[0, 1, 1]), Some(1.0));
+        assert_eq!(auc(&[3.0, 2.0, 1.0], &[0, 1, 1]), Some(0.0));
+        // A tie group of three (ranks 2, 3, 4 → 3 each) holding two positives and a negative:
+        // positives {5, 5, 9}, negatives {1, 5}: (1 + 1/2) · 2 + 2 = 5 of 6.
+        assert_eq!(
+            auc(&[1.0, 5.0, 5.0, 5.0, 9.0], &[0, 1, 0, 1, 1]),
+            Some(5.0 / 6.0)
+        );
+        // −0 and 0 are the same score.
+        assert_eq!(auc(&[-0.0, 0.0], &[0, 1]), Some(0.5));
+        // One kind of target only: undefined.
+        assert_eq!(auc(&[1.0, 2.0], &[1, 1]), None);
+        assert_eq!(auc(&[], &[]), None);
+    }
+
+    #[test]
+    fn roc_auc_equals_the_pairwise_definition() {
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(5);
+        for case in 0..300 {
+            let n = rng.random_range(0..40);
+            // Few distinct scores, so that ties are common (zeros of both signs among them).
+            let distinct = rng.random_range(1..6);
+            let pairs: Vec<(f32, bool)> = (0..n)
+                .map(|_| {
+                    let s = [-0.0, 0.0, 0.5, -1.25, 3.0, 1e-30][rng.random_range(0..distinct)];
+                    (s, rng.random::<bool>())
+                })
+                .collect();
+            let expected = pairwise_auc(&pairs);
+            let got = roc_auc(&mut pairs.clone());
+            match (got, expected) {
+                (Some(a), Some(b)) => assert!((a - b).abs() < 1e-12, "case {case}: {a} vs {b}"),
+                (a, b) => assert_eq!(a, b, "case {case}"),
+            }
+        }
+    }
+
+    #[test]
+    fn auc_per_mask_averages_the_classes_with_both_targets_as_ogb() {
+        // Four labelled rows, two classes, plus an unlabelled row and one in no mask.
+        // Class 0: train rows 0..3 targets [0, 1, 0, 1] over logits [0.1, 0.9, 0.2, 0.3]:
+        // positives {0.9, 0.3}, negatives {0.1, 0.2}: AUC 1. Class 1: targets [1, 1, 1, 1] on
+        // the training rows: skipped there.
+        let z = [
+            0.1f32, 5.0, 0.9, 1.0, 0.2, -1.0, 0.3, 2.0, 7.0, 7.0, 1.0, 1.0,
+        ];
+        let t = [
+            0u8,
+            1,
+            1,
+            1,
+            0,
+            1,
+            1,
+            1,
+            TARGET_UNLABELLED,
+            TARGET_UNLABELLED,
+            1,
+            0,
+        ];
+        let masks = [TRAIN | VAL, TRAIN | VAL, TRAIN, TRAIN | TEST, VAL, 0];
+        let rows = auc_rows(&z, 2, &t, &masks);
+        assert_eq!(
+            rows.len(),
+            4 * 5,
+            "the unlabelled row and the one in no mask are left out"
+        );
+        let [train, val, test] = auc_per_mask(&rows, 2);
+        assert_eq!(train, Some(1.0));
+        // Validation rows 0 and 1: class 0 targets [0, 1] (AUC 1), class 1 all 1 (skipped).
+        assert_eq!(val, Some(1.0));
+        // Test: row 3 alone, one target value per class: nothing kept.
+        assert_eq!(test, None);
+        // The rows of several ranks in any order give the same bits.
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(2);
+        let (z, t, masks) = bce_case(200, 5, 3);
+        let rows = auc_rows(&z, 5, &t, &masks);
+        let whole = auc_per_mask(&rows, 5);
+        let mut shuffled: Vec<&[f32]> = rows.chunks(11).collect();
+        shuffled.shuffle(&mut rng);
+        assert_eq!(auc_per_mask(&shuffled.concat(), 5), whole);
+        assert!(whole
+            .iter()
+            .all(|a| a.is_some_and(|a| (0.0..=1.0).contains(&a))));
+        let m = Metrics::multi_label(&[9.0, 3.0], 2, [Some(0.5), None, Some(0.75)]);
+        assert_eq!(m.auc, Some([0.5, 0.0, 0.75]));
+        assert_eq!((m.loss, m.val(Metric::Auc)), (1.5, 0.0));
+    }
+
+    #[test]
+    fn a_metric_the_targets_have_not_is_refused() {
+        assert_eq!(Metric::resolve(None, false).unwrap(), Metric::Acc);
+        assert_eq!(Metric::resolve(None, true).unwrap(), Metric::Auc);
+        assert_eq!(
+            Metric::resolve(Some(Metric::F1), false).unwrap(),
+            Metric::F1
+        );
+        assert_eq!(
+            Metric::resolve(Some(Metric::Auc), true).unwrap(),
+            Metric::Auc
+        );
+        let e = Metric::resolve(Some(Metric::F1), true)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("--metric f1 is for one class per node") && e.contains("--metric auc"),
+            "{e}"
+        );
+        let e = Metric::resolve(Some(Metric::Auc), false)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("--metric auc is for multi-label targets") && e.contains("acc or f1"),
+            "{e}"
+        );
     }
 }

@@ -1,6 +1,6 @@
 //! Prediction with a trained model: the checkpoint's weights, a forward pass without dropout
-//! over the whole graph, the accuracy on each mask, and the requested outputs as `.npy` files in
-//! the input graph's node order.
+//! over the whole graph, the accuracy (or, for multi-label targets, the ROC-AUC) on each mask,
+//! and the requested outputs as `.npy` files in the input graph's node order.
 //!
 //! Each rank writes its own rows into each file, at `header + original id × row bytes`; no rank
 //! gathers a matrix. The files are written by the workspace's atomic write
@@ -13,11 +13,11 @@
 //! directory; one that exists is replaced only with `force`.
 
 use super::checkpoint::{self, Purpose};
-use super::model::{count_metrics, log_sum_exp, LocalData, ModelConfig};
+use super::model::{count_metrics, log_sum_exp, sigmoid, LocalData, ModelConfig};
 use super::nn::{net::Net, Graph};
 use super::{
-    agree, classify, load_checkpoint, run, Agreed, Config, ConfigError, Event, Job, Mode,
-    NonFinite, Outcome, Placement, Schedule, Task, TrainError,
+    agree, classify, load_checkpoint, run, Agreed, CommReduce, Config, ConfigError, Event, Job,
+    Mode, NonFinite, Outcome, Placement, Schedule, Task, TrainError,
 };
 use anyhow::{anyhow, bail, Context, Result};
 use dist_comm::{AllGather, AllReduce, Broadcast, Communicator, Group, ReduceOp};
@@ -31,9 +31,11 @@ use std::time::Instant;
 pub enum Output {
     /// The last layer's output, `[N, classes]` f32.
     Logits,
-    /// The softmax of the logits, `[N, classes]` f32.
+    /// The softmax of the logits, `[N, classes]` f32; for multi-label targets the sigmoid of
+    /// each logit.
     Probabilities,
-    /// The predicted class (the logits' argmax), `[N]` i64.
+    /// The predicted class (the logits' argmax), `[N]` i64; for multi-label targets each
+    /// class's 0/1 prediction (logit above 0, probability above 1/2), `[N, classes]` u8.
     Labels,
     /// The input of this layer (counted from 0), `[N, width]` f32: 0 is the features as the
     /// model reads them (row-normalised if the model was trained so), `layers − 1` the last
@@ -52,9 +54,10 @@ impl Output {
         }
     }
 
-    fn element(self) -> NpyElement {
-        match self {
-            Output::Labels => NpyElement::I64,
+    fn element(self, multi_label: bool) -> NpyElement {
+        match (self, multi_label) {
+            (Output::Labels, false) => NpyElement::I64,
+            (Output::Labels, true) => NpyElement::U8,
             _ => NpyElement::F32,
         }
     }
@@ -178,7 +181,7 @@ pub struct Report {
     pub ranks: usize,
     /// `data` or `tensor`.
     pub mode: &'static str,
-    /// Accuracy on the training mask, if the graph has one with labelled nodes.
+    /// Accuracy on the training mask, if the graph has one with labelled nodes (class labels).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub train_acc: Option<f64>,
     /// ... on the validation mask.
@@ -187,6 +190,16 @@ pub struct Report {
     /// ... on the test mask.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub test_acc: Option<f64>,
+    /// Multi-label targets: the ROC-AUC on the training mask (see [`crate::model::auc_per_mask`]),
+    /// if some class has both target values among its labelled nodes.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub train_auc: Option<f64>,
+    /// ... on the validation mask.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub val_auc: Option<f64>,
+    /// ... on the test mask.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub test_auc: Option<f64>,
     /// Wall time of the forward pass on the slowest rank, seconds.
     pub forward_seconds: f64,
     /// The files written, in the order of [`Outputs::list`].
@@ -268,9 +281,23 @@ where
     model.infer(g, data)?;
     let mut seconds = [t.elapsed().as_secs_f64()];
     comm.all_reduce(&mut seconds, ReduceOp::Max)?;
-    let mut counts = count_metrics(model.logits(), model.cfg.classes, data.labels, data.masks);
     // Under a column split every rank holds every row: its counts are already the total.
-    if g.column_split().is_none() {
+    let replicated = g.column_split().is_some();
+    let classes = model.cfg.classes;
+    let (mut counts, auc) = match data.targets {
+        Some(targets) => {
+            let mut red = CommReduce::new(comm);
+            (
+                [0.0; 7],
+                model.auc(replicated, &mut red, targets, data.masks)?,
+            )
+        }
+        None => (
+            count_metrics(model.logits(), classes, data.labels, data.masks),
+            [None; 3],
+        ),
+    };
+    if !replicated && data.targets.is_none() {
         comm.all_reduce_sum(&mut counts)?;
     }
     let accuracy = |ok: f64, n: f64| (n > 0.0).then(|| ok / n);
@@ -295,6 +322,9 @@ where
         train_acc: accuracy(counts[1], counts[2]),
         val_acc: accuracy(counts[3], counts[4]),
         test_acc: accuracy(counts[5], counts[6]),
+        train_auc: auc[0],
+        val_auc: auc[1],
+        test_auc: auc[2],
         forward_seconds: seconds[0],
         files,
         config: model.cfg.clone(),
@@ -351,6 +381,7 @@ fn check_out(dir: &Path, force: bool, outputs: &[Output]) -> Result<()> {
 fn shape(output: Output, model: &Net, nodes: u64) -> Result<Vec<u64>> {
     let width = match output {
         Output::Logits | Output::Probabilities => model.cfg.classes,
+        Output::Labels if model.cfg.multi_label => model.cfg.classes,
         Output::Labels => return Ok(vec![nodes]),
         Output::Embeddings(l) => {
             model
@@ -376,11 +407,12 @@ pub(crate) fn write<C>(
 where
     C: AllReduce + AllGather + Broadcast + Group,
 {
+    let multi_label = model.cfg.multi_label;
     let mut files = Vec::with_capacity(outputs.len());
     for &output in outputs {
         files.push(Written {
             path: dir.join(output.file_name()),
-            dtype: output.element().descr(),
+            dtype: output.element(multi_label).descr(),
             shape: shape(output, model, placement.nodes)?,
         });
     }
@@ -389,7 +421,7 @@ where
         outputs
             .iter()
             .zip(&files)
-            .map(|(&output, file)| create(output, file, force))
+            .map(|(&output, file)| create(output.element(multi_label), file, force))
             .collect::<Result<Vec<_>>>()
     } else {
         Ok(Vec::new())
@@ -402,7 +434,7 @@ where
     }
     let written = (|| -> Result<()> {
         for ((&output, file), tmp) in outputs.iter().zip(&files).zip(&temporaries) {
-            let header = npy_file_header(output.element(), &file.shape).len() as u64;
+            let header = npy_file_header(output.element(multi_label), &file.shape).len() as u64;
             write_rows(tmp, output, header, model, data, placement).with_context(|| {
                 format!(
                     "cannot write the rows of {} into {} (rank 0's temporary; --out must be on a \
@@ -428,7 +460,7 @@ where
 /// the run may replace it) with its header and its full length; returns it with its final and
 /// temporary paths.
 fn create(
-    output: Output,
+    element: NpyElement,
     file: &Written,
     force: bool,
 ) -> Result<(chunk_format::atomic::AtomicFile, PathBuf, PathBuf)> {
@@ -438,9 +470,9 @@ fn create(
     }
     let cannot = || format!("cannot write {}", path.display());
     let mut out = chunk_format::atomic::AtomicFile::create(path).with_context(cannot)?;
-    let header = npy_file_header(output.element(), &file.shape);
+    let header = npy_file_header(element, &file.shape);
     let rows = file.shape[0];
-    let row_bytes = file.shape.get(1).copied().unwrap_or(1) * output.element().size() as u64;
+    let row_bytes = file.shape.get(1).copied().unwrap_or(1) * element.size() as u64;
     let len = rows
         .checked_mul(row_bytes)
         .and_then(|b| b.checked_add(header.len() as u64))
@@ -489,9 +521,10 @@ fn write_rows(
             .layer_input(l, data.features)
             .with_context(|| format!("internal: the model has no layer {l}"))?,
     };
-    let row_bytes = match output {
-        Output::Labels => NpyElement::I64.size(),
-        _ => width * NpyElement::F32.size(),
+    let multi_label = model.cfg.multi_label;
+    let row_bytes = match (output, multi_label) {
+        (Output::Labels, false) => NpyElement::I64.size(),
+        _ => width * output.element(multi_label).size(),
     };
     let rows = placement.rows.clone();
     if values.len() < rows.end * width || data.original_ids.len() < rows.end {
@@ -526,10 +559,21 @@ fn write_rows(
                 Output::Logits | Output::Embeddings(_) => {
                     row.iter().for_each(|v| buf.extend(v.to_le_bytes()));
                 }
+                Output::Probabilities if multi_label => {
+                    #[allow(
+                        clippy::cast_possible_truncation,
+                        reason = "deliberate: computed in f64, rounded to f32"
+                    )]
+                    let p = |v: f32| sigmoid(f64::from(v)) as f32;
+                    row.iter().for_each(|&v| buf.extend(p(v).to_le_bytes()));
+                }
                 Output::Probabilities => {
                     let (_, lse) = log_sum_exp(row);
                     row.iter()
                         .for_each(|&v| buf.extend((v - lse).exp().to_le_bytes()));
+                }
+                Output::Labels if multi_label => {
+                    buf.extend(row.iter().map(|&v| u8::from(v > 0.0)));
                 }
                 Output::Labels => {
                     let (argmax, _) = log_sum_exp(row);

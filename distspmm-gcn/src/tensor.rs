@@ -318,6 +318,7 @@ mod tests {
         let data = LocalData {
             features: &x,
             labels: &labels,
+            targets: None,
             masks: &masks,
             original_ids: &ids,
         };

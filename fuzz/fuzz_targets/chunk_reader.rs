@@ -104,6 +104,9 @@ fn touch(view: &ChunkView<'_>) {
         assert_eq!(f.len(), n_p * h.feature_dim as usize);
     }
     assert!(view.labels().is_none_or(|l| l.len() == n_p));
+    assert!(view
+        .targets()
+        .is_none_or(|t| t.len() == n_p * h.num_classes as usize && view.labels().is_none()));
     assert!(view.masks().is_none_or(|m| m.len() == n_p));
     let reencoded = encode(&view.contents()).expect("contents the reader accepted must encode");
     let again = ChunkView::parse(reencoded.as_bytes()).expect("re-encoded chunk must parse");

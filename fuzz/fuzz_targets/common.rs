@@ -18,6 +18,7 @@ fn same_graph(a: &Graph, b: &Graph) -> bool {
         && a.features.as_ref().map(|f| (f.dim, bits(&f.data)))
             == b.features.as_ref().map(|f| (f.dim, bits(&f.data)))
         && a.labels == b.labels
+        && a.targets == b.targets
         && a.train_mask == b.train_mask
         && a.val_mask == b.val_mask
         && a.test_mask == b.test_mask

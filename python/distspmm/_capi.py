@@ -13,6 +13,8 @@ through the package (`from distspmm import Comm, Chunk, Spmm`); this module is i
     op = Spmm(comm, chunk, "halo")       # or "broadcast"
     y = op.forward(x)                    # Y_p = (Ahat X)_p, collective
     dx = op.backward(np.ones_like(y))    # dX_p = (Ahat^T dY)_p, collective
+    e = op.sddmm(u, v)                   # per-edge <U_i, V_j> over Ahat's stored entries
+    y = op.forward_values(e, x)          # sum_j e_ij X_j; edge_softmax, edge_weights, ...
 
 Every call that fails raises DistSpmmError(status, message) with the library's message; collective
 calls fail on every rank together (the library agrees on errors before communicating), so an
@@ -119,6 +121,28 @@ _SIGNATURES = {
         [_P, ctypes.POINTER(ctypes.c_uint64), ctypes.POINTER(ctypes.c_uint64)],
     ),
     "dsp_built_with_cuda": (ctypes.c_int32, []),
+    # The per-edge calls (ABI 0.2.0): see _PER_EDGE below.
+    "dsp_spmm_edge_count": (ctypes.c_int32, [_P, ctypes.POINTER(_SIZE)]),
+    "dsp_spmm_edges": (ctypes.c_int32, [_P, _P, _P, _SIZE]),
+    "dsp_spmm_edge_weights": (ctypes.c_int32, [_P, _P, _SIZE]),
+    "dsp_spmm_forward_values": (
+        ctypes.c_int32,
+        [_P, _SIZE, _P, _SIZE, _SIZE, _SIZE, _P, _SIZE, _P, _SIZE],
+    ),
+    "dsp_spmm_backward_values": (
+        ctypes.c_int32,
+        [_P, _SIZE, _P, _SIZE, _SIZE, _SIZE, _P, _SIZE, _P, _SIZE],
+    ),
+    "dsp_sddmm": (ctypes.c_int32, [_P, _SIZE, _SIZE, _SIZE, _P, _SIZE, _P, _SIZE, _P, _SIZE]),
+    "dsp_sddmm_backward": (
+        ctypes.c_int32,
+        [_P, _SIZE, _P, _SIZE, _SIZE, _SIZE, _P, _SIZE, _P, _SIZE, _P, _SIZE, _P, _SIZE],
+    ),
+    "dsp_edge_softmax": (ctypes.c_int32, [_P, _SIZE, ctypes.c_float, _P, _P, _SIZE]),
+    "dsp_edge_softmax_backward": (
+        ctypes.c_int32,
+        [_P, _SIZE, ctypes.c_float, _P, _P, _P, _P, _SIZE],
+    ),
     "dsp_spmm_create_device": (
         ctypes.c_int32,
         [_P, _P, ctypes.c_int32, ctypes.c_int32, ctypes.POINTER(_P)],
@@ -130,6 +154,19 @@ _SIGNATURES = {
         ctypes.c_int32,
         [_P, ctypes.POINTER(ctypes.c_uint64), ctypes.POINTER(ctypes.c_uint64)],
     ),
+}
+
+# Calls a library older than ABI 0.2.0 lacks: it still loads, and using them says what to do.
+_PER_EDGE = {
+    "dsp_spmm_edge_count",
+    "dsp_spmm_edges",
+    "dsp_spmm_edge_weights",
+    "dsp_spmm_forward_values",
+    "dsp_spmm_backward_values",
+    "dsp_sddmm",
+    "dsp_sddmm_backward",
+    "dsp_edge_softmax",
+    "dsp_edge_softmax_backward",
 }
 
 _LIB = None
@@ -163,6 +200,8 @@ def load(lib=None):
     # RTLD_GLOBAL: libmpi's plugins need its symbols when MPI was not loaded by mpi4py first.
     handle = ctypes.CDLL(str(path), mode=ctypes.RTLD_GLOBAL)
     for name, (restype, argtypes) in _SIGNATURES.items():
+        if name in _PER_EDGE and not hasattr(handle, name):
+            continue
         fn = getattr(handle, name)
         fn.restype = restype
         fn.argtypes = argtypes
@@ -406,6 +445,157 @@ class Spmm(_Handle):
     def bytes_last_call(self):
         """(sent, received) payload bytes of this rank's last forward/backward call."""
         return _bytes_last_call(self._lib, self._lib.dsp_spmm_bytes_last_call, self.handle)
+
+    # The per-edge operand: one float32 per stored non-zero of this rank's rows of Ahat (the
+    # diagonal entries the normalisation added included), in the operator's edge order; `groups`
+    # operands (the heads of an attention layer) are `groups` runs of `edge_count` values, a
+    # C-contiguous (groups, edge_count) array. Every product below is collective, the edge
+    # softmax local; sizes are checked by the library on every rank together.
+
+    def _fn(self, name):
+        if not hasattr(self._lib, name):
+            raise DistSpmmError(
+                12,
+                f"libdistspmm {version()} has no {name} (the per-edge calls came with ABI "
+                "0.2.0): rebuild it (cargo build --release -p distspmm-capi) or point "
+                "DISTSPMM_LIB at a newer one",
+            )
+        return getattr(self._lib, name)
+
+    @property
+    def edge_count(self):
+        """Values of one group of the per-edge operand: this rank's stored non-zeros."""
+        out = _SIZE()
+        _check(self._lib, self._fn("dsp_spmm_edge_count")(self.handle, ctypes.byref(out)))
+        return out.value
+
+    def edges(self):
+        """(rows, sources), two int64 arrays of `edge_count`: the local row (destination) of
+        each position of the per-edge operand and the global (renumbered) id of its source.
+        Local."""
+        n = self.edge_count
+        rows, sources = np.empty(n, dtype=np.int64), np.empty(n, dtype=np.int64)
+        fn = self._fn("dsp_spmm_edges")
+        _check(self._lib, fn(self.handle, rows.ctypes.data, sources.ctypes.data, n))
+        return rows, sources
+
+    def edge_weights(self):
+        """float32 `edge_count`: each edge's weight in A (not Ahat): the input's weights
+        summed, 1 for an unweighted edge, 0 at a self loop the normalisation added. Local;
+        DistSpmmError INVALID_ARGUMENT for chunks written without edge weights."""
+        n = self.edge_count
+        out = np.empty(n, dtype=np.float32)
+        _check(self._lib, self._fn("dsp_spmm_edge_weights")(self.handle, out.ctypes.data, n))
+        return out
+
+    def _values_call(self, name, groups, e, x, out, names):
+        fn = self._fn(name)
+        e = _edge_values(e, names[0])
+        x, ldx = _rows(x, self.rows, names[1])
+        cols = x.shape[1]
+        y, ldy = _rows(_output(out, (self.rows, cols), names[2]), self.rows, names[2])
+        code = fn(self.handle, groups, e.ctypes.data, e.size, self.rows, cols, x.ctypes.data,
+                  ldx, y.ctypes.data, ldy)
+        _check(self._lib, code)
+        return y
+
+    def forward_values(self, e, x, groups=1, out=None):
+        """Y_i[g] = sum_j e_g[ij] X_j[g] for this rank's rows (X_j[g]: column block g of
+        width cols/groups). Collective; returns Y_p."""
+        return self._values_call("dsp_spmm_forward_values", groups, e, x, out, ("e", "x", "out"))
+
+    def backward_values(self, e, dy, groups=1, out=None):
+        """dX_j[g] = sum_i e_g[ij] dY_i[g] (the transpose of `forward_values`). Collective;
+        returns dX_p."""
+        return self._values_call(
+            "dsp_spmm_backward_values", groups, e, dy, out, ("e", "dy", "out")
+        )
+
+    def sddmm(self, u, v, groups=1, out=None):
+        """e_g[ij] = <U_i[g], V_j[g]> for every stored (i, j) of this rank's rows: U and V
+        are (rows, cols) blocks, the sources' rows of V arriving by the operator's exchange.
+        Collective; returns the (groups, edge_count) per-edge values."""
+        fn = self._fn("dsp_sddmm")
+        u, ldu = _rows(u, self.rows, "u")
+        v, ldv = _rows(v, self.rows, "v")
+        if u.shape[1] != v.shape[1]:
+            raise ValueError(f"u has {u.shape[1]} columns, v has {v.shape[1]}")
+        e = _output(out, (groups, self.edge_count), "out", contiguous=True)
+        code = fn(self.handle, groups, self.rows, u.shape[1], u.ctypes.data, ldu,
+                  v.ctypes.data, ldv, e.ctypes.data, e.size)
+        _check(self._lib, code)
+        return e
+
+    def sddmm_backward(self, de, u, v, groups=1, du=None, dv=None):
+        """The gradients of `sddmm`: dU_i[g] = sum_j dE_g[ij] V_j[g] and
+        dV_j[g] = sum_i dE_g[ij] U_i[g]. Collective; returns (dU_p, dV_p)."""
+        fn = self._fn("dsp_sddmm_backward")
+        de = _edge_values(de, "de")
+        u, ldu = _rows(u, self.rows, "u")
+        v, ldv = _rows(v, self.rows, "v")
+        if u.shape[1] != v.shape[1]:
+            raise ValueError(f"u has {u.shape[1]} columns, v has {v.shape[1]}")
+        cols = u.shape[1]
+        du, lddu = _rows(_output(du, (self.rows, cols), "du"), self.rows, "du")
+        dv, lddv = _rows(_output(dv, (self.rows, cols), "dv"), self.rows, "dv")
+        code = fn(self.handle, groups, de.ctypes.data, de.size, self.rows, cols,
+                  u.ctypes.data, ldu, v.ctypes.data, ldv, du.ctypes.data, lddu,
+                  dv.ctypes.data, lddv)
+        _check(self._lib, code)
+        return du, dv
+
+    def edge_softmax(self, logits, groups=1, negative_slope=1.0, out=None):
+        """softmax over each destination row's entries, per group, of LeakyReLU(logits) with
+        `negative_slope` (1.0: no activation; GAT uses 0.2). Local; returns the
+        (groups, edge_count) coefficients."""
+        fn = self._fn("dsp_edge_softmax")
+        logits = _edge_values(logits, "logits")
+        out = _output(out, logits.shape, "out", contiguous=True)
+        code = fn(self.handle, groups, float(negative_slope), logits.ctypes.data,
+                  out.ctypes.data, out.size)
+        _check(self._lib, code)
+        return out
+
+    def edge_softmax_backward(self, logits, out, d_out, groups=1, negative_slope=1.0,
+                              d_logits=None):
+        """The gradient of `edge_softmax` with respect to its logits, from the logits, its
+        result `out` and the gradient `d_out` of that result. Local; returns d_logits."""
+        fn = self._fn("dsp_edge_softmax_backward")
+        logits = _edge_values(logits, "logits")
+        out = _edge_values(out, "out")
+        d_out = _edge_values(d_out, "d_out")
+        d_logits = _output(d_logits, d_out.shape, "d_logits", contiguous=True)
+        code = fn(self.handle, groups, float(negative_slope), logits.ctypes.data,
+                  out.ctypes.data, d_out.ctypes.data, d_logits.ctypes.data, d_logits.size)
+        _check(self._lib, code)
+        return d_logits
+
+
+def _edge_values(array, what):
+    """A per-edge operand as a C-contiguous float32 array (copied only when it is not one);
+    its size is the `count` the library checks."""
+    a = np.asarray(array)
+    if a.dtype != np.float32:
+        raise ValueError(f"{what} must be a float32 array of per-edge values, not {a.dtype}")
+    return np.ascontiguousarray(a)
+
+
+def _output(out, shape, what, contiguous=False):
+    """`out` when given (written in place: a writeable float32 array of `shape`, C-contiguous
+    when `contiguous`, else with contiguous rows), else a new float32 array of `shape`."""
+    if out is None:
+        return np.empty(shape, dtype=np.float32)
+    if not isinstance(out, np.ndarray) or not out.flags.writeable:
+        raise ValueError(f"{what} must be a writeable numpy array")
+    if out.dtype != np.float32 or out.shape != tuple(shape):
+        raise ValueError(
+            f"{what} must be float32 of shape {tuple(shape)}, not {out.dtype} {out.shape}"
+        )
+    if contiguous and not out.flags.c_contiguous:
+        raise ValueError(f"{what} must be C-contiguous")
+    if not contiguous and _rows(out, shape[0], what)[0] is not out:
+        raise ValueError(f"{what} must have contiguous rows (its columns unit-strided)")
+    return out
 
 
 def built_with_cuda(lib=None):

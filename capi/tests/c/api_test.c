@@ -10,52 +10,10 @@
  *
  * Prints one line per failed check and exits non-zero if any failed.
  */
-#include <distspmm.h>
+#include "check.h"
 
 #include <math.h>
-#include <stdio.h>
 #include <stdlib.h>
-#include <string.h>
-
-static unsigned my_rank = 0;
-static int checks = 0;
-static int failures = 0;
-
-#define CHECK(cond, what)                                                              \
-  do {                                                                                 \
-    checks++;                                                                          \
-    if (!(cond)) {                                                                     \
-      failures++;                                                                      \
-      fprintf(stderr, "rank %u: %s:%d: %s: CHECK(%s) failed\n", my_rank, __FILE__,     \
-              __LINE__, (what), #cond);                                                \
-    }                                                                                  \
-  } while (0)
-
-/* Runs `call`, expects `want`, and (for failures) a last-error message containing `text`. */
-#define EXPECT(call, want, text) expect_status((call), (want), (text), #call, __LINE__)
-
-static void expect_status(dsp_status got, dsp_status want, const char *text, const char *call,
-                          int line) {
-  checks++;
-  if (got != want) {
-    failures++;
-    fprintf(stderr, "rank %u: line %d: %s returned %d (%s), expected %d (%s); last error: %s\n",
-            my_rank, line, call, (int)got, dsp_status_str(got), (int)want, dsp_status_str(want),
-            dsp_last_error());
-    return;
-  }
-  if (text != NULL && strstr(dsp_last_error(), text) == NULL) {
-    failures++;
-    fprintf(stderr, "rank %u: line %d: %s: last error \"%s\" does not contain \"%s\"\n", my_rank,
-            line, call, dsp_last_error(), text);
-  }
-}
-
-/* A deterministic pseudo-random float in [-1, 1). */
-static float next_value(unsigned long *state) {
-  *state = *state * 6364136223846793005UL + 1442695040888963407UL;
-  return (float)((double)(*state >> 40) / (double)(1UL << 24) * 2.0 - 1.0);
-}
 
 static int test_without_mpi(void) {
   int code;
@@ -119,8 +77,21 @@ static int test_without_mpi(void) {
   EXPECT(dsp_spmm_forward(NULL, 1, 1, &f, 1, &f + 1, 1), DSP_STATUS_NULL_ARGUMENT, "op");
   EXPECT(dsp_spmm_backward(NULL, 1, 1, &f, 1, &f + 1, 1), DSP_STATUS_NULL_ARGUMENT, "op");
   EXPECT(dsp_spmm_bytes_last_call(NULL, &u64, &u64), DSP_STATUS_NULL_ARGUMENT, "op");
+  EXPECT(dsp_spmm_edge_count(NULL, &size), DSP_STATUS_NULL_ARGUMENT, "dsp_spmm_edge_count: op");
+  EXPECT(dsp_spmm_edges(NULL, NULL, NULL, 0), DSP_STATUS_NULL_ARGUMENT, "op");
+  EXPECT(dsp_spmm_edge_weights(NULL, &f, 1), DSP_STATUS_NULL_ARGUMENT, "op");
+  EXPECT(dsp_spmm_forward_values(NULL, 1, &f, 1, 1, 1, &f, 1, &f + 1, 1),
+         DSP_STATUS_NULL_ARGUMENT, "dsp_spmm_forward_values: op");
+  EXPECT(dsp_spmm_backward_values(NULL, 1, &f, 1, 1, 1, &f, 1, &f + 1, 1),
+         DSP_STATUS_NULL_ARGUMENT, "op");
+  EXPECT(dsp_sddmm(NULL, 1, 1, 1, &f, 1, &f, 1, &f + 1, 1), DSP_STATUS_NULL_ARGUMENT, "op");
+  EXPECT(dsp_sddmm_backward(NULL, 1, &f, 1, 1, 1, &f, 1, &f, 1, &f + 1, 1, &f + 2, 1),
+         DSP_STATUS_NULL_ARGUMENT, "op");
+  EXPECT(dsp_edge_softmax(NULL, 1, 0.2f, &f, &f + 1, 1), DSP_STATUS_NULL_ARGUMENT, "op");
+  EXPECT(dsp_edge_softmax_backward(NULL, 1, 0.2f, &f, &f, &f, &f + 1, 1),
+         DSP_STATUS_NULL_ARGUMENT, "dsp_edge_softmax_backward: op");
   dsp_spmm_free(NULL);
-  CHECK(strstr(dsp_last_error(), "dsp_spmm_bytes_last_call") != NULL, "free(NULL) is no error");
+  CHECK(strstr(dsp_last_error(), "dsp_edge_softmax_backward") != NULL, "free(NULL) is no error");
   return 0;
 }
 

@@ -137,6 +137,17 @@ void test_threads(const char *dir2) {
     float g = 1.0f;
     EXPECT(dsp_allreduce_sum_f32(comm.get(), &g, 1), DSP_STATUS_WRONG_THREAD, "thread");
     EXPECT(dsp_finalize(comm.get()), DSP_STATUS_WRONG_THREAD, "dsp_finalize");
+    // The per-edge layout is a query (any thread); the per-edge calls are the operator's.
+    size_t edges = 0;
+    EXPECT(dsp_spmm_edge_count(op.get(), &edges), DSP_STATUS_OK, nullptr);
+    CHECK(edges >= n);
+    std::vector<float> e(edges, 0.5f), soft(edges);
+    EXPECT(dsp_sddmm(op.get(), 1, n, 3, x.data(), 3, y.data(), 3, e.data(), edges),
+           DSP_STATUS_WRONG_THREAD, "dsp_sddmm: this dsp_spmm belongs");
+    EXPECT(dsp_spmm_forward_values(op.get(), 1, e.data(), edges, n, 3, x.data(), 3, y.data(), 3),
+           DSP_STATUS_WRONG_THREAD, "belongs");
+    EXPECT(dsp_edge_softmax(op.get(), 1, 0.2f, e.data(), soft.data(), edges),
+           DSP_STATUS_WRONG_THREAD, "dsp_edge_softmax: this dsp_spmm belongs");
     dsp_spmm_free(op.get());  // refused: the handle stays valid
     CHECK(std::strstr(dsp_last_error(), "dsp_spmm_free") != nullptr);
   });

@@ -165,10 +165,20 @@ pub fn prefix() -> &'static Path {
     })
 }
 
-/// Builds Â (GCN normalisation), partitions with METIS (seed 1) and writes a chunk directory,
-/// as `distspmm partition --parts P` does.
+/// Builds Â (GCN normalisation), partitions with METIS (seed 1) and writes a chunk directory
+/// with the graph's edge weights, as `distspmm partition --parts P` does.
 pub fn write_chunks(graph: &Graph, parts: u32, out: &Path) {
-    let a_hat = normalize::adjacency(
+    write_chunks_with(graph, parts, out, true);
+}
+
+/// [`write_chunks`] without the edge weights (chunk format 1.0, as written before they were
+/// recorded).
+pub fn write_chunks_without_edge_weights(graph: &Graph, parts: u32, out: &Path) {
+    write_chunks_with(graph, parts, out, false);
+}
+
+fn write_chunks_with(graph: &Graph, parts: u32, out: &Path, edge_weights: bool) {
+    let (a_hat, weights) = normalize::adjacency_with_weights(
         graph.num_nodes,
         &graph.src,
         &graph.dst,
@@ -181,7 +191,10 @@ pub fn write_chunks(graph: &Graph, parts: u32, out: &Path) {
     let partition =
         partition::partition(&adjacency, parts, &Method::Metis(MetisOptions::default()))
             .expect("partition");
-    let builder = ChunkBuilder::new(graph, a_hat.view(), &partition).expect("chunk builder");
+    let mut builder = ChunkBuilder::new(graph, a_hat.view(), &partition).expect("chunk builder");
+    if edge_weights {
+        builder = builder.with_edge_weights(&weights).expect("edge weights");
+    }
     let options = WriteOptions {
         force: true,
         ..WriteOptions::default()

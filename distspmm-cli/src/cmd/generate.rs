@@ -23,7 +23,8 @@ enum GenerateWhat {
     /// --directed; no self loops or duplicates). Topology only.
     Rmat(RmatArgs),
     /// Contextual stochastic block model: class-dependent Gaussian features, homophilous
-    /// edges, labels and train/val/test masks. The defaults give the quick-start graph.
+    /// edges, labels (or, with --multi-label C, multi-label targets) and train/val/test masks.
+    /// The defaults give the quick-start graph.
     Csbm(CsbmArgs),
 }
 
@@ -66,6 +67,12 @@ struct CsbmArgs {
     /// Number of classes (balanced).
     #[arg(long, default_value_t = CsbmParams::default().classes)]
     classes: usize,
+    /// Multi-label targets over C communities instead of one class per node: every node
+    /// belongs to one community (which decides its edges) and, with probability 1/2, to a
+    /// second one; its features add both communities' means, and `y` (shape [N, C], 0/1) marks
+    /// both. Replaces --classes.
+    #[arg(long, value_name = "C", conflicts_with = "classes")]
+    multi_label: Option<usize>,
     /// Feature columns.
     #[arg(long, default_value_t = CsbmParams::default().features)]
     features: usize,
@@ -138,12 +145,13 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
         GenerateWhat::Csbm(a) => (
             generate::csbm(&CsbmParams {
                 nodes: a.nodes,
-                classes: a.classes,
+                classes: a.multi_label.unwrap_or(a.classes),
                 features: a.features,
                 avg_degree: a.avg_degree,
                 homophily: a.homophily,
                 separation: a.separation,
                 seed: a.seed,
+                multi_label: a.multi_label.is_some(),
             })
             .context("cannot generate the CSBM graph")?,
             None,
@@ -173,6 +181,7 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
             "directed": directed,
             "features": graph.feature_dim(),
             "classes": graph.num_classes(),
+            "multi_label": graph.targets.is_some(),
             "bytes": bytes,
             "written": written,
             "seconds": seconds,
@@ -243,6 +252,9 @@ fn extras(g: &Graph) -> String {
     }
     if g.labels.is_some() {
         s += &format!(", {} classes", g.num_classes());
+    }
+    if let Some(t) = &g.targets {
+        s += &format!(", multi-label targets over {} classes", t.classes);
     }
     let count = |m: &Option<Vec<bool>>| m.as_ref().map(|m| m.iter().filter(|&&b| b).count());
     if let (Some(tr), Some(va), Some(te)) = (

@@ -125,13 +125,14 @@ fn inspect_file(path: &Path) -> anyhow::Result<(Value, String)> {
         "nodes": h.num_global_nodes,
         "feature_dim": h.feature_dim,
         "classes": h.num_classes,
+        "multi_label": view.targets().is_some(),
         "fingerprint": fingerprint_hex(&h.fingerprint),
         "file_checksum": format!("{:016x}", h.file_checksum),
         "has_masks": view.masks().is_some(),
         "chunk": per_chunk,
     });
     let text = format!(
-        "{}: valid chunk (format {}), part {} of {}, {} global nodes, F = {}, C = {}, fingerprint {}\n{}",
+        "{}: valid chunk (format {}), part {} of {}, {} global nodes, F = {}, C = {}{}, fingerprint {}\n{}",
         path.display(),
         h.version,
         h.part_id,
@@ -139,6 +140,11 @@ fn inspect_file(path: &Path) -> anyhow::Result<(Value, String)> {
         h.num_global_nodes,
         h.feature_dim,
         h.num_classes,
+        if view.targets().is_some() {
+            " (multi-label targets)"
+        } else {
+            ""
+        },
         fingerprint_hex(&h.fingerprint),
         chunk_line(&per_chunk)
     );

@@ -205,7 +205,8 @@ fn from_graph(input: &Path, parts: u32, options: &PartitionOptions) -> anyhow::R
                 halo_rows: (0..p_count).map(|q| shape.halo_rows(p, q)).sum(),
                 sent_rows: (0..p_count).map(|r| shape.halo_rows(r, p)).sum(),
                 features: graph.feature_dim() as u64,
-                labels: graph.num_classes() > 0,
+                labels: graph.num_classes() > 0 && graph.targets.is_none(),
+                targets: graph.targets.as_ref().map_or(0, |t| t.classes as u64),
                 masks,
             })
         })
@@ -268,6 +269,8 @@ struct ChunkCounts {
     sent_rows: u64,
     features: u64,
     labels: bool,
+    /// Classes of multi-label targets (0 without them).
+    targets: u64,
     masks: bool,
 }
 
@@ -302,6 +305,9 @@ fn chunk_file_bytes(c: &ChunkCounts) -> u64 {
     }
     // EDGE_WEIGHTS: `distspmm partition` writes the graph's own weights into every chunk.
     sections.push(4 * c.nnz);
+    if c.targets > 0 {
+        sections.push(c.rows * c.targets); // TARGETS
+    }
     let align = |x: u64| x.div_ceil(SECTION_ALIGN as u64) * SECTION_ALIGN as u64;
     let table = (HEADER_LEN + SECTION_ENTRY_LEN * sections.len()) as u64;
     align(sections.iter().fold(table, |end, len| align(end) + len))

@@ -39,10 +39,12 @@ pub struct Args {
     /// Write `logits.npy`: the last layer's output, [N, classes] float32.
     #[arg(long)]
     pub logits: bool,
-    /// Write `probabilities.npy`: the softmax of the logits, [N, classes] float32.
+    /// Write `probabilities.npy`: the softmax of the logits, [N, classes] float32 (for
+    /// multi-label targets the sigmoid of each logit).
     #[arg(long)]
     pub probabilities: bool,
-    /// Write `labels.npy`: the predicted class (argmax of the logits), [N] int64.
+    /// Write `labels.npy`: the predicted class (argmax of the logits), [N] int64 (for
+    /// multi-label targets each class's 0/1 prediction, sigmoid above 1/2, [N, classes] uint8).
     #[arg(long)]
     pub labels: bool,
     /// Write `embeddings.npy`: the input of layer LAYER, counted from 0 ([N, width] float32):
@@ -118,6 +120,14 @@ pub fn run(args: &Args) -> Result<()> {
             .into_iter()
             .filter_map(|(mask, acc)| acc.map(|a| format!("{mask} {:.2}%", 100.0 * a)))
             .collect::<Vec<_>>();
+            let auc = [
+                ("train", report.train_auc),
+                ("val", report.val_auc),
+                ("test", report.test_auc),
+            ]
+            .into_iter()
+            .filter_map(|(mask, auc)| auc.map(|a| format!("{mask} {a:.4}")))
+            .collect::<Vec<_>>();
             println!(
                 "predicted {} nodes on {} rank(s), {} mode, with the model of {} after {} epochs: {}",
                 report.nodes,
@@ -125,7 +135,13 @@ pub fn run(args: &Args) -> Result<()> {
                 report.mode,
                 report.checkpoint.display(),
                 report.epochs,
-                if accuracy.is_empty() {
+                if report.config.multi_label {
+                    if auc.is_empty() {
+                        "no mask with a class that has both target values".to_owned()
+                    } else {
+                        format!("ROC-AUC {}", auc.join(", "))
+                    }
+                } else if accuracy.is_empty() {
                     "no labelled nodes in a mask".to_owned()
                 } else {
                     format!("accuracy {}", accuracy.join(", "))

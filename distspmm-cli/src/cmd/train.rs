@@ -34,10 +34,12 @@ pub enum Model {
 /// The validation metric of early stopping and the best-epoch report.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum Metric {
-    /// Accuracy.
+    /// Accuracy (one class per node).
     Acc,
-    /// Macro-F1 over the classes present among the labels or predictions.
+    /// Macro-F1 over the classes present among the labels or predictions (one class per node).
     F1,
+    /// ROC-AUC averaged over the classes, as OGB's ogbn-proteins evaluator (multi-label targets).
+    Auc,
 }
 
 /// Which communication schedule the distributed SpMM uses.
@@ -186,9 +188,10 @@ pub struct Args {
     #[arg(long, requires = "save_predictions")]
     pub force: bool,
     /// The validation metric that --patience and the reported best epoch follow: accuracy or
-    /// macro-F1.
-    #[arg(long, value_enum, default_value = "acc")]
-    pub metric: Metric,
+    /// macro-F1 for one class per node, ROC-AUC for multi-label targets (`y` of shape [N, C])
+    /// [default: acc, or auc for multi-label targets].
+    #[arg(long, value_enum)]
+    pub metric: Option<Metric>,
     /// Stop once the validation --metric has not improved for N epochs, and restore the best
     /// epoch's weights before the final evaluation (and --save-predictions). A checkpoint
     /// keeps the last epoch's state; on --resume the count starts afresh.
@@ -290,10 +293,11 @@ impl Args {
             isolated_kernels: self.isolated_kernels.then_some(self.kernel_reps),
             save_predictions: self.save_predictions.clone(),
             force: self.force,
-            metric: match self.metric {
+            metric: self.metric.map(|m| match m {
                 Metric::Acc => distspmm_gcn::model::Metric::Acc,
                 Metric::F1 => distspmm_gcn::model::Metric::F1,
-            },
+                Metric::Auc => distspmm_gcn::model::Metric::Auc,
+            }),
             patience: self.patience,
         }
     }
@@ -309,16 +313,20 @@ pub(crate) fn print_event(event: Event, json: bool) {
             eprintln!("resuming from {} after epoch {epoch}", path.display());
         }
         Event::Epoch(rec) => {
+            let m = &rec.metrics;
+            let scores = match m.auc {
+                Some([train, val, test]) => {
+                    format!("train auc {train:.4}  val auc {val:.4}  test auc {test:.4}")
+                }
+                None => format!(
+                    "train {:.4} (f1 {:.4})  val {:.4} (f1 {:.4})  test {:.4} (f1 {:.4})",
+                    m.train_acc, m.train_f1, m.val_acc, m.val_f1, m.test_acc, m.test_f1
+                ),
+            };
             let line = format!(
-                "epoch {:>4}  loss {:.4}  train {:.4} (f1 {:.4})  val {:.4} (f1 {:.4})  test {:.4} (f1 {:.4})  time {:>8.2} ms  comm {:>10} B (spmm {}, allreduce {})",
+                "epoch {:>4}  loss {:.4}  {scores}  time {:>8.2} ms  comm {:>10} B (spmm {}, allreduce {})",
                 rec.epoch,
                 rec.loss,
-                rec.metrics.train_acc,
-                rec.metrics.train_f1,
-                rec.metrics.val_acc,
-                rec.metrics.val_f1,
-                rec.metrics.test_acc,
-                rec.metrics.test_f1,
                 rec.seconds * 1e3,
                 rec.bytes,
                 rec.spmm_bytes,
@@ -381,17 +389,28 @@ pub fn run(args: &Args) -> Result<()> {
         if args.json {
             println!("{}", serde_json::to_string(&summary)?);
         } else {
+            let scores = match (summary.test_auc, summary.train_auc, summary.val_auc) {
+                (Some(test), Some(train), Some(val)) => {
+                    format!("test ROC-AUC {test:.4} (train {train:.4}, val {val:.4})")
+                }
+                _ => {
+                    let v = |x: Option<f64>| x.unwrap_or_default();
+                    format!(
+                        "test accuracy {:.2}% (train {:.2}%, val {:.2}%), test macro-F1 {:.4} (train {:.4}, val {:.4})",
+                        100.0 * v(summary.test_acc),
+                        100.0 * v(summary.train_acc),
+                        100.0 * v(summary.val_acc),
+                        v(summary.test_f1),
+                        v(summary.train_f1),
+                        v(summary.val_f1),
+                    )
+                }
+            };
             println!(
-                "done: {} epochs on {} rank(s), {} mode: test accuracy {:.2}% (train {:.2}%, val {:.2}%), test macro-F1 {:.4} (train {:.4}, val {:.4}), best val {} {:.4} at epoch {}{}, final loss {:.4}, median epoch {:.2} ms, {} B/epoch ({} SpMM exchange, {} allreduce)",
+                "done: {} epochs on {} rank(s), {} mode: {scores}, best val {} {:.4} at epoch {}{}, final loss {:.4}, median epoch {:.2} ms, {} B/epoch ({} SpMM exchange, {} allreduce)",
                 summary.epochs,
                 summary.ranks,
                 summary.mode,
-                100.0 * summary.test_acc,
-                100.0 * summary.train_acc,
-                100.0 * summary.val_acc,
-                summary.test_f1,
-                summary.train_f1,
-                summary.val_f1,
                 summary.metric.name(),
                 summary.best_val,
                 summary.best_epoch,

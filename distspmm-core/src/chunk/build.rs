@@ -660,6 +660,18 @@ impl<'a> Layout<'a> {
             .as_ref()
             .filter(|_| self.num_classes > 0)
             .map(|y| part_nodes.iter().map(|&v| y[v as usize]).collect());
+        let targets = self
+            .graph
+            .targets
+            .as_ref()
+            .filter(|_| self.num_classes > 0)
+            .map(|t| {
+                let mut out = Vec::with_capacity(n_p * t.classes);
+                for &v in part_nodes {
+                    out.extend_from_slice(t.row(v as usize));
+                }
+                out
+            });
         let g = self.graph;
         let masks =
             (g.train_mask.is_some() || g.val_mask.is_some() || g.test_mask.is_some()).then(|| {
@@ -698,6 +710,7 @@ impl<'a> Layout<'a> {
             features,
             num_classes: self.num_classes,
             labels,
+            targets,
             masks,
             original_ids,
         }
@@ -851,6 +864,7 @@ pub struct PartChunk {
     features: Option<Vec<f32>>,
     num_classes: u32,
     labels: Option<Vec<i32>>,
+    targets: Option<Vec<u8>>,
     masks: Option<Vec<u8>>,
     original_ids: Vec<u64>,
 }
@@ -920,6 +934,7 @@ impl PartChunk {
             features: self.features.as_deref(),
             num_classes: self.num_classes,
             labels: self.labels.as_deref(),
+            targets: self.targets.as_deref(),
             masks: self.masks.as_deref(),
             original_ids: &self.original_ids,
         }

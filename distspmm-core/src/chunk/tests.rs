@@ -13,7 +13,7 @@ use chunk_format::{encode, AlignedBuf, ChunkView};
 use proptest::prelude::*;
 
 use super::*;
-use crate::graph::{Features, Graph};
+use crate::graph::{Features, Graph, Targets, TARGET_UNLABELLED};
 use crate::partition::{partition, Adjacency, Method, MetisOptions, Partition};
 use crate::sparse::CsrOwned;
 
@@ -35,7 +35,21 @@ fn graph_and_a_hat(
             data: (0..n * dim).map(val).collect::<Vec<f32>>().into(),
         });
     }
-    g.labels = Some((0..n).map(|v| (v as i32 + seed as i32) % 4 - 1).collect());
+    if seed.is_multiple_of(2) {
+        g.labels = Some((0..n).map(|v| (v as i32 + seed as i32) % 4 - 1).collect());
+    } else {
+        // Multi-label targets: three classes, every fifth node unlabelled.
+        let data = (0..n * 3)
+            .map(|k| {
+                if (k / 3 + seed as usize).is_multiple_of(5) {
+                    TARGET_UNLABELLED
+                } else {
+                    u8::from((k as u32).wrapping_mul(2654435761) ^ seed > u32::MAX / 2)
+                }
+            })
+            .collect();
+        g.targets = Some(Targets { classes: 3, data });
+    }
     g.train_mask = Some((0..n).map(|v| v % 3 == 0).collect());
     g.test_mask = Some((0..n).map(|v| v % 5 == 1).collect());
     let mut rows: Vec<u32> = g.dst.clone();
@@ -116,9 +130,17 @@ fn check_chunks(g: &Graph, a_hat: &CsrOwned<f32>, part: &Partition) {
                 assert_eq!(row, f.row(v));
             }
             // Labels are kept when there is at least one class (all −1 means C = 0: none).
-            match view.labels() {
-                Some(labels) => assert_eq!(labels[i], g.labels.as_ref().unwrap()[v]),
-                None => assert_eq!(g.num_classes(), 0),
+            match (view.labels(), view.targets(), &g.targets) {
+                (Some(labels), None, None) => {
+                    assert_eq!(labels[i], g.labels.as_ref().unwrap()[v]);
+                }
+                (None, Some(targets), Some(t)) => {
+                    assert_eq!(view.header().num_classes, 3);
+                    assert_eq!(view.header().version.minor, 2);
+                    assert_eq!(&targets[i * 3..(i + 1) * 3], t.row(v));
+                }
+                (None, None, None) => assert_eq!(g.num_classes(), 0),
+                other => panic!("labels and targets do not follow the graph: {other:?}"),
             }
             let m = view.masks().unwrap()[i];
             assert_eq!(m & 1 != 0, g.train_mask.as_ref().unwrap()[v]);
@@ -674,7 +696,9 @@ fn check_edge_weights(
     let renumbering = part.renumbering();
     let mut stored_nonzeros = 0;
     for (p, view) in views.iter().enumerate() {
-        assert_eq!(view.header().version.to_string(), "1.1");
+        // 1.2 with multi-label targets.
+        let version = if g.targets.is_some() { "1.2" } else { "1.1" };
+        assert_eq!(view.header().version.to_string(), version);
         let flat = view.edge_weights().expect("the chunk carries edge weights");
         assert_eq!(flat.len() as u64, view.header().nnz);
         for b in view.blocks() {

@@ -31,6 +31,7 @@ const STREAM_EDGES: u64 = u64::MAX - 2;
 const STREAM_MASKS: u64 = u64::MAX - 3;
 const STREAM_MEANS: u64 = u64::MAX - 4;
 const STREAM_NODE_DATA: u64 = u64::MAX - 5;
+const STREAM_MEMBERSHIP: u64 = u64::MAX - 6;
 
 fn rng_stream(seed: u64, stream: u64) -> ChaCha8Rng {
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
@@ -585,6 +586,9 @@ pub struct CsbmParams {
     pub separation: f64,
     /// Seed of every random draw.
     pub seed: u64,
+    /// Multi-label targets instead of class labels: every node belongs to its own class's
+    /// community and, with probability 1/2, to one other; its targets mark both (see [`csbm`]).
+    pub multi_label: bool,
 }
 
 impl Default for CsbmParams {
@@ -597,6 +601,7 @@ impl Default for CsbmParams {
             homophily: 0.7,
             separation: 1.5,
             seed: 0,
+            multi_label: false,
         }
     }
 }
@@ -618,6 +623,13 @@ impl Default for CsbmParams {
 /// - **Masks** (Planetoid-style): `t = min(20, max(1, ⌊nodes / (10 · classes)⌋))` training
 ///   nodes per class; of the other R nodes, `min(500, ⌊R/3⌋)` validation and
 ///   `min(1000, ⌊2R/3⌋)` test nodes, all chosen at random and disjoint.
+/// - **Multi-label** (`multi_label`): the classes are communities and the graph has
+///   [`Targets`](super::Targets) instead of labels. A node's class above is its first
+///   community (it decides the edges and the masks); with probability 1/2 the node also joins
+///   one other community, uniform among the rest (its own stream of draws, so the edges,
+///   masks and first communities are those of the single-label graph), and its features add
+///   that community's mean: `x_i = μ_{y_i} + μ_{s_i} + ε_i`. Its targets are 1 for both.
+///   Needs at least 2 classes.
 ///
 /// Errors on parameters that make no such graph (no classes, fewer nodes than classes,
 /// homophily outside [0, 1], a degree asking for more than half of the possible pairs).
@@ -636,20 +648,59 @@ pub fn csbm(p: &CsbmParams) -> Result<Graph, GraphError> {
         members[y as usize].push(index::id(i));
     }
 
-    let features = csbm_features(p, &labels);
+    let second = p.multi_label.then(|| second_communities(p, &labels));
+    let features = csbm_features(p, &labels, second.as_deref());
     let (src, dst) = csbm_edges(p, &labels, &members)?;
     let (train, val, test) = planetoid_masks(p, &members);
+    let (labels, targets) = match second {
+        Some(second) => {
+            let mut data = vec![0u8; n * c];
+            for (i, (&y, &s)) in labels.iter().zip(&second).enumerate() {
+                for k in [y, s].into_iter().filter_map(|k| usize::try_from(k).ok()) {
+                    data[i * c + k] = 1;
+                }
+            }
+            (None, Some(super::Targets { classes: c, data }))
+        }
+        None => (Some(labels), None),
+    };
     Ok(Graph {
         num_nodes: n,
         src,
         dst,
         weights: None,
         features: Some(features),
-        labels: Some(labels),
+        labels,
+        targets,
         train_mask: Some(train),
         val_mask: Some(val),
         test_mask: Some(test),
     })
+}
+
+/// Each node's second community in a multi-label CSBM, or −1 for none: with probability 1/2 a
+/// class other than its first, uniform among them.
+fn second_communities(p: &CsbmParams, labels: &[i32]) -> Vec<i32> {
+    let c = p.classes;
+    let mut rng = rng_stream(p.seed, STREAM_MEMBERSHIP);
+    labels
+        .iter()
+        .map(|&y| {
+            if !rng.random_bool(0.5) {
+                return -1;
+            }
+            #[allow(
+                clippy::cast_possible_truncation,
+                reason = "a class below c ≤ i32::MAX, checked by check_csbm"
+            )]
+            let other = rng.random_range(0..c - 1) as i32;
+            if other >= y {
+                other + 1
+            } else {
+                other
+            }
+        })
+        .collect()
 }
 
 fn check_csbm(p: &CsbmParams) -> Result<(), GraphError> {
@@ -661,6 +712,12 @@ fn check_csbm(p: &CsbmParams) -> Result<(), GraphError> {
     }
     if p.nodes > MAX_NODES {
         return Err(GraphErrorKind::TooManyNodes(p.nodes as u64).into());
+    }
+    if p.multi_label && p.classes < 2 {
+        return Err(invalid(format!(
+            "a multi-label csbm needs at least 2 classes (communities), got {}",
+            p.classes
+        )));
     }
     if p.classes > i32::MAX as usize {
         return Err(invalid(format!(
@@ -769,10 +826,12 @@ fn class_means(p: &CsbmParams) -> Vec<f64> {
     means
 }
 
-fn csbm_features(p: &CsbmParams, labels: &[i32]) -> Features {
+/// `x_i = μ_{y_i} + ε_i`, plus `μ_{s_i}` where `second` gives node i a second community.
+fn csbm_features(p: &CsbmParams, labels: &[i32], second: Option<&[i32]>) -> Features {
     const ROWS_PER_STREAM: usize = 1024;
     let f = p.features;
     let means = class_means(p);
+    let mean = |k: usize| &means[k * f..(k + 1) * f];
     let mut data = vec![0.0f32; p.nodes * f];
     data.par_chunks_mut(ROWS_PER_STREAM * f)
         .zip(labels.par_chunks(ROWS_PER_STREAM))
@@ -780,10 +839,15 @@ fn csbm_features(p: &CsbmParams, labels: &[i32]) -> Features {
         .for_each(|(chunk, (out, ys))| {
             let mut rng = rng_stream(p.seed, chunk as u64);
             let mut noise = vec![0.0f64; f];
-            for (row, &y) in out.chunks_exact_mut(f).zip(ys) {
+            for (i, (row, &y)) in out.chunks_exact_mut(f).zip(ys).enumerate() {
                 fill_gaussian(&mut rng, &mut noise);
-                let mean = &means[y as usize * f..(y as usize + 1) * f];
-                for ((x, m), e) in row.iter_mut().zip(mean).zip(&noise) {
+                let s = second.map_or(-1, |s| s[chunk * ROWS_PER_STREAM + i]);
+                if let Ok(s) = usize::try_from(s) {
+                    for (e, m) in noise.iter_mut().zip(mean(s)) {
+                        *e += m;
+                    }
+                }
+                for ((x, m), e) in row.iter_mut().zip(mean(y as usize)).zip(&noise) {
                     #[allow(
                         clippy::cast_possible_truncation,
                         reason = "deliberate: rounds the f64 sample to f32"

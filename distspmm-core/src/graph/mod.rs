@@ -26,6 +26,7 @@ pub mod mtx;
 pub mod npz;
 mod text;
 
+pub use chunk_format::TARGET_UNLABELLED;
 pub use error::{show_float, GraphError, GraphErrorKind, Location};
 pub use features::{FeatureData, Features};
 
@@ -41,6 +42,24 @@ pub const MAX_NODES: usize = u32::MAX as usize;
 /// Classes any graph may have; more need at least as many nodes as classes
 /// ([`Graph::validate`]).
 pub const MAX_CLASSES_ANY_GRAPH: u64 = 1 << 16;
+
+/// Multi-label targets: `classes` values per node, row-major, each 0 or 1; a row of
+/// [`TARGET_UNLABELLED`] bytes marks an unlabelled node (what an `.npz` `y` of shape `(N, C)`,
+/// `C ≥ 2`, holds, a row of −1 unlabelled).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Targets {
+    /// Classes per node, C.
+    pub classes: usize,
+    /// `num_nodes × classes` bytes.
+    pub data: Vec<u8>,
+}
+
+impl Targets {
+    /// Row `v`'s bytes.
+    pub fn row(&self, v: usize) -> &[u8] {
+        &self.data[v * self.classes..(v + 1) * self.classes]
+    }
+}
 
 /// A directed graph with optional weights, features, labels and masks (PyG's `Data` fields).
 ///
@@ -61,6 +80,8 @@ pub struct Graph {
     pub features: Option<Features>,
     /// Optional class of each node; −1 marks an unlabelled node.
     pub labels: Option<Vec<i32>>,
+    /// Optional multi-label targets, instead of `labels` (at most one of the two is set).
+    pub targets: Option<Targets>,
     /// Optional training-node mask.
     pub train_mask: Option<Vec<bool>>,
     /// Optional validation-node mask.
@@ -90,8 +111,12 @@ impl Graph {
         self.features.as_ref().map_or(0, |f| f.dim)
     }
 
-    /// Number of classes: the largest label plus one, 0 without labels (or with none set).
+    /// Number of classes: the targets' columns for multi-label targets, else the largest label
+    /// plus one, 0 without labels (or with none set).
     pub fn num_classes(&self) -> usize {
+        if let Some(t) = &self.targets {
+            return t.classes;
+        }
         self.labels
             .as_ref()
             .and_then(|l| l.iter().copied().max())
@@ -99,9 +124,10 @@ impl Graph {
     }
 
     /// 16-byte identity of the graph's contents: xxh3-128 over a domain tag, the node count and
-    /// every array (edges, weights, features, labels, masks; each with whether it is present),
-    /// so that a graph regenerated with the same node count is told apart (checkpoints record
-    /// it to refuse a resume on other data).
+    /// every array (edges, weights, features, labels, masks; each with whether it is present;
+    /// multi-label targets with their class count, where there are any — so a graph without
+    /// them has the identity it had before they existed), so that a graph regenerated with the
+    /// same node count is told apart (checkpoints record it to refuse a resume on other data).
     pub fn fingerprint(&self) -> [u8; 16] {
         fn array(h: &mut xxhash_rust::xxh3::Xxh3, tag: &[u8], bytes: Option<&[u8]>) {
             h.update(tag);
@@ -147,6 +173,10 @@ impl Graph {
             (b"test_mask", &self.test_mask),
         ] {
             array(&mut h, tag, mask(m).as_deref());
+        }
+        if let Some(t) = &self.targets {
+            h.update(&(t.classes as u64).to_le_bytes());
+            array(&mut h, b"y_multi_label", Some(&t.data));
         }
         h.digest128().to_le_bytes()
     }
@@ -244,6 +274,9 @@ impl Graph {
                 ));
             }
         }
+        if let Some(t) = &self.targets {
+            self.validate_targets(t)?;
+        }
         for (array, mask) in [
             ("train_mask", &self.train_mask),
             ("val_mask", &self.val_mask),
@@ -256,6 +289,51 @@ impl Graph {
                         std::format!("{} entries for {n} nodes", m.len()),
                     ));
                 }
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Graph {
+    /// Multi-label targets: not beside labels, at least two classes (a single column is read
+    /// as class ids), no more than labels may number, one row per node, each row all 0/1 or all
+    /// [`TARGET_UNLABELLED`].
+    fn validate_targets(&self, t: &Targets) -> Result<(), GraphError> {
+        let n = self.num_nodes;
+        let at = |kind| GraphError::new(Location::Array("y".to_string()), kind);
+        if self.labels.is_some() {
+            return Err(at(GraphErrorKind::Invalid(
+                "the graph has both class labels and multi-label targets; give one `y`".into(),
+            )));
+        }
+        let limit = (n as u64).max(MAX_CLASSES_ANY_GRAPH);
+        if t.classes < 2 || t.classes as u64 > limit {
+            return Err(at(GraphErrorKind::Invalid(std::format!(
+                "multi-label targets need 2 to {limit} classes (columns of y), not {}",
+                t.classes
+            ))));
+        }
+        if n.checked_mul(t.classes) != Some(t.data.len()) {
+            return Err(at(GraphErrorKind::LengthMismatch(std::format!(
+                "{} target values for {n} nodes × {} classes",
+                t.data.len(),
+                t.classes
+            ))));
+        }
+        for (v, row) in t.data.chunks_exact(t.classes).enumerate() {
+            let unlabelled = row[0] == TARGET_UNLABELLED;
+            if row.iter().any(|&x| {
+                if unlabelled {
+                    x != TARGET_UNLABELLED
+                } else {
+                    x > 1
+                }
+            }) {
+                return Err(at(GraphErrorKind::Invalid(std::format!(
+                    "node {v}'s targets mix -1 (unlabelled) with 0/1 or hold other values: a row \
+                     of y is all 0/1, or all -1 for an unlabelled node"
+                ))));
             }
         }
         Ok(())

@@ -11,6 +11,7 @@
 //! | `edge_weight` | `<f4`, `<f8` | (E,) | `weights` |
 //! | `x` | `<f4`, `<f8` | (N, F) or (N,) | `features` |
 //! | `y` | `<i8`, `<i4` | (N,) or (N, 1) | `labels` (−1 = unlabelled) |
+//! | `y` | `<i8`, `<i4`, `\|b1`, `\|u1`, `<f4`, `<f8` | (N, C), C ≥ 2 | multi-label `targets` (0/1; a row of −1 = unlabelled) |
 //! | `train_mask`, `val_mask`, `test_mask` | `\|b1`, `\|u1` (0/1) | (N,) | masks |
 //!
 //! Other arrays are ignored. Without `num_nodes` the node count is the row count of `x`, else
@@ -24,7 +25,9 @@
 
 use super::generate::SortedEdges;
 use super::mapped_input::Identity;
-use super::{FeatureData, Features, Graph, GraphError, GraphErrorKind, MAX_NODES};
+use super::{
+    FeatureData, Features, Graph, GraphError, GraphErrorKind, Targets, MAX_NODES, TARGET_UNLABELLED,
+};
 use crate::index;
 use std::fs::File;
 use std::io::{self, BufReader, BufWriter, Cursor, Read, Seek, Write};
@@ -647,6 +650,9 @@ impl<R: Read + Seek> Arrays for Npz<R> {
 }
 
 fn allowed_names(allowed: &[Dtype]) -> &'static str {
+    if allowed == Y_DTYPES {
+        return "<i8, <i4, |b1, |u1, <f4 or <f8";
+    }
     match allowed.first() {
         Some(Dtype::I64 | Dtype::I32) => "<i8 or <i4",
         Some(Dtype::F32 | Dtype::F64) => "<f4 or <f8",
@@ -657,6 +663,15 @@ fn allowed_names(allowed: &[Dtype]) -> &'static str {
 const INTS: &[Dtype] = &[Dtype::I64, Dtype::I32];
 const FLOATS: &[Dtype] = &[Dtype::F32, Dtype::F64];
 const BOOLS: &[Dtype] = &[Dtype::Bool, Dtype::U8];
+/// `y`: integer class ids, or multi-label targets in any of these.
+const Y_DTYPES: &[Dtype] = &[
+    Dtype::I64,
+    Dtype::I32,
+    Dtype::Bool,
+    Dtype::U8,
+    Dtype::F32,
+    Dtype::F64,
+];
 
 fn shape_error(header: &NpyHeader, expected: &str) -> GraphErrorKind {
     GraphErrorKind::LengthMismatch(format!("shape {:?} should be {expected}", header.shape))
@@ -733,6 +748,86 @@ fn map_features(npz: &mut impl Arrays) -> Result<Option<(usize, Features)>, Grap
     }
     tracing::debug!(rows, dim, "features mapped from the input file");
     Ok(Some((rows, Features { dim, data })))
+}
+
+/// A one-column `y`: a class id per node (−1 unlabelled), integers only.
+fn read_labels(r: &mut dyn Read, h: &NpyHeader, n: u64) -> Result<Vec<i32>, GraphErrorKind> {
+    if !INTS.contains(&h.dtype) {
+        return Err(GraphErrorKind::Dtype {
+            found: h.dtype.descr().to_string(),
+            expected:
+                "<i8 or <i4 (class ids; a y of shape (N, C) may also be bool, uint8 or float)",
+        });
+    }
+    let mut y = vec_with_capacity(n)?;
+    for_each_chunk(r, h, n, |b| {
+        decode_ints(h.dtype, b, |v| {
+            let label = i32::try_from(v).ok().filter(|&l| l >= -1).ok_or_else(|| {
+                GraphErrorKind::Invalid(format!(
+                    "label {v} is not a class id (0..2^31) or -1 for unlabelled"
+                ))
+            })?;
+            y.push(label);
+            Ok(())
+        })
+    })?;
+    Ok(y)
+}
+
+/// A `y` of shape `(N, C)`, `C ≥ 2`: multi-label targets, 0 or 1 per class, a row of −1 for an
+/// unlabelled node; integers, booleans or floats holding exactly those values.
+fn read_targets(
+    r: &mut dyn Read,
+    h: &NpyHeader,
+    n: u64,
+    classes: u64,
+) -> Result<Targets, GraphErrorKind> {
+    /// The byte of a target value (`as_int`: the value if it is an integer), or why not.
+    fn byte(as_int: Option<i64>, shown: &dyn std::fmt::Display) -> Result<u8, GraphErrorKind> {
+        match as_int {
+            Some(0) => Ok(0),
+            Some(1) => Ok(1),
+            Some(-1) => Ok(TARGET_UNLABELLED),
+            _ => Err(GraphErrorKind::Invalid(format!(
+                "target value {shown} is not 0 or 1 (or -1 in a whole row, for an unlabelled \
+                 node)"
+            ))),
+        }
+    }
+    let float = |v: f64| {
+        let int = [0.0, 1.0, -1.0].contains(&v).then(|| {
+            #[allow(clippy::cast_possible_truncation, reason = "v is 0, 1 or -1: exact")]
+            let i = v as i64;
+            i
+        });
+        byte(int, &v)
+    };
+    let count = h.count().unwrap_or(u64::MAX);
+    let mut data: Vec<u8> = vec_with_capacity(count)?;
+    for_each_chunk(r, h, count, |b| match h.dtype {
+        Dtype::F32 => b.chunks_exact(4).try_for_each(|c| {
+            data.push(float(f64::from(f32::from_le_bytes(le(c))))?);
+            Ok(())
+        }),
+        Dtype::F64 => b.chunks_exact(8).try_for_each(|c| {
+            data.push(float(f64::from_le_bytes(le(c)))?);
+            Ok(())
+        }),
+        _ => decode_ints(h.dtype, b, |v| {
+            data.push(byte(Some(v), &v)?);
+            Ok(())
+        }),
+    })?;
+    let (rows, classes) = (array_len(n)?, array_len(classes)?);
+    if h.fortran {
+        // Column-major on disk: transpose into rows.
+        let mut t = vec![0u8; data.len()];
+        for (k, &v) in data.iter().enumerate() {
+            t[(k % rows) * classes + k / rows] = v;
+        }
+        data = t;
+    }
+    Ok(Targets { classes, data })
 }
 
 fn read_archive(mut npz: impl Arrays, map: Mapping) -> Result<Graph, GraphError> {
@@ -855,28 +950,17 @@ fn read_archive(mut npz: impl Arrays, map: Mapping) -> Result<Graph, GraphError>
         None
     };
 
-    let labels = if npz.has("y") {
-        Some(npz.with_array("y", INTS, |r, h| {
-            let n = match h.shape[..] {
-                [n] | [n, 1] => n,
-                _ => return Err(shape_error(h, "(N,)")),
-            };
-            let mut y = vec_with_capacity(n)?;
-            for_each_chunk(r, h, n, |b| {
-                decode_ints(h.dtype, b, |v| {
-                    let label = i32::try_from(v).ok().filter(|&l| l >= -1).ok_or_else(|| {
-                        GraphErrorKind::Invalid(format!(
-                            "label {v} is not a class id (0..2^31) or -1 for unlabelled"
-                        ))
-                    })?;
-                    y.push(label);
-                    Ok(())
-                })
-            })?;
-            Ok(y)
-        })?)
+    let (labels, targets) = if npz.has("y") {
+        npz.with_array("y", Y_DTYPES, |r, h| match h.shape[..] {
+            [n, classes] if classes >= 2 => read_targets(r, h, n, classes).map(|t| (None, Some(t))),
+            [n] | [n, 1] => read_labels(r, h, n).map(|y| (Some(y), None)),
+            _ => Err(shape_error(
+                h,
+                "(N,) for class ids or (N, C) for multi-label targets",
+            )),
+        })?
     } else {
-        None
+        (None, None)
     };
 
     let mut masks: [Option<Vec<bool>>; 3] = [None, None, None];
@@ -914,6 +998,11 @@ fn read_archive(mut npz: impl Arrays, map: Mapping) -> Result<Graph, GraphError>
     let from_arrays = [
         ("x", "rows", features.as_ref().map(|(rows, _)| *rows)),
         ("y", "labels", labels.as_ref().map(Vec::len)),
+        (
+            "y",
+            "rows",
+            targets.as_ref().map(|t| t.data.len() / t.classes),
+        ),
     ]
     .into_iter()
     .chain(
@@ -946,6 +1035,7 @@ fn read_archive(mut npz: impl Arrays, map: Mapping) -> Result<Graph, GraphError>
         weights,
         features: features.map(|(_, f)| f),
         labels,
+        targets,
         train_mask,
         val_mask,
         test_mask,
@@ -1017,18 +1107,17 @@ pub enum NpyElement {
     F32,
     /// Little-endian `i64` (`<i8`).
     I64,
+    /// `u8` (`|u1`).
+    U8,
 }
 
 impl NpyElement {
     /// Bytes per element.
     pub fn size(self) -> usize {
-        match self {
-            NpyElement::F32 => 4,
-            NpyElement::I64 => 8,
-        }
+        self.dtype().size()
     }
 
-    /// NumPy's `descr` of the element type (`<f4`, `<i8`).
+    /// NumPy's `descr` of the element type (`<f4`, `<i8`, `|u1`).
     pub fn descr(self) -> &'static str {
         self.dtype().descr()
     }
@@ -1037,6 +1126,7 @@ impl NpyElement {
         match self {
             NpyElement::F32 => Dtype::F32,
             NpyElement::I64 => Dtype::I64,
+            NpyElement::U8 => Dtype::U8,
         }
     }
 }
@@ -1271,6 +1361,23 @@ fn write_archive<W: Write + Seek>(
             Dtype::I64,
             &[n],
             y.iter().map(|&c| i64::from(c)),
+            i64_le,
+        )?;
+    }
+    if let Some(t) = &g.targets {
+        write_array(
+            zip,
+            "y",
+            Member::Compressed,
+            Dtype::I64,
+            &[n, t.classes as u64],
+            t.data.iter().map(|&v| {
+                if v == TARGET_UNLABELLED {
+                    -1
+                } else {
+                    i64::from(v)
+                }
+            }),
             i64_le,
         )?;
     }

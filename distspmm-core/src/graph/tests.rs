@@ -20,6 +20,7 @@ fn sample() -> Graph {
             data: vec![0.0; 6].into(),
         }),
         labels: Some(vec![0, -1, 1]),
+        targets: None,
         train_mask: Some(vec![true, false, false]),
         val_mask: None,
         test_mask: Some(vec![false, false, true]),
@@ -264,8 +265,11 @@ mod properties {
                 proptest::option::of((0usize..4, proptest::collection::vec(-9.0f32..9.0, n * 3))),
                 proptest::option::of(proptest::collection::vec(-1i32..5, n)),
                 proptest::option::of(proptest::collection::vec(any::<bool>(), n)),
+                // Multi-label targets (two classes), replacing the labels: a row whose
+                // first draw is 2 is unlabelled.
+                proptest::option::of(proptest::collection::vec(0u8..3, n * 2)),
             )
-                .prop_map(move |(edges, weighted, x, y, mask)| Graph {
+                .prop_map(move |(edges, weighted, x, y, mask, t)| Graph {
                     num_nodes: n,
                     src: edges.iter().map(|e| e.0 .0).collect(),
                     dst: edges.iter().map(|e| e.0 .1).collect(),
@@ -274,7 +278,20 @@ mod properties {
                         dim,
                         data: data[..n * dim].to_vec().into(),
                     }),
-                    labels: y,
+                    labels: if t.is_some() { None } else { y },
+                    targets: t.map(|t| Targets {
+                        classes: 2,
+                        data: t
+                            .chunks(2)
+                            .flat_map(|r| {
+                                if r[0] == 2 {
+                                    [TARGET_UNLABELLED; 2]
+                                } else {
+                                    [r[0], r[1] % 2]
+                                }
+                            })
+                            .collect(),
+                    }),
                     train_mask: mask.clone(),
                     val_mask: None,
                     test_mask: mask.map(|m| m.iter().map(|b| !b).collect()),
@@ -432,5 +449,50 @@ fn the_fingerprint_tells_contents_apart() {
         ("mask", no_mask),
     ] {
         assert_ne!(g.fingerprint(), other.fingerprint(), "{what}");
+    }
+}
+
+#[test]
+fn multi_label_targets_are_validated_and_fingerprinted() {
+    let base = || Graph::from_edges(3, vec![0, 1], vec![1, 2]);
+    let targets = |classes: usize, data: Vec<u8>| Some(Targets { classes, data });
+    let mut g = base();
+    g.targets = targets(2, vec![1, 0, TARGET_UNLABELLED, TARGET_UNLABELLED, 0, 0]);
+    g.validate().unwrap();
+    assert_eq!(g.num_classes(), 2);
+    // The targets are part of the identity; a graph without any keeps its own.
+    assert_ne!(g.fingerprint(), base().fingerprint());
+    let mut other = g.clone();
+    other.targets.as_mut().unwrap().data[5] = 1;
+    assert_ne!(other.fingerprint(), g.fingerprint());
+    for (edit, what) in [
+        (
+            Box::new(|g: &mut Graph| g.labels = Some(vec![0, 1, 0])) as Box<dyn Fn(&mut Graph)>,
+            "both class labels and multi-label targets",
+        ),
+        (
+            Box::new(|g: &mut Graph| g.targets = targets(1, vec![0, 1, 1])),
+            "2 to 65536 classes",
+        ),
+        (
+            Box::new(|g: &mut Graph| g.targets = targets(2, vec![0, 1, 1, 1])),
+            "4 target values for 3 nodes",
+        ),
+        (
+            Box::new(|g: &mut Graph| g.targets = targets(2, vec![0, 1, 1, 2, 0, 0])),
+            "node 1's targets",
+        ),
+        (
+            Box::new(|g: &mut Graph| {
+                g.targets = targets(2, vec![0, TARGET_UNLABELLED, 1, 1, 0, 0])
+            }),
+            "node 0's targets mix -1",
+        ),
+    ] {
+        let mut bad = g.clone();
+        edit(&mut bad);
+        let e = bad.validate().unwrap_err();
+        assert!(e.to_string().contains(what), "{what}: {e}");
+        assert_eq!(e.location(), &Location::Array("y".into()));
     }
 }

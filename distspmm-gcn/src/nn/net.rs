@@ -1,5 +1,5 @@
-//! The stack: layers of one kind (`ModelKind`), log-softmax + NLL over the training nodes of
-//! all ranks, one Adam, weight decay by the model's rule, optional residual connections, and
+//! The stack: layers of one kind (`ModelKind`), log-softmax + NLL (or, for multi-label
+//! targets, binary cross-entropy with logits) over the training nodes of all ranks, one Adam, weight decay by the model's rule, optional residual connections, and
 //! the parameters as named tensors for checkpoints.
 //!
 //! The loss is the mean over *all* training nodes of all ranks, so each rank's gradients are
@@ -13,8 +13,9 @@ use super::gin::{Eps, GinConv};
 use super::sage::SageConv;
 use super::{param_len, Graph, Layer, Pass};
 use crate::model::{
-    count_confusion, count_metrics, len_of, nll_grad, zeros, Adam, LocalData, Metrics, ModelConfig,
-    ModelKind, NonFiniteGradient, Params, Reduce, Tensor, TRAIN,
+    auc_per_mask, auc_rows, bce_grad, bce_sums, count_confusion, count_metrics, labelled, len_of,
+    nll_grad, zeros, Adam, LocalData, Metrics, ModelConfig, ModelKind, NonFiniteGradient, Params,
+    Reduce, Tensor, TRAIN,
 };
 use anyhow::{ensure, Result};
 use rand::SeedableRng;
@@ -263,7 +264,8 @@ impl Net {
     }
 
     /// Evaluates without dropout: loss over training nodes, and the three accuracies and
-    /// macro-F1s, from counts summed over ranks (in one reduction of `7 + 9 · classes` f64).
+    /// macro-F1s, from counts summed over ranks (in one reduction of `7 + 9 · classes` f64), or
+    /// for multi-label targets the three ROC-AUCs (see [`Net::measure`]).
     pub fn evaluate(
         &mut self,
         g: &mut dyn Graph,
@@ -271,7 +273,29 @@ impl Net {
         data: &LocalData<'_>,
     ) -> Result<Metrics> {
         self.forward(g, data, 0, false)?;
+        self.measure(g.column_split().is_some(), red, data)
+    }
+
+    /// The metrics of the last forward pass's logits over every rank's rows (collective unless
+    /// `replicated`: every rank then holds every row, so its own counts are the total). For
+    /// multi-label targets the loss sums are reduced and the ROC-AUC needs every rank's scores:
+    /// the labelled rows of the masks are gathered on every rank (`4 · (2 · classes + 1)`
+    /// bytes per such row of the whole graph, padded to the rank with the most).
+    pub fn measure(
+        &self,
+        replicated: bool,
+        red: &mut dyn Reduce,
+        data: &LocalData<'_>,
+    ) -> Result<Metrics> {
         let classes = self.cfg.classes;
+        if let Some(targets) = data.targets {
+            let mut sums = bce_sums(self.logits(), classes, targets, data.masks);
+            if !replicated {
+                red.sum_f64(&mut sums)?;
+            }
+            let auc = self.auc(replicated, red, targets, data.masks)?;
+            return Ok(Metrics::multi_label(&sums, classes, auc));
+        }
         let mut counts = count_metrics(self.logits(), classes, data.labels, data.masks).to_vec();
         counts.extend(count_confusion(
             self.logits(),
@@ -279,13 +303,33 @@ impl Net {
             data.labels,
             data.masks,
         ));
-        // Under a column split every rank holds every row: its counts are already the total.
-        if g.column_split().is_none() {
+        if !replicated {
             red.sum_f64(&mut counts)?;
         }
         let (k, confusion) = counts.split_at(7);
         let k: &[f64; 7] = k.try_into()?;
         Ok(Metrics::from_counts(k, confusion))
+    }
+
+    /// The ROC-AUC of each mask (see [`auc_per_mask`]) of the last forward pass's logits
+    /// against multi-label `targets` over every rank's rows (collective unless `replicated`):
+    /// each rank's labelled rows of the masks are gathered on every rank, so every rank
+    /// computes the value one process would.
+    pub fn auc(
+        &self,
+        replicated: bool,
+        red: &mut dyn Reduce,
+        targets: &[u8],
+        masks: &[u8],
+    ) -> Result<[Option<f64>; 3]> {
+        let classes = self.cfg.classes;
+        let mine = auc_rows(self.logits(), classes, targets, masks);
+        let rows = if replicated {
+            mine
+        } else {
+            red.gather_f32(&mine)?
+        };
+        Ok(auc_per_mask(&rows, classes))
     }
 
     /// One training step (forward with dropout, backward, gradient sum across ranks, weight
@@ -298,7 +342,21 @@ impl Net {
         epoch: u64,
     ) -> Result<f64> {
         self.forward(g, data, epoch, true)?;
-        let mut counts = count_metrics(self.logits(), self.cfg.classes, data.labels, data.masks);
+        let classes = self.cfg.classes;
+        // `[loss sum, training rows]` at 0 and 2 (NLL, with the accuracy counts), or at 0 and 1
+        // (binary cross-entropy, summed over the classes).
+        let (mut counts, rows_at, per_row) = match data.targets {
+            Some(t) => (
+                bce_sums(self.logits(), classes, t, data.masks).to_vec(),
+                1,
+                classes,
+            ),
+            None => (
+                count_metrics(self.logits(), classes, data.labels, data.masks).to_vec(),
+                2,
+                1,
+            ),
+        };
         self.backward(g, data, epoch)?;
         // Two small reductions keep the f64 sums exact. Under a column split each rank holds
         // a part of the split gradients and rank 0 alone the others (see `backward`), so the
@@ -307,7 +365,7 @@ impl Net {
         if g.column_split().is_none() {
             red.sum_f64(&mut counts)?;
         }
-        let loss = counts[0] / counts[2].max(1.0);
+        let loss = counts[0] / (counts[rows_at] * per_row as f64).max(1.0);
         NonFiniteGradient::check(&self.grad, epoch, loss)?;
         self.add_weight_decay();
         let lr = self.cfg.lr;
@@ -350,14 +408,24 @@ impl Net {
         let c = self.cfg.classes;
         let mut dy = std::mem::take(&mut self.dy);
         let mut dx = std::mem::take(&mut self.dx);
-        nll_grad(
-            self.logits(),
-            c,
-            data.labels,
-            data.masks,
-            self.train_total,
-            &mut dy[..n * c],
-        );
+        match data.targets {
+            Some(t) => bce_grad(
+                self.logits(),
+                c,
+                t,
+                data.masks,
+                self.train_total,
+                &mut dy[..n * c],
+            ),
+            None => nll_grad(
+                self.logits(),
+                c,
+                data.labels,
+                data.masks,
+                self.train_total,
+                &mut dy[..n * c],
+            ),
+        }
         let pass = Pass {
             seed: self.cfg.seed,
             epoch,
@@ -482,12 +550,21 @@ fn check_memory(cfg: &ModelConfig, rows: usize, edges: usize) -> Result<()> {
 }
 
 /// Training-node count of this rank's rows (labelled rows in the training mask).
-pub fn local_train_count(data: &LocalData<'_>) -> u64 {
-    data.masks
-        .iter()
-        .zip(data.labels)
-        .filter(|(&m, &y)| m & TRAIN != 0 && y >= 0)
-        .count() as u64
+pub fn local_train_count(data: &LocalData<'_>, classes: usize) -> u64 {
+    match data.targets {
+        Some(t) => data
+            .masks
+            .iter()
+            .zip(t.chunks_exact(classes.max(1)))
+            .filter(|(&m, t)| m & TRAIN != 0 && labelled(t))
+            .count() as u64,
+        None => data
+            .masks
+            .iter()
+            .zip(data.labels)
+            .filter(|(&m, &y)| m & TRAIN != 0 && y >= 0)
+            .count() as u64,
+    }
 }
 
 #[cfg(test)]
@@ -506,6 +583,8 @@ pub(crate) mod tests {
     pub(crate) struct Setup {
         pub(crate) x: Vec<f32>,
         pub(crate) labels: Vec<i32>,
+        /// Multi-label targets (3 classes) in place of `labels`, when set.
+        pub(crate) targets: Option<Vec<u8>>,
         pub(crate) masks: Vec<u8>,
         pub(crate) ids: Vec<u64>,
     }
@@ -527,21 +606,35 @@ pub(crate) mod tests {
                 Self {
                     x,
                     labels,
+                    targets: None,
                     masks,
                     ids,
                 },
             )
         }
+
+        /// [`Setup::new`] with multi-label targets over 3 classes in place of the labels:
+        /// random 0/1, row 2 unlabelled.
+        pub(crate) fn multi_label(n: usize, in_dim: usize, seed: u64) -> (DenseGraph, Self) {
+            let (g, mut s) = Self::new(n, in_dim, seed);
+            let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed + 2);
+            let mut t: Vec<u8> = (0..n * 3).map(|_| u8::from(rng.random::<bool>())).collect();
+            t[6..9].fill(chunk_format::TARGET_UNLABELLED);
+            s.targets = Some(t);
+            s.labels = Vec::new();
+            (g, s)
+        }
         pub(crate) fn data(&self) -> LocalData<'_> {
             LocalData {
                 features: &self.x,
                 labels: &self.labels,
+                targets: self.targets.as_deref(),
                 masks: &self.masks,
                 original_ids: &self.ids,
             }
         }
         fn train_n(&self) -> u64 {
-            local_train_count(&self.data())
+            local_train_count(&self.data(), 3)
         }
     }
 
@@ -562,6 +655,7 @@ pub(crate) mod tests {
             attn_dropout: 0.0,
             residual: false,
             train_eps: false,
+            multi_label: false,
         }
     }
 
@@ -641,6 +735,67 @@ pub(crate) mod tests {
             ..test_config(4, 4, 3)
         };
         check_model_gradient(cfg, &mut g, &s);
+    }
+
+    #[test]
+    fn multi_label_gradient_matches_finite_differences() {
+        // Binary cross-entropy over the labelled training rows and every class.
+        let (mut g, s) = Setup::multi_label(7, 4, 3);
+        assert_eq!(s.train_n(), 3, "rows 0, 4 and 6: row 2 is unlabelled");
+        for (model, layers) in [
+            (ModelKind::Gcn, 2),
+            (ModelKind::Gat, 2),
+            (ModelKind::Sage, 1),
+        ] {
+            let cfg = ModelConfig {
+                model,
+                multi_label: true,
+                ..test_config(4, 3, layers)
+            };
+            check_model_gradient(cfg, &mut g, &s);
+        }
+    }
+
+    #[test]
+    fn multi_label_loss_is_the_mean_bce_over_labelled_training_rows_and_classes() {
+        let (mut g, s) = Setup::multi_label(7, 4, 5);
+        let cfg = ModelConfig {
+            multi_label: true,
+            ..test_config(4, 3, 2)
+        };
+        let data = s.data();
+        let mut net = Net::new(cfg, 7, g.edge_count(), s.train_n()).unwrap();
+        let m = net.evaluate(&mut g, &mut Alone, &data).unwrap();
+        let t = s.targets.as_ref().unwrap();
+        let (mut sum, mut count) = (0.0f64, 0);
+        for r in 0..7 {
+            if s.masks[r] & TRAIN == 0 || r == 2 {
+                continue;
+            }
+            for c in 0..3 {
+                // -[y log σ(z) + (1 − y) log(1 − σ(z))], directly.
+                let z = f64::from(net.logits()[r * 3 + c]);
+                let p = 1.0 / (1.0 + (-z).exp());
+                let y = f64::from(t[r * 3 + c]);
+                sum -= y * p.ln() + (1.0 - y) * (1.0 - p).ln();
+                count += 1;
+            }
+        }
+        assert_eq!(count, 9);
+        assert!(
+            (m.loss - sum / 9.0).abs() < 1e-12,
+            "{} vs {}",
+            m.loss,
+            sum / 9.0
+        );
+        // Without dropout the step's loss is the evaluation's.
+        let step = net.train_step(&mut g, &mut Alone, &data, 0).unwrap();
+        assert_eq!(step.to_bits(), m.loss.to_bits());
+        let auc = m.auc.expect("multi-label metrics are ROC-AUCs");
+        assert!(auc.iter().all(|a| (0.0..=1.0).contains(a)), "{auc:?}");
+        assert_eq!((m.train_acc, m.val_f1), (0.0, 0.0));
+        let after = net.evaluate(&mut g, &mut Alone, &data).unwrap();
+        assert!(after.loss < m.loss, "{} then {}", m.loss, after.loss);
     }
 
     #[test]

@@ -145,7 +145,76 @@ fn small_csbm(seed: u64) -> CsbmParams {
         homophily: 0.7,
         separation: 1.0,
         seed,
+        multi_label: false,
     }
+}
+
+#[test]
+fn multi_label_csbm_marks_one_or_two_communities_and_keeps_the_rest() {
+    let p = CsbmParams {
+        multi_label: true,
+        ..small_csbm(5)
+    };
+    let g = csbm(&p).unwrap();
+    g.validate().unwrap();
+    let single = csbm(&small_csbm(5)).unwrap();
+    // The edges, masks and first communities are the single-label graph's.
+    assert_eq!((&g.src, &g.dst), (&single.src, &single.dst));
+    assert_eq!(g.train_mask, single.train_mask);
+    assert_eq!(g.num_classes(), 4);
+    assert!(g.labels.is_none());
+    let t = g.targets.as_ref().unwrap();
+    let y = single.labels.as_ref().unwrap();
+    let f = g.features.as_ref().unwrap();
+    let (mut two, mut extra) = (0, vec![Vec::new(); 4]);
+    for v in 0..g.num_nodes {
+        let row = t.row(v);
+        assert_eq!(row[y[v] as usize], 1, "node {v} is in its first community");
+        let ones = row.iter().filter(|&&b| b == 1).count();
+        assert!((1..=2).contains(&ones) && row.iter().all(|&b| b <= 1));
+        if ones == 2 {
+            two += 1;
+            let s = (0..4).find(|&k| k != y[v] as usize && row[k] == 1).unwrap();
+            extra[s].push(v);
+        } else {
+            // One community: the single-label graph's features, bit for bit.
+            assert_eq!(f.row(v), single.features.as_ref().unwrap().row(v));
+        }
+    }
+    assert!(
+        (250..350).contains(&two),
+        "{two} of 600 nodes in two communities"
+    );
+    // A second community moves the features towards its mean: members of community k through
+    // their second membership lie further along μ_k than the nodes outside k.
+    let mean_of = |k: usize| -> Vec<f64> {
+        let members: Vec<usize> = (0..600).filter(|&v| y[v] as usize == k).collect();
+        (0..16)
+            .map(|j| {
+                members.iter().map(|&v| f64::from(f.row(v)[j])).sum::<f64>() / members.len() as f64
+            })
+            .collect()
+    };
+    for (k, joined) in extra.iter().enumerate() {
+        let mu = mean_of(k);
+        let along = |v: usize| -> f64 {
+            f.row(v)
+                .iter()
+                .zip(&mu)
+                .map(|(&x, m)| f64::from(x) * m)
+                .sum()
+        };
+        let outside: Vec<usize> = (0..600).filter(|&v| t.row(v)[k] == 0).collect();
+        let avg = |vs: &[usize]| vs.iter().map(|&v| along(v)).sum::<f64>() / vs.len() as f64;
+        assert!(avg(joined) > avg(&outside) + 0.3, "community {k}");
+    }
+    assert_eq!(csbm(&p).unwrap(), g, "deterministic");
+    assert!(csbm(&CsbmParams {
+        classes: 1,
+        homophily: 1.0,
+        ..p
+    })
+    .is_err());
 }
 
 #[test]

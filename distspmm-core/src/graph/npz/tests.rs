@@ -441,6 +441,119 @@ fn invalid_labels_and_masks() {
 }
 
 #[test]
+fn multi_label_targets_are_read_from_every_dtype_and_order() {
+    // Three nodes, two classes; node 1 unlabelled (a row of -1).
+    let expected = Targets {
+        classes: 2,
+        data: vec![1, 0, TARGET_UNLABELLED, TARGET_UNLABELLED, 0, 1],
+    };
+    let rows = [1i64, 0, -1, -1, 0, 1];
+    let as_f = |v: &[i64]| v.iter().map(|&x| x as f64).collect::<Vec<_>>();
+    let floats32: Vec<f32> = rows.iter().map(|&x| x as f32).collect();
+    for y in [
+        array("y", "<i8", &[3, 2], i64s(&rows)),
+        array(
+            "y",
+            "<i4",
+            &[3, 2],
+            i32s(&rows.map(|x| i32::try_from(x).unwrap())),
+        ),
+        array("y", "<f8", &[3, 2], f64s(&as_f(&rows))),
+        array("y", "<f4", &[3, 2], f32s(&floats32)),
+    ] {
+        let descr = y.descr;
+        let g = read_npz_bytes(&archive(
+            vec![triangle_edges(), y],
+            CompressionMethod::Stored,
+        ))
+        .unwrap();
+        assert_eq!(g.targets.as_ref(), Some(&expected), "{descr}");
+        assert_eq!((g.labels.as_ref(), g.num_classes()), (None, 2), "{descr}");
+    }
+    // Booleans and bytes hold labelled rows only.
+    let g = read_npz_bytes(&archive(
+        vec![
+            triangle_edges(),
+            array("y", "|b1", &[3, 2], vec![1, 0, 1, 1, 0, 1]),
+        ],
+        CompressionMethod::Deflated,
+    ))
+    .unwrap();
+    assert_eq!(g.targets.unwrap().data, [1, 0, 1, 1, 0, 1]);
+    // Column-major: class 0 of every node, then class 1.
+    let g = read_npz_bytes(&archive_with(
+        vec![
+            fortran_entry("edge_index", "<i8", &[2, 3], i64s(&[0, 1, 1, 2, 2, 0])),
+            fortran_entry("y", "<i8", &[3, 2], i64s(&[1, -1, 0, 0, -1, 1])),
+        ],
+        CompressionMethod::Deflated,
+    ))
+    .unwrap();
+    assert_eq!(g.targets, Some(expected.clone()));
+    // Written back as int64 (N, C), -1 for unlabelled rows, and read the same.
+    let again = read_npz_bytes(&write_npz_bytes(&g).unwrap()).unwrap();
+    assert_eq!(again, g);
+    // (N, 1) stays one class id per node.
+    let g = read_npz_bytes(&archive(
+        vec![
+            triangle_edges(),
+            array("y", "<i8", &[3, 1], i64s(&[2, 0, 1])),
+        ],
+        CompressionMethod::Stored,
+    ))
+    .unwrap();
+    assert_eq!((g.labels, g.targets), (Some(vec![2, 0, 1]), None));
+}
+
+#[test]
+fn invalid_multi_label_targets_name_y() {
+    for (y, what) in [
+        (
+            array("y", "<i8", &[3, 2], i64s(&[1, 0, 2, 0, 0, 1])),
+            "target value 2 is not 0 or 1",
+        ),
+        (
+            array("y", "<f4", &[3, 2], f32s(&[1.0, 0.5, 0.0, 0.0, 0.0, 1.0])),
+            "target value 0.5 is not 0 or 1",
+        ),
+        (
+            array(
+                "y",
+                "<f8",
+                &[3, 2],
+                f64s(&[1.0, f64::NAN, 0.0, 0.0, 0.0, 1.0]),
+            ),
+            "target value NaN",
+        ),
+        (
+            array("y", "<i8", &[3, 2], i64s(&[1, 0, -1, 0, 0, 1])),
+            "node 1's targets mix -1",
+        ),
+        (
+            array("y", "<i8", &[2, 2], i64s(&[1, 0, 0, 1])),
+            "4 target values for 3 nodes",
+        ),
+        (
+            array("y", "<i8", &[3, 2, 1], i64s(&[1, 0, 0, 0, 0, 1])),
+            "(N,) for class ids or (N, C)",
+        ),
+    ] {
+        let e = error_in(
+            &archive(
+                vec![
+                    triangle_edges(),
+                    array("num_nodes", "<i8", &[], i64s(&[3])),
+                    y,
+                ],
+                CompressionMethod::Stored,
+            ),
+            "y",
+        );
+        assert!(e.to_string().contains(what), "{what}: {e}");
+    }
+}
+
+#[test]
 fn not_a_zip_and_empty_input() {
     for bytes in [&b""[..], b"definitely not a zip archive"] {
         let e = read_npz_bytes(bytes).unwrap_err();
