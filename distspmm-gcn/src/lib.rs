@@ -911,6 +911,10 @@ enum Task<'t> {
 }
 
 /// What a [`Task`] gives.
+#[allow(
+    clippy::large_enum_variant,
+    reason = "one value per run, moved once: boxing would buy nothing"
+)]
 enum Outcome {
     Trained(Summary),
     Predicted(predict::Report),
