@@ -1,5 +1,5 @@
 //! Cross-rank agreement, in one place: before any other collective every rank offers what it
-//! must share (P, part, partition fingerprint, format version, N, n_p, schedule, its chunk's
+//! must share (P, part, partition fingerprint, format version, N, n_p, schedule, message format, its chunk's
 //! checksum and the [`content_digest`] its chunk directory lists) and every rank checks all
 //! offers in the same order, so all reach the same verdict and the same message
 //! ([`partition`], [`abstain`]); every operator call agrees on the operation and F ([`call`]);
@@ -109,8 +109,8 @@ fn digest_hex(d: [u64; 2]) -> String {
 }
 
 /// Words of a rank's record: status, P, part, fingerprint (2), version, N, n_p, schedule,
-/// checksum, whether a listing follows, the listing's digest (2).
-const WORDS: usize = 13;
+/// checksum, whether a listing follows, the listing's digest (2), message format.
+const WORDS: usize = 14;
 /// The rank offers a usable chunk.
 const STATUS_CHUNK: u64 = 1;
 /// The rank has no chunk (it could not load one, or none exists for its rank).
@@ -118,9 +118,9 @@ const STATUS_NONE: u64 = 2;
 /// The rank has a chunk but cannot build an operator from it.
 const STATUS_BROKEN: u64 = 3;
 
-fn record(status: u64, chunk: Option<&ChunkRecord>, schedule: u64) -> [u64; WORDS] {
+fn record(status: u64, chunk: Option<&ChunkRecord>, schedule: u64, wire: u64) -> [u64; WORDS] {
     let Some(h) = chunk else {
-        return [status, 0, 0, 0, 0, 0, 0, 0, schedule, 0, 0, 0, 0];
+        return [status, 0, 0, 0, 0, 0, 0, 0, schedule, 0, 0, 0, 0, wire];
     };
     let listed = h.listed.unwrap_or_default();
     let mut lo = [0u8; 8];
@@ -141,7 +141,15 @@ fn record(status: u64, chunk: Option<&ChunkRecord>, schedule: u64) -> [u64; WORD
         u64::from(h.listed.is_some()),
         listed[0],
         listed[1],
+        wire,
     ]
+}
+
+/// A message-format word as its name (up to 8 ASCII bytes, zero-padded).
+fn word_name(word: u64) -> String {
+    let bytes = word.to_le_bytes();
+    let end = bytes.iter().position(|&b| b == 0).unwrap_or(bytes.len());
+    String::from_utf8_lossy(&bytes[..end]).into_owned()
 }
 
 /// Gathers every rank's record and checks them (all ranks reach the same verdict).
@@ -151,16 +159,18 @@ fn gather_and_check<C: AllGather>(comm: &C, mine: [u64; WORDS]) -> Result<(), Ag
 }
 
 /// The agreement before any other collective of an operator: every rank offers its chunk's
-/// record and its schedule code; `usable` says whether this rank could build its part.
-/// Collective; the same verdict on every rank.
+/// record, its schedule code and the format of its messages (`wire`: the format's name as up
+/// to 8 ASCII bytes, little-endian, zero-padded); `usable` says whether this rank could build
+/// its part. Collective; the same verdict on every rank.
 pub fn partition<C: AllGather>(
     comm: &C,
     chunk: &ChunkRecord,
     schedule: u64,
+    wire: u64,
     usable: bool,
 ) -> Result<(), AgreeError> {
     let status = if usable { STATUS_CHUNK } else { STATUS_BROKEN };
-    gather_and_check(comm, record(status, Some(chunk), schedule))
+    gather_and_check(comm, record(status, Some(chunk), schedule, wire))
 }
 
 /// Joins the agreement of [`partition`] on a rank that has no chunk to offer — it could not
@@ -169,7 +179,7 @@ pub fn partition<C: AllGather>(
 /// directory was made for, when known (then a wrong rank count is what every rank reports).
 /// Collective; returns the error every rank gets.
 pub fn abstain<C: AllGather>(comm: &C, chunk_parts: Option<usize>) -> AgreeError {
-    let mut mine = record(STATUS_NONE, None, 0);
+    let mut mine = record(STATUS_NONE, None, 0, 0);
     mine[1] = chunk_parts.map_or(0, |p| p as u64);
     match gather_and_check(comm, mine) {
         Err(e) => e,
@@ -247,6 +257,14 @@ fn check(all: &[u64], ranks: usize) -> Result<(), AgreeError> {
             return disagree(format!(
                 "rank {r} chose another schedule than rank 0 (code {} vs {})",
                 x[8], first[8]
+            ));
+        }
+        if x[13] != first[13] {
+            return disagree(format!(
+                "rank {r} sends its messages in {} but rank 0 in {}: give every rank the same \
+                 message precision",
+                word_name(x[13]),
+                word_name(first[13])
             ));
         }
     }
@@ -514,7 +532,7 @@ mod tests {
             if comm.rank() == 1 {
                 mine.listed = None;
             }
-            partition(&comm, &mine, 1, true)
+            partition(&comm, &mine, 1, 0, true)
         });
         assert!(out.iter().all(Result::is_ok), "{out:?}");
     }
@@ -528,7 +546,7 @@ mod tests {
                 mine.checksum = 7;
                 mine.listed = Some(content_digest([100, 101, 7]));
             }
-            partition(&comm, &mine, 1, true)
+            partition(&comm, &mine, 1, 0, true)
         });
         let first = out[0].clone().unwrap_err().to_string();
         assert!(
@@ -549,7 +567,7 @@ mod tests {
                 mine.checksum = 5;
                 mine.listed = None;
             }
-            partition(&comm, &mine, 1, true)
+            partition(&comm, &mine, 1, 0, true)
         });
         for r in out {
             let e = r.unwrap_err().to_string();
@@ -609,6 +627,7 @@ mod tests {
                 &comm,
                 &chunk(2, u32::try_from(comm.rank()).unwrap()),
                 1,
+                0,
                 true,
             )
         });
@@ -616,10 +635,31 @@ mod tests {
     }
 
     #[test]
+    fn ranks_with_other_message_formats_are_told_so_on_every_rank() {
+        let word = |name: &[u8]| {
+            let mut b = [0u8; 8];
+            b[..name.len()].copy_from_slice(name);
+            u64::from_le_bytes(b)
+        };
+        let out = LocalComm::run(2, |comm| {
+            let r = u32::try_from(comm.rank()).unwrap();
+            let wire = if r == 0 { word(b"f32") } else { word(b"bf16") };
+            partition(&comm, &chunk(2, r), 1, wire, true)
+        });
+        for r in out {
+            let e = r.unwrap_err().to_string();
+            assert!(
+                e.contains("rank 1 sends its messages in bf16 but rank 0 in f32"),
+                "{e}"
+            );
+        }
+    }
+
+    #[test]
     fn a_wrong_rank_count_or_an_abstaining_rank_fails_every_rank_alike() {
         let out = LocalComm::run(3, |comm| match comm.rank() {
             2 => Err(abstain(&comm, Some(2))),
-            r => partition(&comm, &chunk(2, u32::try_from(r).unwrap()), 1, true),
+            r => partition(&comm, &chunk(2, u32::try_from(r).unwrap()), 1, 0, true),
         });
         for r in out {
             assert_eq!(
@@ -632,7 +672,7 @@ mod tests {
         }
         let out = LocalComm::run(2, |comm| match comm.rank() {
             1 => Err(abstain(&comm, None)),
-            r => partition(&comm, &chunk(2, u32::try_from(r).unwrap()), 1, true),
+            r => partition(&comm, &chunk(2, u32::try_from(r).unwrap()), 1, 0, true),
         });
         for r in out {
             let e = r.unwrap_err().to_string();

@@ -183,6 +183,111 @@ fn plan_predicts_the_bytes_bench_dist_measures() {
     }
 }
 
+/// Messages in bf16 and f16 under `mpirun`: `plan --comm-precision` predicts, per direction,
+/// the bytes `bench dist --comm-precision` counts at the transport (half of f32's), and
+/// `verify --comm-precision` holds within the format's bound, for both schedules.
+#[test]
+fn reduced_precision_messages_under_mpirun_are_planned_counted_and_verified() {
+    if !mpirun_available() {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let graph = rmat(tmp.path());
+    let p = 3usize;
+    let chunks = partition(&graph, p, tmp.path());
+    let mut f32_recv = 0;
+    for precision in ["f32", "bf16", "f16"] {
+        let plan = one_json(&ok(&[
+            "plan",
+            "--chunks",
+            s(&chunks),
+            "--features",
+            "16",
+            "--comm-precision",
+            precision,
+            "--json",
+        ]));
+        assert_eq!(plan["comm_precision"], precision);
+        for name in ["broadcast", "halo"] {
+            let measured = one_json(&mpirun_ok(
+                p,
+                &[
+                    "bench",
+                    "dist",
+                    "--chunks",
+                    s(&chunks),
+                    "--features",
+                    "16",
+                    "--schedule",
+                    name,
+                    "--comm-precision",
+                    precision,
+                    "--reps",
+                    "2",
+                    "--json",
+                ],
+            ));
+            assert_eq!(measured["comm_precision"], precision);
+            let predicted = schedule(&plan, name);
+            for key in ["max_recv_bytes_per_rank", "max_send_bytes_per_rank"] {
+                assert_eq!(measured[key], predicted[key], "{precision} {name} {key}");
+            }
+            let ranks = predicted["ranks"].as_array().unwrap();
+            let max = |dir: &str, side: &str| {
+                ranks
+                    .iter()
+                    .map(|r| r[dir][side].as_u64().unwrap())
+                    .max()
+                    .unwrap()
+            };
+            assert_eq!(
+                measured["max_recv_bytes_per_rank_backward"].as_u64(),
+                Some(max("backward", "received")),
+                "{precision} {name}"
+            );
+            assert_eq!(
+                measured["max_send_bytes_per_rank_backward"].as_u64(),
+                Some(max("backward", "sent")),
+                "{precision} {name}"
+            );
+            let recv = measured["max_recv_bytes_per_rank"].as_u64().unwrap();
+            if name == "halo" {
+                if precision == "f32" {
+                    f32_recv = recv;
+                } else {
+                    assert_eq!(2 * recv, f32_recv, "{precision}: half of f32's bytes");
+                }
+            }
+        }
+        let out = mpirun_ok(
+            p,
+            &[
+                "verify",
+                "--chunks",
+                s(&chunks),
+                "--features",
+                "8",
+                "--comm-precision",
+                precision,
+                "--json",
+            ],
+        );
+        let v = one_json(&out);
+        assert_eq!(v["pass"], true, "{out}");
+        assert_eq!(v["comm_precision"], precision);
+        if precision != "f32" {
+            // The rounding is there (the f32 tolerance alone would not hold)...
+            let worst = v["checks"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|c| c["max_rel_error"].as_f64().unwrap())
+                .fold(0f64, f64::max);
+            assert!(worst > 1e-5, "{precision}: {out}");
+        }
+    }
+}
+
 #[test]
 fn chunks_for_three_parts_under_two_ranks_fail_every_rank_quickly() {
     if !mpirun_available() {

@@ -338,6 +338,32 @@ fn non_finite_features_fail_naming_node_and_feature_or_are_zeroed_with_warn() {
     }
 }
 
+/// With bf16 messages the blown-up activations cross ranks as bf16 (NaN and ±Inf kept as
+/// such): the non-finite check still stops the run at the same epoch on every rank.
+#[test]
+fn a_non_finite_value_that_crosses_the_wire_in_bf16_still_stops_training() {
+    let Some((_dir, chunks)) = cora_in_two_parts() else {
+        return;
+    };
+    let out = train(
+        2,
+        &[
+            "--chunks",
+            s(&chunks),
+            "--epochs",
+            "4",
+            "--lr",
+            "1e30",
+            "--comm-precision",
+            "bf16",
+        ],
+    );
+    every_rank_says(
+        &out,
+        "a gradient became NaN or infinite at epoch 2 (training loss NaN)",
+    );
+}
+
 #[test]
 fn a_gradient_blown_up_by_a_huge_learning_rate_fails_or_is_skipped_with_warn() {
     let Some((_dir, chunks)) = cora_in_two_parts() else {

@@ -12,7 +12,7 @@ use chunk_format::ChunkView;
 use dist_comm::Counting;
 use distspmm_core::schedule::ScheduleKind;
 use distspmm_core::sparse::{DenseView, DenseViewMut};
-use distspmm_op::{ChunkSource, DistSpmm, RankChunk};
+use distspmm_op::{ChunkSource, DistSpmm, Precision, RankChunk};
 
 /// Â·X through the distributed SpMM: this rank's rows, communication per the schedule, over a
 /// [`Counting`] layer that measures what the schedule hands the transport.
@@ -46,19 +46,20 @@ impl<C: dist_comm::Communicator, K: ChunkSource> std::fmt::Debug for DistAggrega
 pub fn dist_aggregate<'a, C: dist_comm::Communicator>(
     comm: &'a C,
     chunk: &'a RankChunk,
-    schedule: Schedule,
+    (schedule, precision): (Schedule, Precision),
     dir: &std::path::Path,
 ) -> Result<DistAggregate<'a, C>> {
     let kind = match schedule {
         Schedule::Halo => ScheduleKind::Halo,
         Schedule::Broadcast => ScheduleKind::Broadcast,
     };
-    let op = DistSpmm::new(Box::new(Counting::new(comm)), chunk, kind).with_context(|| {
-        format!(
-            "cannot set up the distributed SpMM over the chunks in {}",
-            dir.display()
-        )
-    })?;
+    let op = DistSpmm::with_precision(Box::new(Counting::new(comm)), chunk, kind, precision)
+        .with_context(|| {
+            format!(
+                "cannot set up the distributed SpMM over the chunks in {}",
+                dir.display()
+            )
+        })?;
     Ok(DistAggregate {
         op,
         edges: EdgeData::default(),
@@ -96,6 +97,10 @@ impl<C: dist_comm::Communicator, K: ChunkSource> Aggregate for DistAggregate<'_,
     }
     /// The exchanges' bytes as counted at the transport (point-to-point and broadcast; the
     /// operator's own agreement reductions are not part of them).
+    fn bytes_by_direction(&self) -> [u64; 2] {
+        let t = self.op.bytes_total();
+        [t.forward.received, t.backward.received]
+    }
     fn bytes_received(&self) -> u64 {
         self.op.comm().counts().schedule().received
     }
@@ -393,7 +398,7 @@ where
     let (dir, chunk) = agree(comm, opened.map_err(anyhow::Error::from))?;
     // Before any other collective: the operator's agreement checks that every rank holds the
     // same partition and the same content (a stale copy of the chunks on one host).
-    let mut agg = dist_aggregate(comm, &chunk, args.schedule, dir_path)?;
+    let mut agg = dist_aggregate(comm, &chunk, (args.schedule, args.comm_precision), dir_path)?;
     #[allow(
         clippy::cast_possible_truncation,
         reason = "rank < ranks, which open_rank_chunk checked to equal the chunks' u32 part count"

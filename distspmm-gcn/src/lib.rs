@@ -21,6 +21,7 @@ pub mod tensor;
 
 use anyhow::{bail, Context, Result};
 use dist_comm::{AllGather, AllReduce, Communicator, Counting, Group, ReduceOp};
+pub use distspmm_op::Precision;
 use model::{Aggregate, LocalData, Metrics, ModelConfig, Reduce, TRAIN};
 use nn::Graph;
 use std::path::{Path, PathBuf};
@@ -89,6 +90,11 @@ pub struct Config {
     pub dropout: f32,
     /// Communication schedule of the distributed SpMM (data mode).
     pub schedule: Schedule,
+    /// The format of the distributed SpMM's messages (data mode): rows and partial sums are
+    /// narrowed to it where they are sent and widened back to f32 where they are received.
+    /// Not part of a checkpoint's identity: like the schedule it changes how values travel,
+    /// not the model or its objective, so a run may resume in another precision.
+    pub comm_precision: Precision,
     /// Seed of the initial weights and the dropout masks.
     pub seed: u64,
     /// Row-normalise the features (divide each row by its sum) as the GCN paper; skipped, with
@@ -145,6 +151,7 @@ impl Default for Config {
             weight_decay: 5e-4,
             dropout: 0.5,
             schedule: Schedule::Halo,
+            comm_precision: Precision::F32,
             seed: 42,
             normalize_features: true,
             checkpoint: None,
@@ -209,6 +216,9 @@ pub enum ConfigError {
     /// numbered `--epochs`, which an early stop never reaches.
     #[error("--isolated-kernels times the kernels of the last epoch (number --epochs), which --patience may stop before: use one of the two per run")]
     IsolatedKernelsWithPatience,
+    /// A message precision in tensor mode, where no rows travel through the distributed SpMM.
+    #[error("--comm-precision {0} sets the format of the distributed SpMM's messages, which tensor mode does not send (its sums are f32 allreduces): leave it out or train with --chunks (data mode)")]
+    PrecisionInTensorMode(&'static str),
     /// Prediction outputs asked for without a directory to write them to.
     #[error("--logits, --probabilities, --labels and --embeddings are written into --out DIR: give the directory")]
     OutputsNeedOut,
@@ -272,6 +282,11 @@ impl Config {
             }
             _ => {}
         }
+        if self.mode == Mode::Tensor && self.comm_precision != Precision::F32 {
+            return Err(ConfigError::PrecisionInTensorMode(
+                self.comm_precision.name(),
+            ));
+        }
         source
     }
 
@@ -306,6 +321,11 @@ pub struct EpochReport {
     /// ... and by the training's allreduces (gradients, loss and accuracy counts,
     /// tensor-parallel partial products; 0 on one rank).
     pub allreduce_bytes: u64,
+    /// The distributed SpMM's bytes by direction, as its operators counted them where they
+    /// handed them to the transport, summed over all ranks: rows to their readers (forward
+    /// programs) and partial sums back to their owners (backward programs); together
+    /// `spmm_bytes`.
+    pub spmm_direction_bytes: [u64; 2],
     /// This rank's own `[spmm, dense, comm, other]` seconds of the epoch (see [`Summary`]);
     /// unlike the other fields, it differs from rank to rank.
     pub split: [f64; 4],
@@ -446,6 +466,11 @@ pub struct Summary {
     pub comm_bytes_per_epoch: u64,
     /// ... of them, by the distributed SpMM's exchanges (0 in tensor mode and on one rank) ...
     pub spmm_bytes_per_epoch: u64,
+    /// ... of which the distributed SpMM's forward programs (rows to the ranks that read them)
+    /// received ...
+    pub spmm_forward_bytes_per_epoch: u64,
+    /// ... and its backward programs (partial sums back to the rows' owners) ...
+    pub spmm_backward_bytes_per_epoch: u64,
     /// ... and by the training's allreduces (0 on one rank). In data mode an epoch reduces the
     /// gradient (`parameters` f32), the training step's loss/accuracy counts (7 f64) and the
     /// evaluation's counts (7 f64 and `9 · classes` per-class counts), each received once by
@@ -471,6 +496,9 @@ pub struct Summary {
     pub mode: &'static str,
     /// `halo` or `broadcast` (data mode).
     pub schedule: &'static str,
+    /// The format of the distributed SpMM's messages: `f32`, `bf16` or `f16` (data mode;
+    /// `none` in tensor mode).
+    pub comm_precision: &'static str,
     /// The model and its hyperparameters (`model`, widths, layers, heads, dropouts, optimiser).
     pub config: ModelConfig,
     /// With [`Config::isolated_kernels`]: the last epoch's SpMM and GEMM calls timed in
@@ -582,6 +610,9 @@ impl<G: Aggregate + ?Sized> Aggregate for TimedGraph<'_, G> {
     }
     fn bytes_received(&self) -> u64 {
         self.inner.bytes_received()
+    }
+    fn bytes_by_direction(&self) -> [u64; 2] {
+        self.inner.bytes_by_direction()
     }
 }
 
@@ -902,6 +933,10 @@ enum Task<'t> {
 }
 
 /// What a [`Task`] gives.
+#[allow(
+    clippy::large_enum_variant,
+    reason = "one value per run, moved once: boxing would buy nothing"
+)]
 enum Outcome {
     Trained(Summary),
     Predicted(predict::Report),
@@ -1357,6 +1392,7 @@ where
         // A column split's sums count with the reductions.
         let (split_bytes, split_seconds) = timed.column_traffic();
         let before = [timed.bytes_received(), red.bytes_received() + split_bytes];
+        let directions_before = timed.bytes_by_direction();
         let clocks = (
             timed.seconds,
             model::dense_seconds(),
@@ -1403,9 +1439,12 @@ where
             reduce,
             (local - spmm - dense - reduce).max(0.0),
         ];
+        let directions = timed.bytes_by_direction();
         let mut bytes = [
             timed.bytes_received() - before[0],
             red.bytes_received() + split_bytes - before[1],
+            directions[0] - directions_before[0],
+            directions[1] - directions_before[1],
         ];
         comm.all_reduce_sum(&mut bytes)?;
         let mut seconds = [t.elapsed().as_secs_f64()];
@@ -1425,6 +1464,7 @@ where
             bytes: bytes[0] + bytes[1],
             spmm_bytes: bytes[0],
             allreduce_bytes: bytes[1],
+            spmm_direction_bytes: [bytes[2], bytes[3]],
             split,
         };
         on(Event::Epoch(rec));
@@ -1523,6 +1563,8 @@ where
         other_seconds: median(&|r| r.split[3]),
         comm_bytes_per_epoch: last.bytes,
         spmm_bytes_per_epoch: last.spmm_bytes,
+        spmm_forward_bytes_per_epoch: last.spmm_direction_bytes[0],
+        spmm_backward_bytes_per_epoch: last.spmm_direction_bytes[1],
         allreduce_bytes_per_epoch: last.allreduce_bytes,
         parameters: model.params().len() as u64,
         ranks: job.ranks,
@@ -1531,6 +1573,10 @@ where
             ("tensor", _) => "none",
             (_, Schedule::Halo) => "halo",
             (_, Schedule::Broadcast) => "broadcast",
+        },
+        comm_precision: match job.mode {
+            "tensor" => "none",
+            _ => args.comm_precision.name(),
         },
         config: job.identity.config.clone(),
         isolated,
@@ -1722,6 +1768,20 @@ mod tests {
             ..with(Mode::Tensor, None, Some("g"), true)
         };
         assert_eq!(resumed.source(), Ok(Source::Graph(Path::new("g"))));
+        let precise = |mode, chunks, input, comm_precision| Config {
+            comm_precision,
+            ..with(mode, chunks, input, false)
+        };
+        assert_eq!(
+            precise(Mode::Tensor, None, Some("g"), Precision::Bf16).source(),
+            Err(ConfigError::PrecisionInTensorMode("bf16"))
+        );
+        assert!(precise(Mode::Tensor, None, Some("g"), Precision::F32)
+            .source()
+            .is_ok());
+        assert!(precise(Mode::Data, Some("d"), None, Precision::F16)
+            .source()
+            .is_ok());
         let isolated = |mode, chunks, input, reps| Config {
             isolated_kernels: Some(reps),
             ..with(mode, chunks, input, false)

@@ -23,6 +23,12 @@ pub trait Aggregate {
     fn backward(&mut self, dy: &[f32], f: usize, dx: &mut [f32]) -> Result<()>;
     /// Payload bytes this rank has received so far (for reporting).
     fn bytes_received(&self) -> u64;
+    /// Of them, the bytes received so far by the distributed product's forward programs (rows
+    /// to their readers) and backward programs (partial sums back to their owners), as its
+    /// operator counted them; 0 where nothing is distributed.
+    fn bytes_by_direction(&self) -> [u64; 2] {
+        [0, 0]
+    }
 }
 
 /// Element-wise sums across all ranks, in place; every rank gets the same result.

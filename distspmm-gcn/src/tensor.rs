@@ -86,6 +86,9 @@ impl<G: Graph, R: Reduce> Aggregate for ColumnSplit<G, R> {
     fn bytes_received(&self) -> u64 {
         self.inner.bytes_received()
     }
+    fn bytes_by_direction(&self) -> [u64; 2] {
+        self.inner.bytes_by_direction()
+    }
 }
 
 impl<G: Graph, R: Reduce> Graph for ColumnSplit<G, R> {

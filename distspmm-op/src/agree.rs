@@ -6,7 +6,7 @@ use chunk_format::ChunkView;
 use dist_comm::agree::{self, content_digest, AgreeError, ChunkRecord};
 use dist_comm::{AllGather, AllReduce};
 use distspmm_core::chunk::Manifest;
-use distspmm_core::schedule::ScheduleKind;
+use distspmm_core::schedule::{Precision, ScheduleKind};
 
 use super::{DistSpmmError, Op};
 
@@ -48,18 +48,19 @@ fn chunk_record(chunk: &ChunkView<'_>, listed: Option<[u64; 2]>) -> ChunkRecord 
 
 /// The agreement of `DistSpmm::new`: `listed` is what the chunk's directory lists
 /// ([`ChunkSource::listed`](crate::ChunkSource::listed)), `usable` whether this rank could
-/// build its part.
+/// build its part; the ranks also agree on the schedule and the message precision.
 pub(crate) fn agree_on_chunk<C: AllGather>(
     comm: &C,
     chunk: &ChunkView<'_>,
     listed: Option<[u64; 2]>,
-    schedule: ScheduleKind,
+    (schedule, precision): (ScheduleKind, Precision),
     usable: bool,
 ) -> Result<(), DistSpmmError> {
     Ok(agree::partition(
         comm,
         &chunk_record(chunk, listed),
         schedule.code(),
+        precision.word(),
         usable,
     )?)
 }

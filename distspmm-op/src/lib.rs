@@ -78,6 +78,14 @@
 //! once per receiving rank on the root's side), so it equals `BroadcastPlan::traffic` /
 //! `HaloPlan::traffic`.
 //!
+//! # Message precision
+//! [`DistSpmm::with_precision`] sends the messages in bf16 or f16 ([`Precision`]): the CPU
+//! engine narrows each region where it hands it to the communicator and widens each message
+//! where it is first read, into the same `f32` buffers the programs name, so products and sums
+//! stay `f32` and only operands that cross ranks are rounded, once. The bytes are counted as
+//! they are handed over (2 per value) and equal the plan's in that precision
+//! (`LayerTraffic::in_precision`); the workspace adds the 16-bit copies of the two buffers.
+//!
 //! # On the GPU
 //! With the feature `cuda`, `GpuDistSpmm` runs the same programs on device buffers with
 //! distspmm-cuda's kernels and an `NcclComm`, agreeing over a host communicator exactly as
@@ -109,6 +117,7 @@ use chunk_format::ChunkView;
 pub use dist_comm::agree::PartsMismatch;
 use dist_comm::{AllGather, AllReduce, Broadcast, CommError, PointToPoint};
 use distspmm_core::kernel::KernelError;
+pub use distspmm_core::schedule::Precision;
 use distspmm_core::schedule::{
     BroadcastPlan, HaloPlan, LayerTraffic, ScheduleKind, Traffic, Workspace,
 };
@@ -416,9 +425,29 @@ where
     /// the ranks' chunks do not form one partition into `comm.size()` parts with `chunk` being
     /// part `comm.rank()`, or they chose different schedules; communication errors.
     pub fn new(comm: C, chunk: K, schedule: ScheduleKind) -> Result<Self, DistSpmmError> {
-        let agreed = operator::agree_and_build(&*comm, chunk, schedule, |view, _, _| {
-            Ok(CpuBlocks::new(view, schedule))
-        })?;
+        Self::with_precision(comm, chunk, schedule, Precision::F32)
+    }
+
+    /// [`new`](Self::new) with the rows and partial sums travelling in `precision`: each
+    /// message is narrowed from `f32` where it is handed to the communicator and widened back
+    /// to `f32` where it is received (`distspmm_core::kernel::convert`); products and sums
+    /// stay in `f32`, and the rows a rank multiplies from its own `X_p` are never converted.
+    /// `f32` moves the values as they are (the results and bytes of [`new`](Self::new)). The
+    /// ranks agree on the precision with the partition.
+    ///
+    /// # Errors
+    /// As [`new`](Self::new); a rank that chose another precision than rank 0 is a
+    /// [`DistSpmmError::Disagreement`] on every rank.
+    pub fn with_precision(
+        comm: C,
+        chunk: K,
+        schedule: ScheduleKind,
+        precision: Precision,
+    ) -> Result<Self, DistSpmmError> {
+        let agreed =
+            operator::agree_and_build(&*comm, chunk, (schedule, precision), |view, _, _| {
+                Ok(CpuBlocks::new(view, schedule))
+            })?;
         Ok(agreed.with_engine(|blocks| CpuEngine::new(comm, blocks)))
     }
 

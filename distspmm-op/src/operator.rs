@@ -7,7 +7,7 @@
 
 use chunk_format::ChunkView;
 use dist_comm::AllGather;
-use distspmm_core::schedule::{LayerTraffic, ScheduleKind, Traffic, Workspace};
+use distspmm_core::schedule::{LayerTraffic, Precision, ScheduleKind, Traffic, Workspace};
 
 use crate::edges::EdgeLayout;
 use crate::{agree, predicted_traffic, ChunkSource, DistSpmmError, Kind, Op, Program, Schedule};
@@ -25,10 +25,12 @@ pub(crate) struct Shared<'s> {
     pub(crate) chunk: ChunkView<'s>,
     pub(crate) blocks: &'s Blocks,
     pub(crate) schedule: &'s Schedule,
+    /// The format of the values handed to the transport.
+    pub(crate) precision: Precision,
 }
 
 pub(crate) mod engine {
-    use super::{DistSpmmError, Kind, Op, Shared, Workspace};
+    use super::{DistSpmmError, Kind, Op, Shared, Traffic, Workspace};
     use dist_comm::AllReduce;
 
     /// What differs between the backends: where the rows live and how the instructions of a
@@ -79,6 +81,14 @@ pub(crate) mod engine {
 
         /// The memory the engine holds beside the chunk.
         fn workspace(&self) -> Workspace;
+
+        /// The payload bytes each program of the last [`execute`](Engine::execute) handed to
+        /// the transport, in program order, when the engine counts them as it hands them
+        /// over; `None` when it moves `f32` values only and the shell counts the programs'
+        /// rows instead.
+        fn counted(&self) -> Option<&[Traffic]> {
+            None
+        }
     }
 }
 
@@ -92,6 +102,7 @@ pub struct Operator<E, K> {
     pub(crate) blocks: Blocks,
     pub(crate) schedule: Schedule,
     pub(crate) engine: E,
+    precision: Precision,
     last: Traffic,
     totals: TrafficTotals,
 }
@@ -102,6 +113,7 @@ pub(crate) struct Agreed<K, P> {
     chunk: K,
     blocks: Blocks,
     schedule: Schedule,
+    precision: Precision,
     /// What the engine's derivation returned.
     parts: P,
 }
@@ -114,6 +126,7 @@ impl<K, P> Agreed<K, P> {
             blocks: self.blocks,
             schedule: self.schedule,
             engine: engine(self.parts),
+            precision: self.precision,
             last: Traffic::default(),
             totals: TrafficTotals::default(),
         }
@@ -121,12 +134,13 @@ impl<K, P> Agreed<K, P> {
 }
 
 /// Builds what every operator derives from `chunk` under `kind`, plus the engine's own parts
-/// (`derive`, local), then agrees with every rank over `host` (collective: a local failure is
-/// reported to all ranks, as in [`DistSpmm::new`](crate::DistSpmm::new)).
+/// (`derive`, local), then agrees with every rank over `host` on the partition, the schedule
+/// and the message `precision` (collective: a local failure is reported to all ranks, as in
+/// [`DistSpmm::new`](crate::DistSpmm::new)).
 pub(crate) fn agree_and_build<H, K, P>(
     host: &H,
     chunk: K,
-    kind: ScheduleKind,
+    (kind, precision): (ScheduleKind, Precision),
     derive: impl FnOnce(&ChunkView<'_>, &Schedule, &Blocks) -> Result<P, DistSpmmError>,
 ) -> Result<Agreed<K, P>, DistSpmmError>
 where
@@ -144,12 +158,19 @@ where
     if let Err(e) = &built {
         tracing::warn!(rank = view.part_id(), error = %e, "cannot build the operator");
     }
-    agree::agree_on_chunk(host, &view, chunk.listed(), kind, built.is_ok())?;
+    agree::agree_on_chunk(
+        host,
+        &view,
+        chunk.listed(),
+        (kind, precision),
+        built.is_ok(),
+    )?;
     let (schedule, blocks, parts) = built?;
     Ok(Agreed {
         chunk,
         blocks,
         schedule,
+        precision,
         parts,
     })
 }
@@ -191,16 +212,18 @@ impl<E, K: ChunkSource> Operator<E, K> {
             chunk: self.chunk.chunk(),
             blocks: &self.blocks,
             schedule: &self.schedule,
+            precision: self.precision,
         };
         let programs = kinds.iter().copied().zip(operands);
         // SAFETY: forwarded contract.
         unsafe { self.engine.execute(&shared, groups, f, programs, stream) }?;
         let mut total = Traffic::default();
-        for &kind in kinds {
-            let traffic = if f == 0 {
-                Traffic::default()
-            } else {
-                self.schedule.program_traffic(kind, f)
+        let counted = self.engine.counted();
+        for (k, &kind) in kinds.iter().enumerate() {
+            let traffic = match counted {
+                Some(c) => c.get(k).copied().unwrap_or_default(),
+                None if f == 0 => Traffic::default(),
+                None => self.schedule.program_traffic(kind, f),
             };
             self.totals.record(kind, traffic);
             total += traffic;
@@ -219,6 +242,7 @@ impl<E, K: ChunkSource> Operator<E, K> {
             chunk: self.chunk.chunk(),
             blocks: &self.blocks,
             schedule: &self.schedule,
+            precision: self.precision,
         };
         self.engine
             .reserve(&shared, op, groups, f)
@@ -234,6 +258,12 @@ impl<E, K: ChunkSource> Operator<E, K> {
 }
 
 impl<E, K: ChunkSource> Operator<E, K> {
+    /// The format of the values this operator hands to its communicator (agreed by every
+    /// rank at construction).
+    pub fn precision(&self) -> Precision {
+        self.precision
+    }
+
     /// The schedule this operator runs.
     pub fn schedule(&self) -> ScheduleKind {
         self.schedule.kind
@@ -268,8 +298,9 @@ impl<E, K: ChunkSource> Operator<E, K> {
         self.chunk.chunk()
     }
 
-    /// Payload bytes this rank handed to the communicator in its last call (a broadcast
-    /// counted once per receiving rank on the root's side: the plan's conventions).
+    /// Payload bytes this rank handed to the communicator in its last call, in the operator's
+    /// [`precision`](Self::precision) (a broadcast counted once per receiving rank on the
+    /// root's side: the plan's conventions).
     pub fn bytes_last_call(&self) -> Traffic {
         self.last
     }
@@ -280,9 +311,11 @@ impl<E, K: ChunkSource> Operator<E, K> {
     }
 
     /// The bytes the plan predicts for one forward and one backward call with `features`
-    /// columns (what [`bytes_last_call`](Self::bytes_last_call) will measure).
+    /// columns in the operator's precision (what [`bytes_last_call`](Self::bytes_last_call)
+    /// will count).
     pub fn predicted_traffic(&self, features: usize) -> LayerTraffic {
         predicted_traffic(&self.chunk.chunk(), self.schedule(), features)
+            .in_precision(self.precision)
     }
 
     /// Values of the per-edge operand of this rank (of one group): its stored non-zeros.

@@ -13,7 +13,9 @@ use distspmm_core::chunk::{reassemble, ChunkBuilder};
 use distspmm_core::graph::Graph;
 use distspmm_core::normalize::{self, Normalization};
 use distspmm_core::partition::Partition;
-use distspmm_core::schedule::{HaloPlan, LayerTraffic, ScheduleKind, Traffic, Workspace};
+use distspmm_core::schedule::{
+    HaloPlan, LayerTraffic, Precision, ScheduleKind, Traffic, Workspace,
+};
 use distspmm_core::sparse::{CsrOwned, DenseView, DenseViewMut};
 use proptest::prelude::*;
 
@@ -73,10 +75,11 @@ struct RankResult {
 }
 
 /// Runs forward and backward on every rank with `features` columns stored with leading
-/// dimension `features + pad`, after a warm-up call with `warm_f` columns.
+/// dimension `features + pad`, after a warm-up call with `warm_f` columns, the messages in
+/// `precision`.
 fn run(
     views: &[ChunkView<'_>],
-    kind: ScheduleKind,
+    (kind, precision): (ScheduleKind, Precision),
     features: usize,
     pad: usize,
     warm_f: usize,
@@ -84,7 +87,7 @@ fn run(
     let offsets = views[0].part_offsets();
     LocalComm::run(views.len(), |comm| {
         let p = comm.rank();
-        let mut op = DistSpmm::new(&comm, views[p], kind)?;
+        let mut op = DistSpmm::with_precision(&comm, views[p], kind, precision)?;
         let (n, first) = (op.local_rows(), offsets[p] as usize);
         let ld = features + pad;
         let padded = |seed| -> Vec<f32> {
@@ -130,7 +133,8 @@ fn run(
                     .workspace(features_max)
             }
             ScheduleKind::Halo => HaloPlan::from_chunk(&views[p]).workspace(features_max),
-        };
+        }
+        .in_precision(precision);
         Ok(RankResult {
             y: strip(y),
             dx: strip(dx),
@@ -208,21 +212,120 @@ proptest! {
         let views = views(&bufs);
         let (y_ref, dx_ref) = reference(&reassembled(&views), features);
         for kind in ScheduleKind::ALL {
-            let results = run(&views, kind, features, pad, warm_f);
-            let mut y = Vec::new();
-            let mut dx = Vec::new();
-            for r in results {
-                let r = r.unwrap();
-                prop_assert_eq!(r.forward, r.predicted.forward);
-                prop_assert_eq!(r.backward, r.predicted.backward);
-                prop_assert_eq!(r.workspace, r.predicted_workspace);
-                y.extend(r.y);
-                dx.extend(r.dx);
-            }
+            let (y, dx) = gathered(run(&views, (kind, Precision::F32), features, pad, warm_f))?;
             assert_close(&y, &y_ref, &format!("{kind} Y"))?;
             assert_close(&dx, &dx_ref, &format!("{kind} dX"))?;
         }
     }
+
+    /// In bf16 and f16 every exchanged operand (a halo row, a broadcast block, a partial sum
+    /// sent back) is rounded once to the format, `x·(1 + δ)` with `|δ| ≤ u` (u = 2⁻⁸ for
+    /// bf16, 2⁻¹¹ for f16: the test's values are normal in both formats, or 0), and nothing
+    /// else changes: so each result differs from the f32 operator's by at most `u` times the
+    /// sum of the absolute values of its terms that cross ranks (`remote`), plus the f32
+    /// rounding of the perturbed sums; a result without such terms is the f32 one to the bit.
+    #[test]
+    fn reduced_precision_messages_stay_within_the_format_bound(
+        (n, edges, part_of, parts) in graph_strategy(),
+        features in 1usize..10,
+        pad in 0usize..3,
+        warm_f in 0usize..12,
+    ) {
+        let bufs = chunks(n, &edges, &part_of, parts);
+        let views = views(&bufs);
+        let [remote_y, remote_dx, all_y, all_dx] = remote_sums(&views, features);
+        for kind in ScheduleKind::ALL {
+            let (y32, dx32) = gathered(run(&views, (kind, Precision::F32), features, pad, warm_f))?;
+            for precision in [Precision::Bf16, Precision::F16] {
+                let (y, dx) = gathered(run(&views, (kind, precision), features, pad, warm_f))?;
+                // Per message an absolute half step below the format's normals (partial sums
+                // can be that small); a result adds at most one message per other rank.
+                let bound = (
+                    precision.unit_roundoff(),
+                    precision.subnormal_step() / 2.0 * f64::from(parts),
+                );
+                let what = format!("{kind} {precision}");
+                within(&y, &y32, (&remote_y, &all_y), bound, &format!("{what} Y"))?;
+                within(&dx, &dx32, (&remote_dx, &all_dx), bound, &format!("{what} dX"))?;
+            }
+        }
+    }
+}
+
+/// Every rank's rows of Y and dX in rank order, after checking each rank's counted bytes and
+/// workspace against the plan's.
+fn gathered(
+    results: Vec<Result<RankResult, DistSpmmError>>,
+) -> Result<(Vec<f32>, Vec<f32>), TestCaseError> {
+    let (mut y, mut dx) = (Vec::new(), Vec::new());
+    for r in results {
+        let r = r.unwrap();
+        prop_assert_eq!(r.forward, r.predicted.forward);
+        prop_assert_eq!(r.backward, r.predicted.backward);
+        prop_assert_eq!(r.workspace, r.predicted_workspace);
+        y.extend(r.y);
+        dx.extend(r.dx);
+    }
+    Ok((y, dx))
+}
+
+/// For the test matrices of [`run`]: per entry of Y = Â·X and dX = Âᵀ·dY, the sum of the
+/// absolute values of the terms whose two ends lie on different ranks, and of all terms.
+fn remote_sums(views: &[ChunkView<'_>], features: usize) -> [Vec<f64>; 4] {
+    let a = reassembled(views);
+    let offsets = views[0].part_offsets();
+    let part = |g: usize| offsets.partition_point(|&o| o as usize <= g) - 1;
+    let n = a.nrows();
+    let mut sums = [(); 4].map(|()| vec![0f64; n * features]);
+    for i in 0..n {
+        let (cols, vals) = a.row(i);
+        for (&k, &v) in cols.iter().zip(vals) {
+            let k = k as usize;
+            let crosses = part(i) != part(k);
+            for j in 0..features {
+                let y = (f64::from(v) * f64::from(value(1, k, j))).abs();
+                let dx = (f64::from(v) * f64::from(value(2, i, j))).abs();
+                sums[2][i * features + j] += y;
+                sums[3][k * features + j] += dx;
+                if crosses {
+                    sums[0][i * features + j] += y;
+                    sums[1][k * features + j] += dx;
+                }
+            }
+        }
+    }
+    sums
+}
+
+/// `got` within `u·remote + tiny + 2⁻²⁰·all` of the f32 operator's `want`, and equal to it bit
+/// for bit where nothing crossed ranks.
+fn within(
+    got: &[f32],
+    want: &[f32],
+    (remote, all): (&[f64], &[f64]),
+    (u, tiny): (f64, f64),
+    what: &str,
+) -> Result<(), TestCaseError> {
+    prop_assert_eq!(got.len(), want.len(), "{}", what);
+    for k in 0..got.len() {
+        let (g, w) = (f64::from(got[k]), f64::from(want[k]));
+        if remote[k] == 0.0 {
+            prop_assert_eq!(
+                got[k].to_bits(),
+                want[k].to_bits(),
+                "{}[{}]: nothing crossed",
+                what,
+                k
+            );
+        }
+        let bound = u * remote[k] + tiny + all[k] / 1_048_576.0;
+        prop_assert!(
+            (g - w).abs() <= bound,
+            "{what}[{k}] = {g}, f32 gives {w}: off by {} > {bound}",
+            (g - w).abs()
+        );
+    }
+    Ok(())
 }
 
 /// The edges of a ring of `n` nodes plus chords.
@@ -271,9 +374,13 @@ fn reruns_are_bit_identical() {
                 })
                 .collect()
         };
-        let first = bits(run(&views, kind, 24, 0, 0));
+        let first = bits(run(&views, (kind, Precision::F32), 24, 0, 0));
         for _ in 0..3 {
-            assert_eq!(bits(run(&views, kind, 24, 0, 0)), first, "{kind}");
+            assert_eq!(
+                bits(run(&views, (kind, Precision::F32), 24, 0, 0)),
+                first,
+                "{kind}"
+            );
         }
     }
 }
@@ -284,14 +391,14 @@ fn disconnected_parts_exchange_nothing_under_halo() {
     let edges = [(0, 1), (1, 2), (2, 0), (3, 4), (4, 5), (5, 3)];
     let bufs = chunks(6, &edges, &[0, 0, 0, 1, 1, 1], 2);
     let views = views(&bufs);
-    for r in run(&views, ScheduleKind::Halo, 3, 1, 0) {
+    for r in run(&views, (ScheduleKind::Halo, Precision::F32), 3, 1, 0) {
         let r = r.unwrap();
         assert_eq!(
             (r.forward, r.backward),
             (Traffic::default(), Traffic::default())
         );
     }
-    for r in run(&views, ScheduleKind::Broadcast, 3, 1, 0) {
+    for r in run(&views, (ScheduleKind::Broadcast, Precision::F32), 3, 1, 0) {
         assert_eq!(r.unwrap().forward.received, 3 * 3 * 4);
     }
 }
@@ -730,13 +837,18 @@ fn the_shell_hands_every_grouped_call_its_programs() {
     for kind in ScheduleKind::ALL {
         LocalComm::run(3, |comm| {
             let v = views[comm.rank()];
-            let agreed = operator::agree_and_build(&comm, v, kind, |_, _, _| Ok(())).unwrap();
+            let agreed =
+                operator::agree_and_build(&comm, v, (kind, Precision::F32), |_, _, _| Ok(()))
+                    .unwrap();
             let mut op = agreed.with_engine(|()| RecordingEngine {
                 comm: &comm,
                 log: EngineLog::default(),
             });
-            let mut cpu = DistSpmm::new(&comm, v, kind).unwrap();
-            let (n, nnz) = (cpu.local_rows(), cpu.edge_count());
+            let mut cpus: Vec<_> = Precision::ALL
+                .into_iter()
+                .map(|p| DistSpmm::with_precision(&comm, v, kind, p).unwrap())
+                .collect();
+            let (n, nnz) = (cpus[0].local_rows(), cpus[0].edge_count());
             for groups in [1, 2, 3] {
                 let f = 2 * groups;
                 for call in [
@@ -768,44 +880,172 @@ fn the_shell_hands_every_grouped_call_its_programs() {
                         _ => plan.forward + plan.backward,
                     };
                     assert_eq!(op.bytes_last_call(), want, "{kind} {call:?} G = {groups}");
-                    // The CPU operator's grouped call moves the same bytes.
-                    let rows = vec![0.5f32; n * f];
-                    let mut out = vec![0f32; n * f];
-                    let mut more = vec![0f32; n * f];
-                    let mut e = vec![0.25f32; groups * nnz];
-                    let x = || DenseView::from_row_major(&rows[..], n, f).unwrap();
-                    match call {
-                        Op::SpmmValues => cpu.spmm_values_grouped(
-                            groups,
-                            &e,
-                            x(),
-                            DenseViewMut::from_row_major(&mut out[..], n, f).unwrap(),
-                        ),
-                        Op::SpmmValuesTranspose => cpu.spmm_values_transpose_grouped(
-                            groups,
-                            &e,
-                            x(),
-                            DenseViewMut::from_row_major(&mut out[..], n, f).unwrap(),
-                        ),
-                        Op::Sddmm => cpu.sddmm_grouped(groups, x(), x(), &mut e),
-                        _ => cpu.sddmm_backward_grouped(
-                            groups,
-                            &e,
-                            x(),
-                            x(),
-                            DenseViewMut::from_row_major(&mut out[..], n, f).unwrap(),
-                            DenseViewMut::from_row_major(&mut more[..], n, f).unwrap(),
-                        ),
+                    // The CPU operator's grouped call moves the same values, in each
+                    // precision's bytes (counted as they are handed to the communicator).
+                    for cpu in &mut cpus {
+                        let rows = vec![0.5f32; n * f];
+                        let mut out = vec![0f32; n * f];
+                        let mut more = vec![0f32; n * f];
+                        let mut e = vec![0.25f32; groups * nnz];
+                        let x = || DenseView::from_row_major(&rows[..], n, f).unwrap();
+                        match call {
+                            Op::SpmmValues => cpu.spmm_values_grouped(
+                                groups,
+                                &e,
+                                x(),
+                                DenseViewMut::from_row_major(&mut out[..], n, f).unwrap(),
+                            ),
+                            Op::SpmmValuesTranspose => cpu.spmm_values_transpose_grouped(
+                                groups,
+                                &e,
+                                x(),
+                                DenseViewMut::from_row_major(&mut out[..], n, f).unwrap(),
+                            ),
+                            Op::Sddmm => cpu.sddmm_grouped(groups, x(), x(), &mut e),
+                            _ => cpu.sddmm_backward_grouped(
+                                groups,
+                                &e,
+                                x(),
+                                x(),
+                                DenseViewMut::from_row_major(&mut out[..], n, f).unwrap(),
+                                DenseViewMut::from_row_major(&mut more[..], n, f).unwrap(),
+                            ),
+                        }
+                        .unwrap();
+                        let p = cpu.precision();
+                        assert_eq!(
+                            cpu.bytes_last_call(),
+                            want.in_precision(p),
+                            "CPU {kind} {p} {call:?} G = {groups}"
+                        );
                     }
-                    .unwrap();
-                    assert_eq!(
-                        cpu.bytes_last_call(),
-                        want,
-                        "CPU {kind} {call:?} G = {groups}"
+                }
+            }
+            let f32_totals = cpus[0].bytes_total();
+            assert_eq!(op.bytes_total(), f32_totals);
+            for cpu in &cpus[1..] {
+                let t = cpu.bytes_total();
+                assert_eq!(t.forward, f32_totals.forward.in_precision(cpu.precision()));
+                assert_eq!(
+                    t.backward,
+                    f32_totals.backward.in_precision(cpu.precision())
+                );
+                assert_eq!(t.forward_calls, f32_totals.forward_calls);
+            }
+        });
+    }
+}
+
+#[test]
+fn ranks_with_other_message_precisions_fail_together() {
+    let bufs = ring(24, 2);
+    let views = views(&bufs);
+    let out = LocalComm::run(2, |comm| {
+        let precision = if comm.rank() == 0 {
+            Precision::F32
+        } else {
+            Precision::Bf16
+        };
+        DistSpmm::with_precision(&comm, views[comm.rank()], ScheduleKind::Halo, precision)
+            .map(|_| ())
+    });
+    for r in out {
+        let e = r.unwrap_err();
+        assert!(matches!(e, DistSpmmError::Disagreement(_)), "{e:?}");
+        let e = e.to_string();
+        assert!(
+            e.contains("rank 1 sends its messages in bf16 but rank 0 in f32"),
+            "{e}"
+        );
+    }
+}
+
+/// The per-edge calls in bf16 and f16 against the f32 operator: `spmm_values` (rows of X
+/// cross ranks), `spmm_values_transpose` (partial sums cross back) and the SDDMM (rows of V
+/// cross ranks) each within `u` of the sum of absolute values of their crossing terms (here
+/// bounded by all terms, for every schedule), and NaN and ±Inf in a row that crosses arrive
+/// as NaN and ±Inf.
+#[test]
+fn per_edge_calls_in_reduced_precision_stay_within_the_format_bound() {
+    let (n_all, parts, f) = (24, 3u32, 4);
+    let bufs = ring(n_all, parts);
+    let views = views(&bufs);
+    for kind in ScheduleKind::ALL {
+        let run_at = |precision: Precision, poison: bool| {
+            LocalComm::run(parts as usize, |comm| {
+                let p = comm.rank();
+                let mut op = DistSpmm::with_precision(&comm, views[p], kind, precision).unwrap();
+                let (n, nnz) = (op.local_rows(), op.edge_count());
+                let first = views[0].part_offsets()[p] as usize;
+                let mut x: Vec<f32> = (0..n * f).map(|k| value(3, first + k / f, k % f)).collect();
+                if poison && p == 0 {
+                    // Row 0 of rank 0 is referenced by rank 2 (the ring closes there).
+                    x[0] = f32::NAN;
+                    x[1] = f32::INFINITY;
+                    x[2] = f32::NEG_INFINITY;
+                }
+                let e: Vec<f32> = (0..nnz).map(|k| value(4, k, 0)).collect();
+                let xv = DenseView::from_row_major(&x[..], n, f).unwrap();
+                let (mut y, mut dx, mut s) =
+                    (vec![0f32; n * f], vec![0f32; n * f], vec![0f32; nnz]);
+                op.spmm_values(
+                    &e,
+                    xv,
+                    DenseViewMut::from_row_major(&mut y[..], n, f).unwrap(),
+                )
+                .unwrap();
+                op.spmm_values_transpose(
+                    &e,
+                    xv,
+                    DenseViewMut::from_row_major(&mut dx[..], n, f).unwrap(),
+                )
+                .unwrap();
+                op.sddmm(xv, xv, &mut s).unwrap();
+                let (ax, ex): (Vec<f64>, Vec<f64>) = (
+                    x.iter().map(|v| f64::from(v.abs())).collect(),
+                    e.iter().map(|v| f64::from(v.abs())).collect(),
+                );
+                (y, dx, s, ax, ex)
+            })
+        };
+        let exact = run_at(Precision::F32, false);
+        for precision in [Precision::Bf16, Precision::F16] {
+            let u = precision.unit_roundoff();
+            let got = run_at(precision, false);
+            for (r, (g, w)) in got.iter().zip(&exact).enumerate() {
+                // |x| ≤ 1 and |e| ≤ 1: a row's terms are bounded by its edges' count,
+                // at most 5 per row in this ring (plus the self loop) and 3 ranks.
+                let bound = |a: f32, b: f32, terms: f64| {
+                    (f64::from(a) - f64::from(b)).abs() <= u * terms + 1e-6
+                };
+                for (a, b) in g.0.iter().zip(&w.0).chain(g.1.iter().zip(&w.1)) {
+                    assert!(
+                        bound(*a, *b, 6.0),
+                        "{kind} {precision} rank {r}: {a} vs {b}"
+                    );
+                }
+                for (a, b) in g.2.iter().zip(&w.2) {
+                    assert!(
+                        bound(*a, *b, f as f64),
+                        "{kind} {precision} SDDMM rank {r}: {a} vs {b}"
                     );
                 }
             }
-            assert_eq!(op.bytes_total(), cpu.bytes_total());
-        });
+            let poisoned = run_at(precision, true);
+            // Node 23 (rank 2) aggregates node 0 (rank 0's first row).
+            let y = &poisoned[2].0;
+            let hit = y.chunks_exact(f).any(|row| {
+                row[0].is_nan() && row[1].is_infinite() && row[2].is_infinite() && row[1] != row[2]
+            });
+            assert!(
+                hit,
+                "{kind} {precision}: NaN and ±Inf cross the wire as such: {y:?}"
+            );
+            let s = &poisoned[2].2;
+            assert!(
+                s.iter().any(|v| v.is_nan()),
+                "{kind} {precision}: SDDMM sees the NaN"
+            );
+        }
     }
 }

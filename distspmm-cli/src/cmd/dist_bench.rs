@@ -1,7 +1,8 @@
 //! `distspmm bench dist`: times the distributed SpMM (one aggregation `Y = Â·X` and its backward
-//! `dX = Âᵀ·dY`) under a schedule, and reports the payload bytes one forward call handed to the
-//! transport, as counted by a [`Counting`] layer around the communicator (point-to-point and
-//! broadcast bytes; the operator's small agreement collectives are not part of the schedule).
+//! `dX = Âᵀ·dY`) under a schedule and a message precision, and reports the payload bytes one
+//! forward and one backward call handed to the transport, as counted by a [`Counting`] layer
+//! around the communicator (point-to-point and broadcast bytes; the operator's small agreement
+//! collectives are not part of the schedule).
 //!
 //! Every repetition starts after a barrier; a rank's time is its wall time for the call; a
 //! repetition's time is the maximum over ranks; the reported time is the median over the
@@ -14,7 +15,7 @@ use anyhow::Context;
 use dist_comm::{AllReduce, Communicator, Counting, Group, ReduceOp};
 use distspmm_core::schedule::ScheduleKind;
 use distspmm_core::sparse::{DenseView, DenseViewMut, PageBuffer};
-use distspmm_op::{DistSpmm, RankChunk};
+use distspmm_op::{DistSpmm, Precision, RankChunk};
 
 use super::ranks::{self, explain, test_matrix, Launch, RankMain, ScheduleArg};
 
@@ -30,6 +31,10 @@ pub struct DistArgs {
     /// Which schedule to run.
     #[arg(long, value_enum)]
     pub schedule: ScheduleArg,
+    /// The format of the messages: f32, bf16 or f16 (rows and partial sums narrowed where
+    /// they are sent, widened to f32 where they are received).
+    #[arg(long, default_value = "f32", value_parser = ranks::parse_precision)]
+    pub comm_precision: Precision,
     /// Timed repetitions per direction; the median is reported.
     #[arg(long, default_value_t = 10)]
     pub reps: usize,
@@ -92,7 +97,8 @@ impl RankMain for Bench<'_> {
         let view = *chunk.view();
         let (me, n) = (comm.rank(), view.num_local_nodes());
         let first = view.part_offsets()[me];
-        let mut op = DistSpmm::new(comm, &chunk, kind).map_err(|e| explain(e, &args.chunks))?;
+        let mut op = DistSpmm::with_precision(comm, &chunk, kind, args.comm_precision)
+            .map_err(|e| explain(e, &args.chunks))?;
         // X, Y, dY and dX on huge pages, as NumPy allocates them for the Python peer.
         let x = on_huge_pages(&test_matrix(1, first, n, f))?;
         let dy = on_huge_pages(&test_matrix(2, first, n, f))?;
@@ -111,22 +117,32 @@ impl RankMain for Bench<'_> {
             op.backward(DenseView::from_row_major(&dy[..], n, f)?, dx)
                 .map_err(|e| explain(e, &args.chunks))
         };
+        let before = comm.counts();
         backward(&mut op).context("warm-up backward call")?;
+        let bytes_backward = comm.counts().since(&before).schedule();
         let seconds_backward = time(comm, args.reps, || backward(&mut op))?;
 
-        let mut max = [bytes.sent, bytes.received];
+        let mut max = [
+            bytes.sent,
+            bytes.received,
+            bytes_backward.sent,
+            bytes_backward.received,
+        ];
         comm.all_reduce(&mut max, ReduceOp::Max)?;
         if me == 0 {
             let threads = rayon::current_num_threads();
             if args.json {
                 let line = serde_json::json!({
                     "schedule": kind.name(),
+                    "comm_precision": args.comm_precision.name(),
                     "ranks": comm.size(),
                     "features": f,
                     "seconds": seconds,
                     "seconds_backward": seconds_backward,
                     "max_recv_bytes_per_rank": max[1],
                     "max_send_bytes_per_rank": max[0],
+                    "max_recv_bytes_per_rank_backward": max[3],
+                    "max_send_bytes_per_rank_backward": max[2],
                     "reps": args.reps,
                     "nodes": view.header().num_global_nodes,
                     "threads_per_rank": threads,
@@ -134,16 +150,20 @@ impl RankMain for Bench<'_> {
                 println!("{line}");
             } else {
                 println!(
-                    "{} schedule, {} ranks × {threads} threads, F = {f}: forward {:.3} ms, \
-                     backward {:.3} ms (median of {} over the slowest rank); per forward call a \
-                     rank receives at most {} bytes and sends at most {}",
+                    "{} schedule, {} messages, {} ranks × {threads} threads, F = {f}: forward \
+                     {:.3} ms, backward {:.3} ms (median of {} over the slowest rank); per \
+                     forward call a rank receives at most {} bytes and sends at most {}, per \
+                     backward call at most {} and {}",
                     kind.name(),
+                    args.comm_precision,
                     comm.size(),
                     seconds * 1e3,
                     seconds_backward * 1e3,
                     args.reps,
                     max[1],
-                    max[0]
+                    max[0],
+                    max[3],
+                    max[2]
                 );
             }
         }

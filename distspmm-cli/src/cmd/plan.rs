@@ -17,7 +17,7 @@ use distspmm_core::partition::Adjacency;
 
 use super::partition::{partition_graph, PartitionOptions};
 use distspmm_core::schedule::{
-    CommMatrix, LayerTraffic, PartitionShape, ScheduleKind, Workspace, VALUE_BYTES,
+    CommMatrix, LayerTraffic, PartitionShape, Precision, ScheduleKind, Workspace, VALUE_BYTES,
 };
 use indicatif::ProgressBar;
 
@@ -44,6 +44,10 @@ pub struct Args {
     /// Feature columns F of X (default: the graph's feature dimension, or 64 without features).
     #[arg(long)]
     pub features: Option<usize>,
+    /// The format of the messages: f32, bf16 or f16 (the traffic and the operator's buffers
+    /// in that format; the SVG heatmap stays in f32 bytes).
+    #[arg(long, default_value = "f32", value_parser = super::ranks::parse_precision)]
+    pub comm_precision: Precision,
     /// Print one JSON object instead of tables.
     #[arg(long)]
     pub json: bool,
@@ -100,7 +104,12 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
         .schedule
         .kinds()
         .iter()
-        .map(|&kind| (kind, rank_plans(&planned, kind, features)))
+        .map(|&kind| {
+            (
+                kind,
+                rank_plans(&planned, kind, features, args.comm_precision),
+            )
+        })
         .collect();
     if let Some(path) = &args.svg {
         let panels: Vec<(ScheduleKind, CommMatrix)> = plans
@@ -111,9 +120,12 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
             .with_context(|| format!("cannot write the heatmap {}", path.display()))?;
     }
     if args.json {
-        println!("{}", json(&planned, features, &plans));
+        println!(
+            "{}",
+            json(&planned, (features, args.comm_precision), &plans)
+        );
     } else {
-        print_tables(&planned, features, &plans);
+        print_tables(&planned, (features, args.comm_precision), &plans);
         if let Some(path) = &args.svg {
             println!("communication matrix drawn into {}", path.display());
         }
@@ -322,12 +334,21 @@ struct Bytes {
     received: u64,
 }
 
-fn rank_plans(planned: &Planned, kind: ScheduleKind, features: usize) -> Vec<RankPlan> {
+fn rank_plans(
+    planned: &Planned,
+    kind: ScheduleKind,
+    features: usize,
+    precision: Precision,
+) -> Vec<RankPlan> {
     let shape = &planned.shape;
-    let traffic: Vec<LayerTraffic> = shape.traffic(kind, features);
+    let traffic: Vec<LayerTraffic> = shape
+        .traffic(kind, features)
+        .into_iter()
+        .map(|t| t.in_precision(precision))
+        .collect();
     (0..shape.parts())
         .map(|p| {
-            let workspace: Workspace = shape.workspace(kind, p, features);
+            let workspace: Workspace = shape.workspace(kind, p, features).in_precision(precision);
             let operand_bytes = 2 * shape.part_rows(p) * features as u64 * VALUE_BYTES;
             let t = traffic[p];
             RankPlan {
@@ -371,7 +392,11 @@ fn summary(ranks: &[RankPlan]) -> Summary {
     }
 }
 
-fn json(planned: &Planned, features: usize, plans: &[(ScheduleKind, Vec<RankPlan>)]) -> String {
+fn json(
+    planned: &Planned,
+    (features, precision): (usize, Precision),
+    plans: &[(ScheduleKind, Vec<RankPlan>)],
+) -> String {
     let shape = &planned.shape;
     let schedules: Vec<serde_json::Value> = plans
         .iter()
@@ -394,16 +419,22 @@ fn json(planned: &Planned, features: usize, plans: &[(ScheduleKind, Vec<RankPlan
         "nodes": shape.nodes(),
         "nnz": (0..shape.parts()).map(|p| shape.nnz(p)).sum::<u64>(),
         "features": features,
+        "comm_precision": precision.name(),
         "schedules": schedules,
     })
     .to_string()
 }
 
-fn print_tables(planned: &Planned, features: usize, plans: &[(ScheduleKind, Vec<RankPlan>)]) {
+fn print_tables(
+    planned: &Planned,
+    (features, precision): (usize, Precision),
+    plans: &[(ScheduleKind, Vec<RankPlan>)],
+) {
     let shape = &planned.shape;
     let parts = shape.parts();
     println!(
-        "plan for {}: {} nodes, {} non-zeros, {parts} parts ({}), F = {features} (f32)",
+        "plan for {}: {} nodes, {} non-zeros, {parts} parts ({}), F = {features} ({precision} \
+         messages)",
         planned.source,
         shape.nodes(),
         (0..parts).map(|p| shape.nnz(p)).sum::<u64>(),
@@ -446,6 +477,15 @@ fn print_tables(planned: &Planned, features: usize, plans: &[(ScheduleKind, Vec<
                 "the halo schedule receives {:.3}× the broadcast's bytes (max per rank)",
                 h as f64 / b as f64
             );
+            if precision != Precision::F32 {
+                // The broadcast in f32 (the seed's): the same values in 4 bytes each.
+                let seed = b as f64 * VALUE_BYTES as f64 / precision.value_bytes() as f64;
+                println!(
+                    "the halo schedule in {precision} receives {:.3}× the f32 broadcast's \
+                     bytes (the seed's; max per rank)",
+                    h as f64 / seed
+                );
+            }
         }
     }
     println!(

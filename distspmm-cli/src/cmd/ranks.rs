@@ -46,6 +46,12 @@ impl From<ScheduleArg> for ScheduleKind {
     }
 }
 
+/// `--comm-precision`: the format of the distributed SpMM's messages (`f32`, `bf16`, `f16`).
+pub fn parse_precision(s: &str) -> Result<distspmm_op::Precision, String> {
+    s.parse()
+        .map_err(|e: distspmm_core::kernel::convert::UnknownPrecision| e.to_string())
+}
+
 /// The body of a distributed command, run once per rank.
 pub trait RankMain: Sync {
     /// Runs this rank's part over `comm` (collective calls in the same order on every rank).

@@ -141,6 +141,11 @@ pub struct Args {
     /// Communication schedule of the distributed SpMM (data mode).
     #[arg(long, value_enum, default_value = "halo")]
     pub schedule: Schedule,
+    /// The format of the distributed SpMM's messages (data mode): f32, bf16 or f16 (rows and
+    /// partial sums narrowed where they are sent, widened to f32 where they are received;
+    /// the products stay f32).
+    #[arg(long, default_value = "f32", value_parser = super::ranks::parse_precision)]
+    pub comm_precision: distspmm_gcn::Precision,
     /// Seed of the initial weights and the dropout masks.
     #[arg(long, default_value_t = 42)]
     pub seed: u64,
@@ -279,6 +284,7 @@ impl Args {
             weight_decay: self.weight_decay,
             dropout: self.dropout.unwrap_or(if gat { 0.6 } else { 0.5 }),
             schedule: self.schedule.into(),
+            comm_precision: self.comm_precision,
             seed: self.seed,
             normalize_features: self.normalize_features,
             checkpoint: self.checkpoint.clone(),

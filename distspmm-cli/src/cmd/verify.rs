@@ -1,5 +1,13 @@
 //! `distspmm verify`: runs the distributed forward and backward products with both schedules
 //! and compares them with a single-process f64 product of the reassembled Â at rank 0.
+//!
+//! With `--comm-precision bf16|f16` each exchanged operand (a row of X or dY that crosses
+//! ranks, or a partial sum sent back) is rounded once to the format, `v·(1 + δ)` with
+//! `|δ| ≤ u` (`2⁻⁸`, `2⁻¹¹`), or by at most half a subnormal step below the format's normals.
+//! So an entry may differ from the exact product by `u` times the sum of the absolute values
+//! of its terms (the entry of `|Â|·|X|`, a bound on those that cross ranks), plus half a
+//! subnormal step per rank, on top of `--tolerance` relative to the largest entry: that is
+//! the bound each entry is checked against.
 
 use std::path::PathBuf;
 
@@ -8,7 +16,7 @@ use dist_comm::{BlockLayout, Communicator, ReduceOp};
 use distspmm_core::chunk::ChunkDir;
 use distspmm_core::schedule::ScheduleKind;
 use distspmm_core::sparse::{CsrOwned, DenseView, DenseViewMut};
-use distspmm_op::DistSpmm;
+use distspmm_op::{DistSpmm, Precision};
 use rayon::prelude::*;
 
 use super::ranks::{self, explain, test_matrix, Launch, OnAllRanks, RankMain};
@@ -25,9 +33,14 @@ pub struct Args {
     /// Seed of the test matrices.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
-    /// Largest accepted error, relative to the largest |entry| of the reference result.
+    /// Largest accepted error, relative to the largest |entry| of the reference result (with
+    /// bf16 or f16 messages, on top of the format's rounding bound).
     #[arg(long, default_value_t = 1e-5)]
     pub tolerance: f64,
+    /// The format of the messages: f32, bf16 or f16 (rows and partial sums narrowed where
+    /// they are sent, widened to f32 where they are received).
+    #[arg(long, default_value = "f32", value_parser = ranks::parse_precision)]
+    pub comm_precision: Precision,
     /// Print one JSON line instead of the table.
     #[arg(long)]
     pub json: bool,
@@ -56,24 +69,44 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
 
 struct Verify<'a>(&'a Args);
 
-/// The single-process results `Â·X` and `Âᵀ·dY` (f64), computed at rank 0.
+/// The single-process results `Â·X` and `Âᵀ·dY` (f64), computed at rank 0, and for messages
+/// in a 16-bit format also `|Â|·|X|` and `|Â|ᵀ·|dY|` (the sums of the terms' magnitudes).
 struct Reference {
     y: Vec<f64>,
     dx: Vec<f64>,
+    magnitudes: Option<[Vec<f64>; 2]>,
 }
 
 impl Reference {
-    fn compute(dir: &ChunkDir, features: usize, seed: u64) -> anyhow::Result<Self> {
-        let a = dir
+    fn compute(
+        dir: &ChunkDir,
+        features: usize,
+        seed: u64,
+        precision: Precision,
+    ) -> anyhow::Result<Self> {
+        let mut a = dir
             .reassemble()
             .context("cannot reassemble Â from the chunks")?;
         let n = a.nrows();
-        let x = test_matrix(seed, 0, n, features);
-        let dy = test_matrix(seed + 1, 0, n, features);
-        Ok(Self {
-            y: product(&a, &x, features),
-            dx: transpose_product(&a, &dy, features),
-        })
+        let mut x = test_matrix(seed, 0, n, features);
+        let mut dy = test_matrix(seed + 1, 0, n, features);
+        let (y, dx) = (
+            product(&a, &x, features),
+            transpose_product(&a, &dy, features),
+        );
+        let magnitudes = match precision.half() {
+            None => None,
+            Some(_) => {
+                for v in a.data_mut().iter_mut().chain(&mut x).chain(&mut dy) {
+                    *v = v.abs();
+                }
+                Some([
+                    product(&a, &x, features),
+                    transpose_product(&a, &dy, features),
+                ])
+            }
+        };
+        Ok(Self { y, dx, magnitudes })
     }
 }
 
@@ -108,6 +141,23 @@ fn transpose_product(a: &CsrOwned<f32>, dy: &[f32], features: usize) -> Vec<f64>
         }
     }
     dx
+}
+
+/// Whether every entry of `got` lies within `tolerance · max |want| + u · magnitude + tiny`
+/// of `want` (`magnitude`: the entry's sum of its terms' magnitudes; `(u, tiny)`: the message
+/// format's unit roundoff and absolute error below its normals).
+fn within_format(
+    got: &[f32],
+    want: &[f64],
+    magnitude: &[f64],
+    tolerance: f64,
+    (u, tiny): (f64, f64),
+) -> bool {
+    let scale = want.iter().map(|w| w.abs()).fold(0f64, f64::max);
+    got.iter()
+        .zip(want)
+        .zip(magnitude)
+        .all(|((&g, &w), &m)| (f64::from(g) - w).abs() <= tolerance * scale + u * m + tiny)
 }
 
 /// `(max |got − want|, that over max |want|)`.
@@ -153,6 +203,7 @@ fn gather_at_root<C: Communicator>(
 #[derive(Debug, Clone, serde::Serialize)]
 struct Check {
     schedule: &'static str,
+    comm_precision: &'static str,
     product: &'static str,
     max_abs_error: f64,
     max_rel_error: f64,
@@ -170,7 +221,7 @@ impl RankMain for Verify<'_> {
         let offsets = view.part_offsets();
         let (me, n) = (comm.rank(), view.num_local_nodes());
         let reference = if me == 0 {
-            Some(Reference::compute(&dir, f, args.seed)?)
+            Some(Reference::compute(&dir, f, args.seed, args.comm_precision)?)
         } else {
             None
         };
@@ -180,7 +231,8 @@ impl RankMain for Verify<'_> {
         // Per schedule and product: max abs error, max rel error (rank 0), bytes (all ranks).
         let mut found = Vec::new();
         for kind in ScheduleKind::ALL {
-            let mut op = DistSpmm::new(comm, &chunk, kind).map_err(|e| explain(e, &args.chunks))?;
+            let mut op = DistSpmm::with_precision(comm, &chunk, kind, args.comm_precision)
+                .map_err(|e| explain(e, &args.chunks))?;
             op.forward(
                 DenseView::from_row_major(&x[..], n, f)?,
                 DenseViewMut::from_row_major(&mut y[..], n, f)?,
@@ -195,29 +247,50 @@ impl RankMain for Verify<'_> {
             let backward = op.bytes_last_call();
             for (got, traffic, product) in [(&y, forward, 0), (&dx, backward, 1)] {
                 let all = gather_at_root(comm, got, offsets, f)?;
-                let (abs, rel) = match &reference {
-                    Some(r) => errors(&all, if product == 0 { &r.y } else { &r.dx }),
-                    None => (0.0, 0.0),
+                let (abs, rel, bounded) = match &reference {
+                    Some(r) => {
+                        let want = if product == 0 { &r.y } else { &r.dx };
+                        let (abs, rel) = errors(&all, want);
+                        let bounded = match &r.magnitudes {
+                            None => rel <= args.tolerance,
+                            Some(m) => within_format(
+                                &all,
+                                want,
+                                &m[product],
+                                args.tolerance,
+                                (
+                                    args.comm_precision.unit_roundoff(),
+                                    args.comm_precision.subnormal_step() / 2.0 * comm.size() as f64,
+                                ),
+                            ),
+                        };
+                        (abs, rel, bounded)
+                    }
+                    None => (0.0, 0.0, true),
                 };
                 let mut bytes = [traffic.sent, traffic.received];
                 comm.all_reduce(&mut bytes, ReduceOp::Max)?;
-                found.push((kind, product, abs, rel, bytes));
+                found.push((kind, product, abs, rel, bytes, bounded));
             }
         }
         // Rank 0's verdict, shared so that every rank exits the same way.
-        let mut measured: Vec<f64> = found.iter().flat_map(|c| [c.2, c.3]).collect();
+        let mut measured: Vec<f64> = found
+            .iter()
+            .flat_map(|c| [c.2, c.3, if c.5 { 1.0 } else { 0.0 }])
+            .collect();
         comm.broadcast(&mut measured, 0)?;
         let checks: Vec<Check> = found
             .iter()
-            .zip(measured.chunks_exact(2))
-            .map(|(&(kind, product, _, _, bytes), e)| Check {
+            .zip(measured.chunks_exact(3))
+            .map(|(&(kind, product, _, _, bytes, _), e)| Check {
                 schedule: kind.name(),
+                comm_precision: args.comm_precision.name(),
                 product: ["Y = Â·X", "dX = Âᵀ·dY"][product],
                 max_abs_error: e[0],
                 max_rel_error: e[1],
                 sent_bytes_max: bytes[0],
                 received_bytes_max: bytes[1],
-                pass: e[1] <= args.tolerance,
+                pass: e[2] == 1.0,
             })
             .collect();
         let pass = checks.iter().all(|c| c.pass);
@@ -229,8 +302,15 @@ impl RankMain for Verify<'_> {
         } else {
             Err(OnAllRanks(anyhow!(
                 "the distributed products differ from the single-process product by more than \
-                 {} relative to the largest entry (see the table)",
-                args.tolerance
+                 {} relative to the largest entry{} (see the table)",
+                args.tolerance,
+                match args.comm_precision.half() {
+                    None => String::new(),
+                    Some(_) => format!(
+                        " plus the rounding bound of {} messages",
+                        args.comm_precision
+                    ),
+                }
             ))
             .into())
         }
@@ -245,6 +325,7 @@ fn report(args: &Args, checks: &[Check], ranks: usize, nodes: u64, pass: bool) {
             "nodes": nodes,
             "features": args.features,
             "tolerance": args.tolerance,
+            "comm_precision": args.comm_precision.name(),
             "checks": checks,
             "pass": pass,
         });
@@ -252,10 +333,11 @@ fn report(args: &Args, checks: &[Check], ranks: usize, nodes: u64, pass: bool) {
         return;
     }
     println!(
-        "verify {}: {ranks} ranks, {nodes} nodes, F = {}, against a single-process f64 product \
-         of the reassembled Â",
+        "verify {}: {ranks} ranks, {nodes} nodes, F = {}, {} messages, against a single-process \
+         f64 product of the reassembled Â",
         args.chunks.display(),
-        args.features
+        args.features,
+        args.comm_precision
     );
     println!(
         "{:<10} {:<11} {:>13} {:>13} {:>15} {:>15}",
@@ -274,12 +356,20 @@ fn report(args: &Args, checks: &[Check], ranks: usize, nodes: u64, pass: bool) {
         );
     }
     println!(
-        "{} (tolerance {:e} relative to the largest |entry| of the reference)",
+        "{} (tolerance {:e} relative to the largest |entry| of the reference{})",
         if pass {
             "all products agree"
         } else {
             "MISMATCH"
         },
-        args.tolerance
+        args.tolerance,
+        match args.comm_precision.half() {
+            None => String::new(),
+            Some(_) => format!(
+                ", plus per entry {} × the sum of its terms' magnitudes ({} rounding)",
+                args.comm_precision.unit_roundoff(),
+                args.comm_precision
+            ),
+        }
     );
 }

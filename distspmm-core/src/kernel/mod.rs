@@ -42,6 +42,7 @@
 
 #[cfg(target_arch = "x86_64")]
 mod avx512;
+pub mod convert;
 mod generic;
 pub mod grouped;
 pub mod reference;
@@ -123,6 +124,14 @@ pub enum KernelError {
         groups: usize,
         /// Columns of the dense operands.
         cols: usize,
+    },
+    /// A conversion's source and destination differ in length.
+    #[error("a conversion of {from} values into room for {to}")]
+    ConvertLength {
+        /// Values given.
+        from: usize,
+        /// Room given.
+        to: usize,
     },
     /// The runs of a grouped per-edge operand do not fit its values (or there is no group).
     #[error(
@@ -209,6 +218,20 @@ impl Isa {
             }
         }
         None
+    }
+}
+
+/// Whether the CPU converts between `f32` and IEEE half precision in hardware (F16C), which
+/// the AVX2 path of [`convert`] uses for `f16`.
+#[cfg(target_arch = "x86_64")]
+pub(crate) fn has_f16c() -> bool {
+    #[cfg(feature = "std")]
+    {
+        std::is_x86_feature_detected!("f16c")
+    }
+    #[cfg(not(feature = "std"))]
+    {
+        cfg!(target_feature = "f16c")
     }
 }
 

@@ -26,7 +26,8 @@
 //! never sends to itself). A broadcast counts its payload once per receiving rank, on the
 //! root's sent side and on each receiver's received side, so that over all ranks bytes sent
 //! equal bytes received for every schedule. Backward traffic is forward traffic with sent and
-//! received swapped, for both schedules.
+//! received swapped, for both schedules. Messages in a 16-bit [`Precision`] move the same
+//! values in half the bytes ([`LayerTraffic::in_precision`]).
 //!
 //! Per rank the plans are built from a chunk ([`BroadcastPlan::from_chunk`],
 //! [`HaloPlan::from_chunk`]); for all ranks at once from partition-level counts
@@ -45,6 +46,8 @@ use core::ops::{Add, AddAssign};
 pub use broadcast::{BroadcastPlan, BroadcastStep};
 pub use halo::HaloPlan;
 pub use shape::{CommMatrix, PartitionShape};
+
+pub use crate::kernel::convert::Precision;
 
 /// Bytes of one value of X (`f32`).
 pub const VALUE_BYTES: u64 = 4;
@@ -104,6 +107,16 @@ impl Traffic {
         }
     }
 
+    /// The same values on the wire in `precision` (the counts above are of `f32` values, so
+    /// this is exact).
+    pub fn in_precision(self, precision: Precision) -> Self {
+        let scale = |bytes: u64| bytes / VALUE_BYTES * precision.value_bytes();
+        Self {
+            sent: scale(self.sent),
+            received: scale(self.received),
+        }
+    }
+
     /// The same traffic in the opposite direction (sent and received swapped).
     pub fn reversed(self) -> Self {
         Self {
@@ -147,6 +160,15 @@ impl LayerTraffic {
             backward: forward.reversed(),
         }
     }
+
+    /// Both calls with their values on the wire in `precision`
+    /// ([`Traffic::in_precision`]).
+    pub fn in_precision(self, precision: Precision) -> Self {
+        Self {
+            forward: self.forward.in_precision(precision),
+            backward: self.backward.in_precision(precision),
+        }
+    }
 }
 
 /// Memory one rank's operator holds beside its chunk and the caller's X and Y.
@@ -160,6 +182,19 @@ pub struct Workspace {
 }
 
 impl Workspace {
+    /// The workspace of an operator whose messages travel in `precision`: a 16-bit format
+    /// adds, beside each `f32` buffer, its narrowed copy on the wire (2 bytes per value).
+    pub fn in_precision(self, precision: Precision) -> Self {
+        let wire = match precision.half() {
+            Some(_) => self.buffers / VALUE_BYTES * precision.value_bytes(),
+            None => 0,
+        };
+        Self {
+            buffers: self.buffers + wire,
+            structure: self.structure,
+        }
+    }
+
     /// Both together.
     pub fn total(&self) -> u64 {
         self.buffers + self.structure

@@ -12,7 +12,8 @@
 
 pub(crate) mod rows;
 
-use dist_comm::{Broadcast, Completion, Exchange as Requests, PointToPoint, RequestId};
+use dist_comm::{Broadcast, Completion, Element, Exchange as Requests, PointToPoint, RequestId};
+use distspmm_core::kernel::convert::{narrow, widen, Half};
 use distspmm_core::kernel::{
     sddmm_grouped, spmm, spmm_grouped, spmm_transpose, spmm_transpose_grouped, EdgeRuns,
     EdgeRunsMut,
@@ -25,10 +26,11 @@ use crate::backend::{
 };
 use chunk_format::ChunkView;
 
+use std::marker::PhantomData;
 use std::ops::Deref;
 
 use dist_comm::{AllGather, AllReduce};
-use distspmm_core::schedule::{ScheduleKind, Workspace};
+use distspmm_core::schedule::{ScheduleKind, Traffic, Workspace};
 
 use crate::blocks::{self, QLocalBlock};
 use crate::edges::{CscOrder, EdgeLayout};
@@ -76,6 +78,11 @@ pub struct CpuEngine<C> {
     packed: Buffer,
     /// [`Buf::Halo`].
     halo: Buffer,
+    /// The narrowed copies of [`Buf::Packed`] and [`Buf::Halo`] on the wire (same rows, one
+    /// 16-bit value each), when the operator's precision is a 16-bit format.
+    wire: [Vec<u16>; 2],
+    /// The bytes each program of the last call handed to the communicator.
+    counted: Vec<Traffic>,
     /// The per-edge values of a transposed product in CSC order (grown at the first such
     /// call).
     csc_values: Vec<f32>,
@@ -93,6 +100,8 @@ impl<C> CpuEngine<C> {
             blocks,
             packed: Buffer::default(),
             halo: Buffer::default(),
+            wire: [Vec::new(), Vec::new()],
+            counted: Vec::new(),
             csc_values: Vec::new(),
             csc_source: Vec::new(),
         }
@@ -137,6 +146,24 @@ where
         let rows = s.schedule.buffer_rows(op);
         self.packed.reserve(rows[Buf::Packed as usize] * f)?;
         self.halo.reserve(rows[Buf::Halo as usize] * f)?;
+        if s.precision.half().is_some() {
+            for (wire, len) in self
+                .wire
+                .iter_mut()
+                .zip([self.packed.len(), self.halo.len()])
+            {
+                if wire.len() < len {
+                    wire.try_reserve_exact(len - wire.len()).map_err(|e| {
+                        DistSpmmError::Allocation {
+                            rank: 0,
+                            bytes: len as u64 * 2,
+                            reason: e.to_string(),
+                        }
+                    })?;
+                    wire.resize(len, 0);
+                }
+            }
+        }
         if !op.transposes_edges() || f == 0 {
             return Ok(());
         }
@@ -169,8 +196,10 @@ where
     where
         I: IntoIterator<Item = (Kind, CpuOperands<'a>)>,
     {
+        self.counted.clear();
         for (kind, o) in programs {
             if f == 0 {
+                self.counted.push(Traffic::default());
                 if kind == Kind::Sddmm {
                     // Every dot product of no columns is 0; nothing travels.
                     o.out.fill(0.0);
@@ -195,6 +224,12 @@ where
                 &mut []
             };
             let values = o.values;
+            let [wire_packed, wire_halo] = &mut self.wire;
+            let wire = s.precision.half().map(|fmt| Wire {
+                fmt,
+                packed: &mut wire_packed[..rows[Buf::Packed as usize] * f],
+                halo: &mut wire_halo[..rows[Buf::Halo as usize] * f],
+            });
             let mut call = CpuCall {
                 comm: &*self.comm,
                 m: CpuMatrices {
@@ -215,9 +250,12 @@ where
                 },
                 packed: self.packed.get(rows[Buf::Packed as usize] * f),
                 halo: self.halo.get(rows[Buf::Halo as usize] * f),
+                wire,
+                moved: Traffic::default(),
                 f,
             };
             run(&mut call, program)?;
+            self.counted.push(call.moved);
             if transposes && !csc_ready && groups == 1 {
                 self.csc_source
                     .try_reserve_exact(values.len())
@@ -251,9 +289,13 @@ where
                     + self.halo.len()
                     + self.csc_values.len()
                     + self.csc_source.capacity(),
-            ),
+            ) + 2 * self.wire.iter().map(|w| w.len() as u64).sum::<u64>(),
             structure,
         }
+    }
+
+    fn counted(&self) -> Option<&[Traffic]> {
+        Some(&self.counted)
     }
 }
 
@@ -483,16 +525,12 @@ fn span(r: &Region, f: usize) -> std::ops::Range<usize> {
     r.first * f..r.end() * f
 }
 
-fn region<'b>(buf: &'b [f32], r: &Region, f: usize) -> Result<&'b [f32], DistSpmmError> {
+fn region<'b, T>(buf: &'b [T], r: &Region, f: usize) -> Result<&'b [T], DistSpmmError> {
     buf.get(span(r, f))
         .ok_or_else(|| internal("a region lies beyond its buffer"))
 }
 
-fn region_mut<'b>(
-    buf: &'b mut [f32],
-    r: &Region,
-    f: usize,
-) -> Result<&'b mut [f32], DistSpmmError> {
+fn region_mut<'b, T>(buf: &'b mut [T], r: &Region, f: usize) -> Result<&'b mut [T], DistSpmmError> {
     buf.get_mut(span(r, f))
         .ok_or_else(|| internal("a region lies beyond its buffer"))
 }
@@ -525,7 +563,29 @@ pub(crate) struct CpuCall<'c, C> {
     pub(crate) edges: CpuEdges<'c>,
     pub(crate) packed: &'c mut [f32],
     pub(crate) halo: &'c mut [f32],
+    /// The buffers' copies on the wire in a 16-bit format (`None`: `f32` on the wire).
+    pub(crate) wire: Option<Wire<'c>>,
+    /// The payload handed to the communicator so far (the plan's conventions).
+    pub(crate) moved: Traffic,
     pub(crate) f: usize,
+}
+
+/// A call's messages in a 16-bit format: the narrowed copies of the two buffers, a region of
+/// a buffer at the same rows in its copy.
+#[derive(Debug)]
+pub(crate) struct Wire<'c> {
+    pub(crate) fmt: Half,
+    pub(crate) packed: &'c mut [u16],
+    pub(crate) halo: &'c mut [u16],
+}
+
+impl Wire<'_> {
+    fn buf_mut(&mut self, b: Buf) -> &mut [u16] {
+        match b {
+            Buf::Packed => self.packed,
+            Buf::Halo => self.halo,
+        }
+    }
 }
 
 impl<C> CpuCall<'_, C> {
@@ -535,6 +595,65 @@ impl<C> CpuCall<'_, C> {
             Buf::Halo => self.halo,
         }
     }
+}
+
+/// A value the transport moves for the CPU backend: `f32` as it is, or the bytes of 16-bit
+/// values, widened to `f32` on arrival.
+trait OnWire: Element {
+    /// Values of the type per `f32` value.
+    const PER_VALUE: usize;
+
+    /// A received message as the `f32` rows it carries: itself for `f32`; for bytes of a
+    /// 16-bit format (`fmt`), widened into `rows`.
+    fn arrived<'s>(
+        data: &'s mut [Self],
+        rows: Option<&'s mut [f32]>,
+        fmt: Option<Half>,
+    ) -> Result<&'s mut [f32], DistSpmmError>;
+}
+
+impl OnWire for f32 {
+    const PER_VALUE: usize = 1;
+
+    fn arrived<'s>(
+        data: &'s mut [f32],
+        _: Option<&'s mut [f32]>,
+        _: Option<Half>,
+    ) -> Result<&'s mut [f32], DistSpmmError> {
+        Ok(data)
+    }
+}
+
+impl OnWire for u8 {
+    const PER_VALUE: usize = 2;
+
+    fn arrived<'s>(
+        data: &'s mut [u8],
+        rows: Option<&'s mut [f32]>,
+        fmt: Option<Half>,
+    ) -> Result<&'s mut [f32], DistSpmmError> {
+        let (Some(rows), Some(fmt)) = (rows, fmt) else {
+            return Err(internal("a narrowed message without rows to widen it into"));
+        };
+        let values: &[u16] = bytemuck::try_cast_slice(data)
+            .map_err(|_| internal("a narrowed message that is not whole 16-bit values"))?;
+        widen(fmt, values, rows)?;
+        Ok(rows)
+    }
+}
+
+/// The bytes of `values`, in the transport's element type.
+fn wire_bytes(values: &[u16]) -> &[u8] {
+    bytemuck::cast_slice(values)
+}
+
+fn wire_bytes_mut(values: &mut [u16]) -> &mut [u8] {
+    bytemuck::cast_slice_mut(values)
+}
+
+/// Bytes of `len` values of `T`.
+fn bytes_of<T>(len: usize) -> u64 {
+    (len * size_of::<T>()) as u64
 }
 
 /// A dense operand a call reads that is not a received region: the input or `U`.
@@ -636,7 +755,40 @@ impl<C: Broadcast + PointToPoint> Backend for CpuCall<'_, C> {
 
     fn broadcast(&mut self, r: Region, root: usize) -> Result<(), DistSpmmError> {
         let (f, comm) = (self.f, self.comm);
-        comm.broadcast(region_mut(self.buf_mut(r.buf), &r, f)?, root)?;
+        let mine = comm.rank() == root;
+        let bytes = match self.wire.as_mut() {
+            None => {
+                let values = region_mut(self.buf_mut(r.buf), &r, f)?;
+                comm.broadcast(values, root)?;
+                bytes_of::<f32>(values.len())
+            }
+            Some(w) => {
+                let fmt = w.fmt;
+                let wire = region_mut(w.buf_mut(r.buf), &r, f)?;
+                let values = region_mut(
+                    match r.buf {
+                        Buf::Packed => &mut *self.packed,
+                        Buf::Halo => &mut *self.halo,
+                    },
+                    &r,
+                    f,
+                )?;
+                if mine {
+                    narrow(fmt, values, wire)?;
+                }
+                let bytes = wire_bytes_mut(wire);
+                comm.broadcast(&mut *bytes, root)?;
+                if !mine {
+                    widen(fmt, wire, values)?;
+                }
+                bytes_of::<u16>(wire.len())
+            }
+        };
+        if mine {
+            self.moved.sent += bytes * (comm.size() as u64 - 1);
+        } else {
+            self.moved.received += bytes;
+        }
         Ok(())
     }
 
@@ -665,57 +817,53 @@ impl<C: Broadcast + PointToPoint> Backend for CpuCall<'_, C> {
             edges,
             packed,
             halo,
+            wire,
+            moved,
             ..
         } = self;
-        let (recv_into, send_from): (&mut [f32], &[f32]) = match (recv_buf, send_buf) {
-            (Some(Buf::Packed), _) | (None, Some(Buf::Halo)) => (&mut **packed, &**halo),
-            _ => (&mut **halo, &**packed),
+        let receives_packed = matches!(
+            (recv_buf, send_buf),
+            (Some(Buf::Packed), _) | (None, Some(Buf::Halo))
+        );
+        let (recv_into, send_from): (&mut [f32], &[f32]) = if receives_packed {
+            (&mut **packed, &**halo)
+        } else {
+            (&mut **halo, &**packed)
         };
-        let (m, send_rows, x, left) = (*m, *send_rows, *x, *left);
-        let result = comm.exchange(|requests| {
-            let mut pending = Vec::with_capacity(ex.recvs.len());
-            let mut rest = recv_into;
-            let mut at = 0;
-            for msg in &ex.recvs {
-                let r = msg.region;
-                if r.first < at {
-                    return Ok(Err(internal("an exchange's receives overlap")));
-                }
-                let skip = (r.first - at) * f;
-                if rest.len() < skip + r.rows * f {
-                    return Ok(Err(internal("a region lies beyond its buffer")));
-                }
-                let (into, tail) = std::mem::take(&mut rest)[skip..].split_at_mut(r.rows * f);
-                pending.push((r, requests.irecv(msg.peer, ex.tag, into)?));
-                rest = tail;
-                at = r.end();
-            }
-            for msg in &ex.sends {
-                match region(send_from, &msg.region, f) {
-                    Ok(values) => requests.isend(msg.peer, ex.tag, values)?,
-                    Err(e) => return Ok(Err(e)),
-                };
-            }
-            let mut in_flight = InFlight {
-                requests,
-                m,
-                send_rows,
-                x,
-                y: y.reborrow(),
-                left,
-                edges: edges.reborrow(),
-                f,
-                pending,
-                arrived: Vec::with_capacity(ex.recvs.len()),
-            };
-            // A communication error must reach the scope (it cancels what is pending); any
-            // other error leaves the messages to complete.
-            match run(&mut in_flight, &ex.body) {
-                Err(DistSpmmError::Comm(e)) => Err(e),
-                other => Ok(other),
-            }
-        });
-        result?
+        let body = Body {
+            m: *m,
+            send_rows,
+            x: *x,
+            y: y.reborrow(),
+            left: *left,
+            edges: edges.reborrow(),
+            f,
+        };
+        let Some(w) = wire else {
+            return exchange_as::<f32, C>(comm, ex, recv_into, send_from, None, None, body, moved);
+        };
+        let (wire_recv, wire_send) = if receives_packed {
+            (&mut *w.packed, &mut *w.halo)
+        } else {
+            (&mut *w.halo, &mut *w.packed)
+        };
+        for msg in &ex.sends {
+            narrow(
+                w.fmt,
+                region(send_from, &msg.region, f)?,
+                region_mut(wire_send, &msg.region, f)?,
+            )?;
+        }
+        exchange_as::<u8, C>(
+            comm,
+            ex,
+            wire_bytes_mut(wire_recv),
+            wire_bytes(wire_send),
+            Some(recv_into),
+            Some(w.fmt),
+            body,
+            moved,
+        )
     }
 
     fn join(&mut self, _waiter: Lane, _signaller: Lane) -> Result<(), DistSpmmError> {
@@ -754,9 +902,101 @@ impl<C: Broadcast + PointToPoint> Backend for CpuCall<'_, C> {
     }
 }
 
+/// What an exchange's body reads and writes besides the messages.
+struct Body<'x> {
+    m: CpuMatrices<'x>,
+    send_rows: &'x [u32],
+    x: DenseView<'x, f32>,
+    y: DenseViewMut<'x, f32>,
+    left: Option<DenseView<'x, f32>>,
+    edges: CpuEdges<'x>,
+    f: usize,
+}
+
+/// One grouped exchange whose messages are values of `T`: `f32` (`rows` is `None`), or the
+/// bytes of 16-bit values of the format `fmt`, widened into their regions of `rows` (the `f32`
+/// receive buffer) as each message is first read. Receives are posted into `recv` at their
+/// regions' places, sends go from `send`, the body runs while they travel; the bytes handed
+/// to the communicator are added to `moved`.
+#[allow(
+    clippy::too_many_arguments,
+    reason = "the pieces of one exchange, split for the borrows"
+)]
+fn exchange_as<T: OnWire, C: PointToPoint>(
+    comm: &C,
+    ex: &Exchange,
+    recv: &mut [T],
+    send: &[T],
+    rows: Option<&mut [f32]>,
+    fmt: Option<Half>,
+    body: Body<'_>,
+    moved: &mut Traffic,
+) -> Result<(), DistSpmmError> {
+    let (f, k) = (body.f, T::PER_VALUE);
+    let result = comm.exchange(|requests| {
+        let mut pending = Vec::with_capacity(ex.recvs.len());
+        let mut rest = recv;
+        let mut rest_rows = rows;
+        let mut at = 0;
+        for msg in &ex.recvs {
+            let r = msg.region;
+            if r.first < at {
+                return Ok(Err(internal("an exchange's receives overlap")));
+            }
+            let (skip, len) = ((r.first - at) * f, r.rows * f);
+            if rest.len() < (skip + len) * k
+                || rest_rows.as_ref().is_some_and(|t| t.len() < skip + len)
+            {
+                return Ok(Err(internal("a region lies beyond its buffer")));
+            }
+            let (into, tail) = std::mem::take(&mut rest)[skip * k..].split_at_mut(len * k);
+            let widened = rest_rows.take().map(|t| {
+                let (widened, tail) = t[skip..].split_at_mut(len);
+                rest_rows = Some(tail);
+                widened
+            });
+            moved.received += bytes_of::<T>(into.len());
+            pending.push((r, requests.irecv(msg.peer, ex.tag, into)?, widened));
+            rest = tail;
+            at = r.end();
+        }
+        for msg in &ex.sends {
+            match region(send, &msg.region, f * k) {
+                Ok(values) => {
+                    moved.sent += bytes_of::<T>(values.len());
+                    requests.isend(msg.peer, ex.tag, values)?
+                }
+                Err(e) => return Ok(Err(e)),
+            };
+        }
+        let mut in_flight = InFlight {
+            requests,
+            m: body.m,
+            send_rows: body.send_rows,
+            x: body.x,
+            y: body.y,
+            left: body.left,
+            edges: body.edges,
+            f,
+            fmt,
+            arrived: Vec::with_capacity(pending.len()),
+            pending,
+            wire: PhantomData,
+        };
+        // A communication error must reach the scope (it cancels what is pending); any
+        // other error leaves the messages to complete.
+        match run(&mut in_flight, &ex.body) {
+            Err(DistSpmmError::Comm(e)) => Err(e),
+            other => Ok(other),
+        }
+    });
+    result?
+}
+
 /// The body of an exchange on the host: the operands, and the receive buffers handed back as
-/// their messages arrive (each waited for when first read).
-struct InFlight<'s, 'x, E> {
+/// their messages arrive (each waited for when first read, and widened to `f32` then when the
+/// messages are 16-bit values).
+struct InFlight<'s, 'x, E, T> {
     requests: &'x mut E,
     m: CpuMatrices<'x>,
     send_rows: &'x [u32],
@@ -765,11 +1005,16 @@ struct InFlight<'s, 'x, E> {
     left: Option<DenseView<'x, f32>>,
     edges: CpuEdges<'x>,
     f: usize,
-    pending: Vec<(Region, RequestId)>,
+    /// The 16-bit format of the messages (`None`: `f32`).
+    fmt: Option<Half>,
+    /// Each pending receive's region, request and, for 16-bit messages, the `f32` rows it is
+    /// widened into.
+    pending: Vec<(Region, RequestId, Option<&'s mut [f32]>)>,
     arrived: Vec<(Region, &'s mut [f32])>,
+    wire: PhantomData<fn() -> T>,
 }
 
-impl<'s, E: Requests<'s, f32>> InFlight<'s, '_, E> {
+impl<'s, T: OnWire, E: Requests<'s, T>> InFlight<'s, '_, E, T> {
     /// The index in `arrived` of the receive into `r`, waiting for it if needed.
     fn received(&mut self, r: Region) -> Result<usize, DistSpmmError> {
         if let Some(k) = self.arrived.iter().position(|(a, _)| *a == r) {
@@ -778,11 +1023,14 @@ impl<'s, E: Requests<'s, f32>> InFlight<'s, '_, E> {
         let k = self
             .pending
             .iter()
-            .position(|(p, _)| *p == r)
+            .position(|(p, _, _)| *p == r)
             .ok_or_else(|| internal("an exchange's body reads rows it does not receive"))?;
-        let (_, id) = self.pending.swap_remove(k);
+        let (_, id, widened) = self.pending.swap_remove(k);
         match self.requests.wait(id)? {
-            Completion::Received { data, .. } => self.arrived.push((r, data)),
+            Completion::Received { data, .. } => {
+                let rows = T::arrived(data, widened, self.fmt)?;
+                self.arrived.push((r, rows));
+            }
             Completion::Sent { .. } => {
                 return Err(DistSpmmError::Comm(dist_comm::CommError::InvalidRequest {
                     id: id.0,
@@ -793,7 +1041,7 @@ impl<'s, E: Requests<'s, f32>> InFlight<'s, '_, E> {
     }
 }
 
-impl<'s, E: Requests<'s, f32>> Backend for InFlight<'s, '_, E> {
+impl<'s, T: OnWire, E: Requests<'s, T>> Backend for InFlight<'s, '_, E, T> {
     fn spmm(&mut self, p: &Product) -> Result<(), DistSpmmError> {
         if p.y != Dense::Output {
             return Err(internal("an exchange's body writes a buffer"));

@@ -63,7 +63,7 @@ use std::ops::Deref;
 
 use chunk_format::ChunkView;
 use dist_comm::{AllGather, AllReduce, CommError, Group, NcclComm, RawDeviceBuffer};
-use distspmm_core::schedule::{ScheduleKind, Workspace};
+use distspmm_core::schedule::{Precision, ScheduleKind, Workspace};
 use distspmm_cuda::{
     CudaError, DeviceCsc, DeviceCscOrder, DeviceCsr, DeviceDense, DeviceRowSplit, DeviceRows,
     DeviceScatter, EdgeRows, GpuDevice, RawCscValues, RawCsr, RawDense, RawEdgeBlock, RawEdgeRuns,
@@ -423,9 +423,12 @@ where
     /// device, out of memory) gets [`DistSpmmError::Comm`] and the others a
     /// [`DistSpmmError::Disagreement`] naming it.
     pub fn new(host: H, nccl: N, chunk: K, schedule: ScheduleKind) -> Result<Self, DistSpmmError> {
-        let agreed = operator::agree_and_build(&*host, chunk, schedule, |view, s, blocks| {
-            GpuEngine::<H, N>::build(&*host, &nccl, view, s, &blocks.edges)
-        })?;
+        let agreed = operator::agree_and_build(
+            &*host,
+            chunk,
+            (schedule, Precision::F32),
+            |view, s, blocks| GpuEngine::<H, N>::build(&*host, &nccl, view, s, &blocks.edges),
+        )?;
         Ok(agreed.with_engine(|(dev, m, scatter)| GpuEngine {
             host,
             nccl,
