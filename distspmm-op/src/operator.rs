@@ -212,7 +212,7 @@ impl<E, K: ChunkSource> Operator<E, K> {
             chunk: self.chunk.chunk(),
             blocks: &self.blocks,
             schedule: &self.schedule,
-            precision: self.precision,
+            precision: op.message_precision(self.precision),
         };
         let programs = kinds.iter().copied().zip(operands);
         // SAFETY: forwarded contract.
@@ -242,7 +242,7 @@ impl<E, K: ChunkSource> Operator<E, K> {
             chunk: self.chunk.chunk(),
             blocks: &self.blocks,
             schedule: &self.schedule,
-            precision: self.precision,
+            precision: op.message_precision(self.precision),
         };
         self.engine
             .reserve(&shared, op, groups, f)

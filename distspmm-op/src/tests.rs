@@ -849,6 +849,8 @@ fn the_shell_hands_every_grouped_call_its_programs() {
                 .map(|p| DistSpmm::with_precision(&comm, v, kind, p).unwrap())
                 .collect();
             let (n, nnz) = (cpus[0].local_rows(), cpus[0].edge_count());
+            // The SDDMMs' bytes, in f32 on every operator.
+            let mut sddmm_bytes = Traffic::default();
             for groups in [1, 2, 3] {
                 let f = 2 * groups;
                 for call in [
@@ -874,6 +876,9 @@ fn the_shell_hands_every_grouped_call_its_programs() {
                         assert!(r.hazards.is_empty(), "{kind} {k:?}: {:?}", r.hazards);
                     }
                     let plan = op.predicted_traffic(f);
+                    if call == Op::Sddmm {
+                        sddmm_bytes += plan.forward;
+                    }
                     let want = match call {
                         Op::SpmmValues | Op::Sddmm => plan.forward,
                         Op::SpmmValuesTranspose => plan.backward,
@@ -913,9 +918,12 @@ fn the_shell_hands_every_grouped_call_its_programs() {
                         }
                         .unwrap();
                         let p = cpu.precision();
+                        // The SDDMM's messages stay f32 (`Op::message_precision`).
+                        let wire = call.message_precision(p);
+                        assert_eq!(wire == p, call != Op::Sddmm || p == Precision::F32);
                         assert_eq!(
                             cpu.bytes_last_call(),
-                            want.in_precision(p),
+                            want.in_precision(wire),
                             "CPU {kind} {p} {call:?} G = {groups}"
                         );
                     }
@@ -925,7 +933,14 @@ fn the_shell_hands_every_grouped_call_its_programs() {
             assert_eq!(op.bytes_total(), f32_totals);
             for cpu in &cpus[1..] {
                 let t = cpu.bytes_total();
-                assert_eq!(t.forward, f32_totals.forward.in_precision(cpu.precision()));
+                let others = Traffic {
+                    sent: f32_totals.forward.sent - sddmm_bytes.sent,
+                    received: f32_totals.forward.received - sddmm_bytes.received,
+                };
+                assert_eq!(
+                    t.forward,
+                    others.in_precision(cpu.precision()) + sddmm_bytes
+                );
                 assert_eq!(
                     t.backward,
                     f32_totals.backward.in_precision(cpu.precision())
