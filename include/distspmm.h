@@ -48,11 +48,12 @@ enum dsp_status
   DSP_STATUS_OK = 0,
   // A required pointer argument is NULL.
   DSP_STATUS_NULL_ARGUMENT = 1,
-  // An argument is out of range: a size, a leading dimension, a schedule value, a
-  // misaligned buffer, a count that does not match the chunk.
+  // An argument is out of range: a size, a leading dimension, a schedule or precision
+  // value, a misaligned buffer, a count that does not match the chunk.
   DSP_STATUS_INVALID_ARGUMENT = 2,
-  // The ranks passed different arguments to a collective call (another partition, another
-  // number of columns, another buffer length). Every rank gets this status.
+  // The ranks passed different arguments to a collective call (another partition, schedule
+  // or message precision, another number of columns, another buffer length). Every rank
+  // gets this status.
   DSP_STATUS_ARGUMENT_MISMATCH = 3,
   // The chunk directory holds a different number of parts than the communicator has ranks.
   // Every rank gets this status.
@@ -113,6 +114,33 @@ enum dsp_schedule
 typedef enum dsp_schedule dsp_schedule;
 #else
 typedef int32_t dsp_schedule;
+#endif // __STDC_VERSION__ >= 202311L
+#endif // __cplusplus
+
+// The format in which a `dsp_spmm`'s messages travel between ranks (the values are part of
+// the ABI). Halo rows and broadcast blocks forward, partial sums backward, and the rows every
+// per-edge product and SDDMM moves, are narrowed to it where they are handed to MPI and
+// widened back to `float` where they are received; every product and sum stays in `float`.
+enum dsp_comm_precision
+#if defined(__cplusplus) || __STDC_VERSION__ >= 202311L
+  : int32_t
+#endif // defined(__cplusplus) || __STDC_VERSION__ >= 202311L
+ {
+  // IEEE single precision: the values as they are (what `dsp_spmm_create` uses).
+  DSP_COMM_PRECISION_F32 = 0,
+  // bfloat16 (`float`'s exponent range, 8 significant bits): half the bytes; each value
+  // that crosses ranks is rounded once, within a relative 2^-8 in `float`'s normal range.
+  DSP_COMM_PRECISION_BF16 = 1,
+  // IEEE half precision (largest finite 65504, 11 significant bits): half the bytes; each
+  // value that crosses ranks is rounded once, within a relative 2^-11 in its normal range
+  // (larger values become infinities).
+  DSP_COMM_PRECISION_F16 = 2,
+};
+#ifndef __cplusplus
+#if __STDC_VERSION__ >= 202311L
+typedef enum dsp_comm_precision dsp_comm_precision;
+#else
+typedef int32_t dsp_comm_precision;
 #endif // __STDC_VERSION__ >= 202311L
 #endif // __cplusplus
 
@@ -347,10 +375,11 @@ dsp_status dsp_allreduce_sum_f64(dsp_comm *comm, double *buf, size_t count);
 // communicator) and `schedule` (a `dsp_schedule` value). Collective over `comm`: the ranks
 // agree on their arguments, then build an NCCL communicator over the same ranks (every rank
 // fails if one has no usable GPU, driver or NCCL library), upload their chunk to the device
-// and agree on the partition and schedule as `dsp_spmm_create` does. Without a CUDA device
-// every rank gets `DSP_STATUS_UNSUPPORTED` (the message names the rank and the reason); in a
-// library built without CUDA, `DSP_STATUS_UNSUPPORTED` at once. On failure `*out` is NULL.
-// Creating thread of `comm` only.
+// and agree on the partition and schedule as `dsp_spmm_create` does. Its messages travel in
+// `float` only (there is no `dsp_comm_precision` option: the device engine does not convert
+// them). Without a CUDA device every rank gets `DSP_STATUS_UNSUPPORTED` (the message names
+// the rank and the reason); in a library built without CUDA, `DSP_STATUS_UNSUPPORTED` at
+// once. On failure `*out` is NULL. Creating thread of `comm` only.
 //
 // # Safety
 // `comm` and `chunk` are NULL or live handles; `out` is NULL or valid for a write.
@@ -511,12 +540,38 @@ dsp_status dsp_edge_softmax_backward(const dsp_spmm *op, size_t groups, float ne
 // `schedule` (a `dsp_schedule` value). Collective over `comm`: the ranks agree on their
 // arguments, then on the partition (fingerprint, P, N) and the schedule, so a bad argument on
 // any rank fails on every rank (`DSP_STATUS_PEER_FAILED` on the ranks whose own arguments were
-// fine) and different schedules are `DSP_STATUS_ARGUMENT_MISMATCH` everywhere.
-// On failure `*out` is NULL. Creating thread of `comm` only.
+// fine) and different schedules are `DSP_STATUS_ARGUMENT_MISMATCH` everywhere. The
+// messages travel in `float` (`DSP_COMM_PRECISION_F32`; see
+// `dsp_spmm_create_with_precision`). On failure `*out` is NULL. Creating thread of `comm`
+// only.
 //
 // # Safety
 // `comm` and `chunk` are NULL or live handles; `out` is NULL or valid for a write.
 dsp_status dsp_spmm_create(dsp_comm *comm, const dsp_chunk *chunk, int32_t schedule, dsp_spmm **out);
+
+// `dsp_spmm_create` with the messages travelling in `precision` (a `dsp_comm_precision`
+// value): each row or partial sum another rank needs is narrowed from `float` where it is
+// handed to MPI and widened back where it is received, for every collective call on the
+// operator (forward, backward, the per-edge products, the SDDMM); products and sums stay
+// `float`, and the rows a rank multiplies from its own block are never rounded. Bf16 and f16
+// halve the bytes (`dsp_spmm_bytes_last_call`); an entry of a result then differs from
+// `DSP_COMM_PRECISION_F32`'s by at most u (2^-8 for bf16, 2^-11 for f16) times the sum of the
+// magnitudes of its terms whose operand crossed ranks. Collective over `comm`, like
+// `dsp_spmm_create`: an out-of-range `precision` is `DSP_STATUS_INVALID_ARGUMENT` on its rank
+// and `DSP_STATUS_PEER_FAILED` on the others; different precisions on different ranks are
+// `DSP_STATUS_ARGUMENT_MISMATCH` everywhere. On failure `*out` is NULL. Creating thread of
+// `comm` only.
+//
+// # Safety
+// `comm` and `chunk` are NULL or live handles; `out` is NULL or valid for a write.
+dsp_status dsp_spmm_create_with_precision(dsp_comm *comm, const dsp_chunk *chunk, int32_t schedule, int32_t precision, dsp_spmm **out);
+
+// The message precision the operator was created with, as a `dsp_comm_precision` value, in
+// `*out`. Any thread that does not call the operator at the same time.
+//
+// # Safety
+// `op` is NULL or a live `dsp_spmm *`; `out` is NULL or valid for a write.
+dsp_status dsp_spmm_comm_precision(const dsp_spmm *op, int32_t *out);
 
 // Frees an operator. NULL is accepted. Must be called on the creating thread of its
 // communicator; from another thread it frees nothing (the handle stays valid) and

@@ -20,11 +20,12 @@ pub enum Status {
     Ok = 0,
     /// A required pointer argument is NULL.
     NullArgument = 1,
-    /// An argument is out of range: a size, a leading dimension, a schedule value, a
-    /// misaligned buffer, a count that does not match the chunk.
+    /// An argument is out of range: a size, a leading dimension, a schedule or precision
+    /// value, a misaligned buffer, a count that does not match the chunk.
     InvalidArgument = 2,
-    /// The ranks passed different arguments to a collective call (another partition, another
-    /// number of columns, another buffer length). Every rank gets this status.
+    /// The ranks passed different arguments to a collective call (another partition, schedule
+    /// or message precision, another number of columns, another buffer length). Every rank
+    /// gets this status.
     ArgumentMismatch = 3,
     /// The chunk directory holds a different number of parts than the communicator has ranks.
     /// Every rank gets this status.

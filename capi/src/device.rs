@@ -48,10 +48,11 @@ enum Direction {
 /// communicator) and `schedule` (a `dsp_schedule` value). Collective over `comm`: the ranks
 /// agree on their arguments, then build an NCCL communicator over the same ranks (every rank
 /// fails if one has no usable GPU, driver or NCCL library), upload their chunk to the device
-/// and agree on the partition and schedule as `dsp_spmm_create` does. Without a CUDA device
-/// every rank gets `DSP_STATUS_UNSUPPORTED` (the message names the rank and the reason); in a
-/// library built without CUDA, `DSP_STATUS_UNSUPPORTED` at once. On failure `*out` is NULL.
-/// Creating thread of `comm` only.
+/// and agree on the partition and schedule as `dsp_spmm_create` does. Its messages travel in
+/// `float` only (there is no `dsp_comm_precision` option: the device engine does not convert
+/// them). Without a CUDA device every rank gets `DSP_STATUS_UNSUPPORTED` (the message names
+/// the rank and the reason); in a library built without CUDA, `DSP_STATUS_UNSUPPORTED` at
+/// once. On failure `*out` is NULL. Creating thread of `comm` only.
 ///
 /// # Safety
 /// `comm` and `chunk` are NULL or live handles; `out` is NULL or valid for a write.
@@ -276,7 +277,7 @@ mod imp {
     use crate::boundary::{Error, Handle, Status};
     use crate::chunk::Chunk;
     use crate::comm::{agree, check_owner, check_usable, Comm, SharedComm};
-    use crate::spmm::{agree_on_schedule, schedule_arg};
+    use crate::spmm::{agree_on_options, schedule_arg, CommPrecision};
 
     /// What a `dsp_spmm_device` holds: the operator, which owns references to the host
     /// communicator, the NCCL communicator and the mapped chunk.
@@ -346,7 +347,9 @@ mod imp {
             };
             Ok((chunk, kind, select))
         })();
-        agree_on_schedule(comm, local.as_ref().map(|_| ()), schedule)?;
+        // The device engine moves `float` values only.
+        let precision = CommPrecision::F32 as i32;
+        agree_on_options(comm, local.as_ref().map(|_| ()), schedule, precision)?;
         let (chunk, kind, select) = local?;
         let (shared, owner) = comm.share();
         let nccl = Rc::new(NcclComm::new(&*shared, select).map_err(device_error)?);

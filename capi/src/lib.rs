@@ -29,7 +29,7 @@ pub use boundary::Status;
 pub use chunk::Chunk;
 pub use comm::Comm;
 pub use device::SpmmDevice;
-pub use spmm::{Schedule, Spmm};
+pub use spmm::{CommPrecision, Schedule, Spmm};
 pub use version::{DSP_VERSION_MAJOR, DSP_VERSION_MINOR, DSP_VERSION_PATCH};
 
 use std::ffi::{c_char, CStr};

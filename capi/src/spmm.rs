@@ -7,7 +7,7 @@ use std::thread::ThreadId;
 use distspmm_core::schedule::ScheduleKind;
 use distspmm_core::sparse::{DenseView, DenseViewMut};
 use distspmm_op::operands::{check_pair, Operand, OperandError};
-use distspmm_op::{DistSpmm, DistSpmmError, RankChunk};
+use distspmm_op::{DistSpmm, DistSpmmError, Precision, RankChunk};
 
 use crate::boundary::{
     ffi_boundary, ffi_boundary_void, slice, slice_mut, Error, Handle, OutPtr, Status,
@@ -37,6 +37,46 @@ impl Schedule {
     }
 }
 
+/// The format in which a `dsp_spmm`'s messages travel between ranks (the values are part of
+/// the ABI). Halo rows and broadcast blocks forward, partial sums backward, and the rows every
+/// per-edge product and SDDMM moves, are narrowed to it where they are handed to MPI and
+/// widened back to `float` where they are received; every product and sum stays in `float`.
+#[repr(i32)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CommPrecision {
+    /// IEEE single precision: the values as they are (what `dsp_spmm_create` uses).
+    F32 = 0,
+    /// bfloat16 (`float`'s exponent range, 8 significant bits): half the bytes; each value
+    /// that crosses ranks is rounded once, within a relative 2^-8 in `float`'s normal range.
+    Bf16 = 1,
+    /// IEEE half precision (largest finite 65504, 11 significant bits): half the bytes; each
+    /// value that crosses ranks is rounded once, within a relative 2^-11 in its normal range
+    /// (larger values become infinities).
+    F16 = 2,
+}
+
+impl CommPrecision {
+    /// The precision a `dsp_comm_precision` code names, `None` for any other value.
+    pub(crate) fn from_code(code: i32) -> Option<Precision> {
+        match code {
+            c if c == CommPrecision::F32 as i32 => Some(Precision::F32),
+            c if c == CommPrecision::Bf16 as i32 => Some(Precision::Bf16),
+            c if c == CommPrecision::F16 as i32 => Some(Precision::F16),
+            _ => None,
+        }
+    }
+
+    /// The `dsp_comm_precision` code of `precision`.
+    pub(crate) fn code(precision: Precision) -> i32 {
+        let abi = match precision {
+            Precision::F32 => CommPrecision::F32,
+            Precision::Bf16 => CommPrecision::Bf16,
+            Precision::F16 => CommPrecision::F16,
+        };
+        abi as i32
+    }
+}
+
 /// The distributed SpMM operator of one rank: `Y = Ahat X` and `dX = Ahat^T dY` on this rank's
 /// rows, communicating with the other ranks by the chosen schedule.
 ///
@@ -57,6 +97,7 @@ impl std::fmt::Debug for Spmm {
             .field("rank", &self.op.rank())
             .field("parts", &self.op.parts())
             .field("schedule", &self.op.schedule())
+            .field("precision", &self.op.precision())
             .finish_non_exhaustive()
     }
 }
@@ -105,43 +146,107 @@ pub(crate) fn schedule_arg(schedule: i32) -> Result<ScheduleKind, Error> {
     })
 }
 
+/// The message precision a `dsp_comm_precision` code names, or the error the create
+/// functions return.
+pub(crate) fn precision_arg(precision: i32) -> Result<Precision, Error> {
+    CommPrecision::from_code(precision).ok_or_else(|| {
+        Error::invalid(format!(
+            "precision {precision} is not a dsp_comm_precision (DSP_COMM_PRECISION_F32 = 0, \
+             DSP_COMM_PRECISION_BF16 = 1, DSP_COMM_PRECISION_F16 = 2)"
+        ))
+    })
+}
+
 /// The create functions' first agreement: every rank's local checks (`local`) and the same
-/// schedule code everywhere, so a bad argument anywhere fails everywhere with this library's
-/// statuses (collective over `comm`).
-pub(crate) fn agree_on_schedule(
+/// schedule and message precision codes everywhere (one key: the schedule in the low 32 bits,
+/// the precision in the high ones), so a bad argument anywhere fails everywhere with this
+/// library's statuses and different choices are an argument mismatch on every rank (collective
+/// over `comm`).
+pub(crate) fn agree_on_options(
     comm: &Comm,
     local: Result<(), &Error>,
     schedule: i32,
+    precision: i32,
 ) -> Result<(), Error> {
-    let key = local.map(|()| schedule as u64).map_err(Error::clone);
-    agree(comm.mpi(), key, |code| {
+    let key = local
+        .map(|()| u64::from(schedule as u32) | (u64::from(precision as u32) << 32))
+        .map_err(Error::clone);
+    agree(comm.mpi(), key, |key| {
         #[allow(
             clippy::cast_possible_truncation,
-            reason = "deliberate: the key is an i32 schedule code widened to u64; its low 32 bits are that code"
+            reason = "deliberate: each half of the key is an i32 code"
         )]
-        let code = code as i32;
-        match Schedule::from_code(code) {
-            Some(ScheduleKind::Halo) => "schedule halo".into(),
-            _ => "schedule broadcast".into(),
-        }
+        let (schedule, precision) = (key as u32 as i32, (key >> 32) as u32 as i32);
+        let schedule = match Schedule::from_code(schedule) {
+            Some(ScheduleKind::Halo) => "halo",
+            _ => "broadcast",
+        };
+        let precision = CommPrecision::from_code(precision).unwrap_or_default();
+        format!("schedule {schedule}, precision {precision}")
     })
     .map(|_| ())
 }
 
 /// Builds the operator on the (already checked) inputs; it owns a reference to the
 /// communicator and to the mapped chunk.
-fn build(comm: &Comm, chunk: &Chunk, schedule: ScheduleKind) -> Result<Spmm, Error> {
+fn build(
+    comm: &Comm,
+    chunk: &Chunk,
+    schedule: ScheduleKind,
+    precision: Precision,
+) -> Result<Spmm, Error> {
     let (shared, owner) = comm.share();
-    let op = DistSpmm::new(shared, Arc::clone(chunk.mapped()), schedule)?;
+    let op = DistSpmm::with_precision(shared, Arc::clone(chunk.mapped()), schedule, precision)?;
     Ok(Spmm { op, owner })
+}
+
+/// The create functions' body: checks the arguments, agrees on them with every rank, then
+/// builds the operator into `*out` (NULL on failure).
+///
+/// # Safety
+/// As `dsp_spmm_create_with_precision`.
+unsafe fn create(
+    comm: *mut Comm,
+    chunk: *const Chunk,
+    schedule: i32,
+    precision: i32,
+    out: *mut *mut Spmm,
+) -> Result<(), Error> {
+    // SAFETY: the caller guarantees NULL or valid for a write.
+    let out = unsafe { OutPtr::new(out, "out") };
+    if let Ok(out) = &out {
+        out.write(std::ptr::null_mut());
+    }
+    // SAFETY: the caller guarantees a live handle or NULL.
+    let comm = unsafe { Comm::borrow(comm, "comm") }?;
+    comm.check_usable()?;
+    let local = (|| {
+        let out = out.as_ref().map_err(Error::clone)?;
+        // SAFETY: the caller guarantees a live handle or NULL.
+        let chunk = unsafe { Chunk::borrow(chunk, "chunk") }?;
+        Ok((
+            out,
+            chunk,
+            schedule_arg(schedule)?,
+            precision_arg(precision)?,
+        ))
+    })();
+    // Agree on the local checks first, so that a bad argument anywhere fails everywhere
+    // with this library's statuses; the operator then agrees on the partition itself.
+    agree_on_options(comm, local.as_ref().map(|_| ()), schedule, precision)?;
+    let (out, chunk, kind, precision) = local?;
+    out.write(build(comm, chunk, kind, precision)?.into_raw());
+    Ok(())
 }
 
 /// Creates this rank's distributed SpMM for `chunk` (opened with the same communicator) and
 /// `schedule` (a `dsp_schedule` value). Collective over `comm`: the ranks agree on their
 /// arguments, then on the partition (fingerprint, P, N) and the schedule, so a bad argument on
 /// any rank fails on every rank (`DSP_STATUS_PEER_FAILED` on the ranks whose own arguments were
-/// fine) and different schedules are `DSP_STATUS_ARGUMENT_MISMATCH` everywhere.
-/// On failure `*out` is NULL. Creating thread of `comm` only.
+/// fine) and different schedules are `DSP_STATUS_ARGUMENT_MISMATCH` everywhere. The
+/// messages travel in `float` (`DSP_COMM_PRECISION_F32`; see
+/// `dsp_spmm_create_with_precision`). On failure `*out` is NULL. Creating thread of `comm`
+/// only.
 ///
 /// # Safety
 /// `comm` and `chunk` are NULL or live handles; `out` is NULL or valid for a write.
@@ -153,25 +258,53 @@ pub unsafe extern "C" fn dsp_spmm_create(
     out: *mut *mut Spmm,
 ) -> Status {
     ffi_boundary("dsp_spmm_create", || {
+        // SAFETY: forwarded caller contract.
+        unsafe { create(comm, chunk, schedule, CommPrecision::F32 as i32, out) }
+    })
+}
+
+/// `dsp_spmm_create` with the messages travelling in `precision` (a `dsp_comm_precision`
+/// value): each row or partial sum another rank needs is narrowed from `float` where it is
+/// handed to MPI and widened back where it is received, for every collective call on the
+/// operator (forward, backward, the per-edge products, the SDDMM); products and sums stay
+/// `float`, and the rows a rank multiplies from its own block are never rounded. Bf16 and f16
+/// halve the bytes (`dsp_spmm_bytes_last_call`); an entry of a result then differs from
+/// `DSP_COMM_PRECISION_F32`'s by at most u (2^-8 for bf16, 2^-11 for f16) times the sum of the
+/// magnitudes of its terms whose operand crossed ranks. Collective over `comm`, like
+/// `dsp_spmm_create`: an out-of-range `precision` is `DSP_STATUS_INVALID_ARGUMENT` on its rank
+/// and `DSP_STATUS_PEER_FAILED` on the others; different precisions on different ranks are
+/// `DSP_STATUS_ARGUMENT_MISMATCH` everywhere. On failure `*out` is NULL. Creating thread of
+/// `comm` only.
+///
+/// # Safety
+/// `comm` and `chunk` are NULL or live handles; `out` is NULL or valid for a write.
+#[no_mangle]
+pub unsafe extern "C" fn dsp_spmm_create_with_precision(
+    comm: *mut Comm,
+    chunk: *const Chunk,
+    schedule: i32,
+    precision: i32,
+    out: *mut *mut Spmm,
+) -> Status {
+    ffi_boundary("dsp_spmm_create_with_precision", || {
+        // SAFETY: forwarded caller contract.
+        unsafe { create(comm, chunk, schedule, precision, out) }
+    })
+}
+
+/// The message precision the operator was created with, as a `dsp_comm_precision` value, in
+/// `*out`. Any thread that does not call the operator at the same time.
+///
+/// # Safety
+/// `op` is NULL or a live `dsp_spmm *`; `out` is NULL or valid for a write.
+#[no_mangle]
+pub unsafe extern "C" fn dsp_spmm_comm_precision(op: *const Spmm, out: *mut i32) -> Status {
+    ffi_boundary("dsp_spmm_comm_precision", || {
+        // SAFETY: the caller guarantees NULL or a live handle.
+        let op = unsafe { Spmm::borrow(op, "op") }?;
         // SAFETY: the caller guarantees NULL or valid for a write.
-        let out = unsafe { OutPtr::new(out, "out") };
-        if let Ok(out) = &out {
-            out.write(std::ptr::null_mut());
-        }
-        // SAFETY: the caller guarantees a live handle or NULL.
-        let comm = unsafe { Comm::borrow(comm, "comm") }?;
-        comm.check_usable()?;
-        let local = (|| {
-            let out = out.as_ref().map_err(Error::clone)?;
-            // SAFETY: the caller guarantees a live handle or NULL.
-            let chunk = unsafe { Chunk::borrow(chunk, "chunk") }?;
-            Ok((out, chunk, schedule_arg(schedule)?))
-        })();
-        // Agree on the local checks first, so that a bad argument anywhere fails everywhere
-        // with this library's statuses; the operator then agrees on the partition itself.
-        agree_on_schedule(comm, local.as_ref().map(|_| ()), schedule)?;
-        let (out, chunk, kind) = local?;
-        out.write(build(comm, chunk, kind)?.into_raw());
+        let out = unsafe { OutPtr::new(out, "out") }?;
+        out.write(CommPrecision::code(op.op.precision()));
         Ok(())
     })
 }
@@ -439,6 +572,26 @@ mod tests {
         assert_eq!(Schedule::from_code(1), Some(ScheduleKind::Broadcast));
         assert_eq!(Schedule::from_code(2), None);
         assert_eq!(Schedule::from_code(-1), None);
+    }
+
+    #[test]
+    fn precision_codes_are_stable_and_round_trip() {
+        assert_eq!(CommPrecision::F32 as i32, 0);
+        assert_eq!(CommPrecision::Bf16 as i32, 1);
+        assert_eq!(CommPrecision::F16 as i32, 2);
+        for p in Precision::ALL {
+            assert_eq!(CommPrecision::from_code(CommPrecision::code(p)), Some(p));
+        }
+        for bad in [3, -1, i32::MAX] {
+            assert_eq!(CommPrecision::from_code(bad), None);
+            let e = precision_arg(bad).unwrap_err();
+            assert_eq!(e.status, Status::InvalidArgument);
+            assert!(
+                e.message.contains("DSP_COMM_PRECISION_BF16 = 1"),
+                "{}",
+                e.message
+            );
+        }
     }
 
     #[test]

@@ -1,5 +1,5 @@
 //! The C ABI from C and C++: installs the library (`capi/install.sh`), compiles
-//! `tests/c/api_test.c` and `tests/c/edges_test.c` (C99) and `tests/c/api_test.cpp` (C++11, a
+//! `tests/c/api_test.c`, `tests/c/edges_test.c` and `tests/c/precision_test.c` (C99) and `tests/c/api_test.cpp` (C++11, a
 //! host that initialises MPI) with warnings as errors through the installed pkg-config file,
 //! runs them without MPI and under `mpirun`, links the static library, and checks the shared
 //! library's exports.
@@ -222,6 +222,29 @@ fn c99_per_edge_calls_match_dense_references_at_p1_and_p2() {
         };
         assert_all_ranks_passed(&format!("mpirun -n {parts} edges_test"), &out, ranks);
     }
+}
+
+/// The message precision (`tests/c/precision_test.c`) at P = 2 on a weighted directed graph,
+/// both schedules: bf16 and f16 forward, backward and per-edge products within the format's
+/// bound of f32's, exactly half of f32's bytes, the getter, and the statuses of bad or
+/// different precisions.
+#[test]
+fn c99_bf16_and_f16_messages_within_their_bound_at_half_the_bytes_at_p2() {
+    let Some(binary) = compile(
+        "cc",
+        "-std=c99",
+        &test_source("precision_test.c"),
+        &common::scratch().join("precision_test"),
+        false,
+    ) else {
+        return;
+    };
+    let dir = common::scratch().join("chunks/precision-2");
+    common::write_chunks(&common::directed_graph(), 2, &dir);
+    let Some(out) = common::mpirun(2, &binary, &[dir.as_os_str()], &[], RUN_TIMEOUT) else {
+        return;
+    };
+    assert_all_ranks_passed("mpirun -n 2 precision_test", &out, 2);
 }
 
 #[test]

@@ -107,8 +107,8 @@ fn no_workspace_build_links_the_partitioner_into_the_c_library() {
     );
 }
 
-/// The functions on the per-edge operand added in 0.2.
-const PER_EDGE_CALLS: [&str; 9] = [
+/// The functions added in 0.2: the per-edge operand's and the message precision's.
+const CALLS_OF_0_2: [&str; 11] = [
     "dsp_spmm_edge_count",
     "dsp_spmm_edges",
     "dsp_spmm_edge_weights",
@@ -118,6 +118,8 @@ const PER_EDGE_CALLS: [&str; 9] = [
     "dsp_sddmm_backward",
     "dsp_edge_softmax",
     "dsp_edge_softmax_backward",
+    "dsp_spmm_create_with_precision",
+    "dsp_spmm_comm_precision",
 ];
 
 #[test]
@@ -149,9 +151,10 @@ fn only_the_c_abi_is_exported() {
     );
     let declared = declared_functions();
     assert!(declared.len() >= 30, "only {} declarations", declared.len());
-    // The per-edge calls of 0.2 (what GraphSAGE, GIN and GAT need), by name: the generic
-    // checks below would not notice them missing from both the header and the library.
-    for name in PER_EDGE_CALLS {
+    // The calls of 0.2 (what GraphSAGE, GIN and GAT need, and the message precision), by
+    // name: the generic checks below would not notice them missing from both the header and
+    // the library.
+    for name in CALLS_OF_0_2 {
         assert!(
             declared.iter().any(|d| d == name),
             "{name} is not declared in include/distspmm.h"

@@ -6,7 +6,8 @@
 //! epochs, at least 80% test accuracy). The layers over the per-edge calls:
 //! `python/tests/check_torch_layers.py` (`DistSAGEConv`, `DistGINConv`, `DistGATConv` against
 //! PyG's layers, gradcheck, state_dicts both ways) at P = 1 and 2 on an unweighted directed
-//! graph and at P = 2 on Cora, and PyG's GAT example at P = 2 on Cora.
+//! graph and at P = 2 on Cora, and PyG's GAT example at P = 2 on Cora. The message precision:
+//! `check_torch.py precision` (bf16 and f16 through `DistSpmm` against f32) at P = 2.
 //!
 //! Needs the repository's `.venv` with torch, torch_geometric, numpy and mpi4py
 //! (scripts/ensure-deps.sh with `DISTSPMM_PY_EXTRAS=1`); skips with a message without it,
@@ -63,6 +64,37 @@ fn torch_function_and_dist_gcn_conv_match_torch_sparse_and_pyg() {
         &torch_env(),
         RUN_TIMEOUT,
     );
+}
+
+/// `Spmm(..., comm_precision="bf16" | "f16")` through `DistSpmm` at P = 2 on the weighted
+/// directed graph: within the format's bound of f32, exactly half the bytes.
+#[test]
+fn torch_bf16_and_f16_messages_halve_the_bytes_within_the_bound_at_two_ranks() {
+    let Some(python) = torch_python() else {
+        return;
+    };
+    let dir = common::scratch().join("torch-precision");
+    std::fs::create_dir_all(&dir).expect("create the scratch directory");
+    let npz = dir.join("graph.npz");
+    let _ = std::fs::remove_file(&npz);
+    distspmm_core::graph::npz::write_npz(&npz, &common::directed_graph()).expect("write .npz");
+    let graph = distspmm_core::graph::load(&npz).expect("read .npz");
+    let chunks = dir.join("chunks-2");
+    common::write_chunks(&graph, 2, &chunks);
+    let args = vec![
+        common::repo_root()
+            .join("python/tests/check_torch.py")
+            .into_os_string(),
+        "precision".into(),
+        "--chunks".into(),
+        chunks.into_os_string(),
+        "--graph".into(),
+        npz.into_os_string(),
+    ];
+    let Some(out) = mpirun(2, &python, &args) else {
+        return;
+    };
+    common::assert_every_rank_ok("mpirun -n 2 check_torch.py precision", &out, 2);
 }
 
 #[test]

@@ -10,7 +10,7 @@ through the package (`from distspmm import Comm, Chunk, Spmm`); this module is i
     comm = Comm(MPI.COMM_WORLD)          # adopts mpi4py's communicator (py2f handle)
     chunk = Chunk(comm, "cora-2")        # this rank's part of a `distspmm partition` directory
     x = chunk.features                   # zero-copy, read-only (n_p x F float32)
-    op = Spmm(comm, chunk, "halo")       # or "broadcast"
+    op = Spmm(comm, chunk, "halo")       # or "broadcast"; comm_precision="bf16" halves the bytes
     y = op.forward(x)                    # Y_p = (Ahat X)_p, collective
     dx = op.backward(np.ones_like(y))    # dX_p = (Ahat^T dY)_p, collective
     e = op.sddmm(u, v)                   # per-edge <U_i, V_j> over Ahat's stored entries
@@ -35,6 +35,7 @@ from pathlib import Path
 import numpy as np
 
 __all__ = [
+    "COMM_PRECISIONS",
     "Chunk",
     "Comm",
     "DistSpmmError",
@@ -71,6 +72,8 @@ STATUS_NAMES = {
 }
 MASK_TRAIN, MASK_VAL, MASK_TEST = 1, 2, 4
 SCHEDULES = {"halo": 0, "broadcast": 1}
+# dsp_comm_precision values: the format of the values a Spmm hands to MPI.
+COMM_PRECISIONS = {"f32": 0, "bf16": 1, "f16": 2}
 
 
 class DistSpmmError(RuntimeError):
@@ -143,6 +146,12 @@ _SIGNATURES = {
         ctypes.c_int32,
         [_P, _SIZE, ctypes.c_float, _P, _P, _P, _P, _SIZE],
     ),
+    # The message precision (ABI 0.2.0): see _PRECISION below.
+    "dsp_spmm_create_with_precision": (
+        ctypes.c_int32,
+        [_P, _P, ctypes.c_int32, ctypes.c_int32, ctypes.POINTER(_P)],
+    ),
+    "dsp_spmm_comm_precision": (ctypes.c_int32, [_P, ctypes.POINTER(ctypes.c_int32)]),
     "dsp_spmm_create_device": (
         ctypes.c_int32,
         [_P, _P, ctypes.c_int32, ctypes.c_int32, ctypes.POINTER(_P)],
@@ -168,6 +177,7 @@ _PER_EDGE = {
     "dsp_edge_softmax",
     "dsp_edge_softmax_backward",
 }
+_PRECISION = {"dsp_spmm_create_with_precision", "dsp_spmm_comm_precision"}
 
 _LIB = None
 
@@ -200,7 +210,7 @@ def load(lib=None):
     # RTLD_GLOBAL: libmpi's plugins need its symbols when MPI was not loaded by mpi4py first.
     handle = ctypes.CDLL(str(path), mode=ctypes.RTLD_GLOBAL)
     for name, (restype, argtypes) in _SIGNATURES.items():
-        if name in _PER_EDGE and not hasattr(handle, name):
+        if name in _PER_EDGE | _PRECISION and not hasattr(handle, name):
             continue
         fn = getattr(handle, name)
         fn.restype = restype
@@ -404,19 +414,46 @@ class Spmm(_Handle):
     """The distributed product of one rank: forward Y_p = (Ahat X)_p, backward
     dX_p = (Ahat^T dY)_p, on n_p x cols float32 arrays (collective; `cols` equal on all ranks).
     Inputs may be row-strided views (e.g. column slices); outputs are written in place when
-    given (`out=`), else allocated."""
+    given (`out=`), else allocated.
+
+    `comm_precision` is the format the rows and partial sums travel in between ranks: "f32"
+    (as they are), "bf16" or "f16" (half the bytes; each value that crosses ranks is rounded
+    once, within a relative 2**-8 or 2**-11; products and sums stay float32). It applies to
+    every collective call, the per-edge products and SDDMM included, and must be the same on
+    every rank (DistSpmmError ARGUMENT_MISMATCH on all ranks otherwise; see docs/c-api.md,
+    "Message precision")."""
 
     _free = "dsp_spmm_free"
 
-    def __init__(self, comm, chunk, schedule="halo"):
+    def __init__(self, comm, chunk, schedule="halo", comm_precision="f32"):
         super().__init__(comm._lib)
         if schedule not in SCHEDULES:
             raise ValueError(f"schedule is 'halo' or 'broadcast', not {schedule!r}")
-        code = self._lib.dsp_spmm_create(
-            comm.handle, chunk.handle, SCHEDULES[schedule], ctypes.byref(self._ptr)
-        )
+        if comm_precision not in COMM_PRECISIONS:
+            raise ValueError(f"comm_precision is 'f32', 'bf16' or 'f16', not {comm_precision!r}")
+        if comm_precision == "f32":
+            code = self._lib.dsp_spmm_create(
+                comm.handle, chunk.handle, SCHEDULES[schedule], ctypes.byref(self._ptr)
+            )
+        else:
+            code = self._fn("dsp_spmm_create_with_precision")(
+                comm.handle,
+                chunk.handle,
+                SCHEDULES[schedule],
+                COMM_PRECISIONS[comm_precision],
+                ctypes.byref(self._ptr),
+            )
         _check(self._lib, code)
         self.rows = chunk.num_local_nodes
+
+    @property
+    def comm_precision(self):
+        """The format of the values this operator hands to MPI: "f32", "bf16" or "f16"."""
+        if not hasattr(self._lib, "dsp_spmm_comm_precision"):
+            return "f32"  # a library before the option: every operator is f32
+        out = ctypes.c_int32()
+        _check(self._lib, self._lib.dsp_spmm_comm_precision(self.handle, ctypes.byref(out)))
+        return next(name for name, code in COMM_PRECISIONS.items() if code == out.value)
 
     def _call(self, fn, x, out, names):
         x, ldx = _rows(x, self.rows, names[0])
@@ -454,11 +491,12 @@ class Spmm(_Handle):
 
     def _fn(self, name):
         if not hasattr(self._lib, name):
+            what = "the message precision" if name in _PRECISION else "the per-edge calls"
             raise DistSpmmError(
                 12,
-                f"libdistspmm {version()} has no {name} (the per-edge calls came with ABI "
-                "0.2.0): rebuild it (cargo build --release -p distspmm-capi) or point "
-                "DISTSPMM_LIB at a newer one",
+                f"libdistspmm {version()} has no {name} ({what} came with ABI 0.2.0): "
+                "rebuild it (cargo build --release -p distspmm-capi) or point DISTSPMM_LIB "
+                "at a newer one",
             )
         return getattr(self._lib, name)
 

@@ -6,7 +6,7 @@
 
     comm = communicator()                  # adopts the MPI Jittor started under mpirun
     chunk = Chunk(comm, "cora-2")          # this rank's part of `distspmm partition --parts 2`
-    op = Spmm(comm, chunk, "halo")         # or "broadcast"
+    op = Spmm(comm, chunk, "halo")         # or "broadcast"; comm_precision="bf16": half the bytes
     x = jt.array(chunk.features)           # (n_p, F): this rank's rows
     h = DistSpmm(op, x @ w)                # (n_p, H): this rank's rows of Ahat (X W)
     jt.grad(h.sum(), w)                    # backward runs Ahat^T dY through the same operator

@@ -6,7 +6,7 @@
     comm = communicator()                  # the MPI world (mpi4py's when installed)
     chunk = Chunk(comm, "cora-2")          # this rank's part of `distspmm partition --parts 2`
     data = chunk_data(chunk)               # a PyG Data: x, y, train/val/test_mask, n_id
-    op = Spmm(comm, chunk, "halo")         # or "broadcast"
+    op = Spmm(comm, chunk, "halo")         # or "broadcast"; comm_precision="bf16": half the bytes
     h = DistSpmm(op, data.x @ w)           # this rank's rows of Ahat (X W), differentiable
     conv = DistGCNConv(16, 7)              # PyG GCNConv's parameters: lin.weight, bias
     out = conv(h, op)                      # Ahat (H W^T) + b; `op` takes edge_index's place

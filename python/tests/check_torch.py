@@ -2,6 +2,7 @@
 
     mpirun -n 2 python python/tests/check_torch.py ops   --chunks DIR --graph GRAPH.npz
     mpirun -n 2 python python/tests/check_torch.py train --chunks DIR --graph cora.npz
+    mpirun -n 2 python python/tests/check_torch.py precision --chunks DIR --graph GRAPH.npz
 
 DIR is `distspmm partition --input GRAPH.npz --parts P --out DIR` (GCN normalisation); both also
 run without mpirun for P = 1. The references are built from the .npz by PyG and PyTorch alone:
@@ -20,6 +21,13 @@ in a library built without CUDA (and, where CUDA works, CUDA tensors against the
 first layer) trained `--epochs` epochs with DistGCNConv over the chunks and, in the same process,
 with PyG's GCNConv on the whole graph from the same weights: the global mean loss of every epoch
 must agree within 1e-4 relative.
+
+`precision`: `Spmm(..., comm_precision="bf16")` and `"f16"` through `DistSpmm`, both schedules and
+directions, forward and autograd backward, against the f32 operator: every entry within
+`u (|M| |X|)` of f32's (u = 2^-8 for bf16, 2^-11 for f16; M = Ahat or its transpose, from PyG),
+different from it somewhere at P > 1, and each call moving exactly half of f32's bytes; the
+operator reports its precision; an unknown name is a ValueError, and a library without the
+option refuses a reduced precision with UNSUPPORTED.
 
 Prints one `rank R: ... ok` line per rank; exits non-zero on every rank if any rank fails.
 """
@@ -41,7 +49,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, ".."))
 sys.path.insert(0, os.path.join(HERE, "..", "..", "examples", "python"))
 from check_spmm import check_device_refused, report_and_exit  # noqa: E402 - shared endings
-from distspmm import Chunk, Spmm, SpmmDevice, load  # noqa: E402
+from distspmm import Chunk, DistSpmmError, Spmm, SpmmDevice, load  # noqa: E402
 from distspmm.torch import (  # noqa: E402
     DistGCNConv,
     DistSpmm,
@@ -55,6 +63,7 @@ PRODUCT_TOLERANCE = 1e-5  # relative, float32 products against float64 torch.spa
 PYG_TOLERANCE = 1e-5  # DistGCNConv against GCNConv, both float32
 GRADIENT_TOLERANCE = 2e-3  # relative to the largest gradient entry, central differences in f32
 LOSS_TOLERANCE = 1e-4  # relative, per epoch
+UNIT_ROUNDOFF = {"bf16": 2.0**-8, "f16": 2.0**-11}  # of one conversion to the message format
 
 
 def relative_error(got, want):
@@ -370,6 +379,94 @@ def run_ops(comm, chunk, graph, ids, args, problems):
     return lines
 
 
+def within_bound(got, want, bound, u):
+    """The largest |got - want| and whether every entry is within u * bound plus the two
+    results' own float32 rounding of their sums (and f16's absolute error below its normals)."""
+    diff = (got.detach().double() - want.detach().double()).abs()
+    allowed = (u + 1e-5) * bound + 1e-7
+    return float(diff.max()) if diff.numel() else 0.0, bool((diff <= allowed).all())
+
+
+class OldLibrary:
+    """A library as one built before the message precision: without its two calls."""
+
+    def __init__(self, lib):
+        self._lib = lib
+
+    def __getattr__(self, name):
+        if name in ("dsp_spmm_create_with_precision", "dsp_spmm_comm_precision"):
+            raise AttributeError(name)
+        return getattr(self._lib, name)
+
+
+def run_precision(comm, chunk, graph, ids, args, problems):
+    generator = torch.Generator().manual_seed(args.seed)  # the same draws on every rank
+    n = graph.num_nodes
+    x_global = torch.randn((n, args.cols), generator=generator)
+    g_global = torch.randn((n, args.cols), generator=generator)
+    lines = []
+    for schedule in ("halo", "broadcast"):
+        f32 = Spmm(comm, chunk, schedule)
+        if f32.comm_precision != "f32":
+            problems.append(f"Spmm() reports {f32.comm_precision!r}, not 'f32'")
+        for name, u in UNIT_ROUNDOFF.items():
+            op = Spmm(comm, chunk, schedule, comm_precision=name)
+            if op.comm_precision != name:
+                problems.append(f"comm_precision={name!r} reports {op.comm_precision!r}")
+            for transpose in (False, True):
+                m = graph.a_hat_t if transpose else graph.a_hat
+                m_abs = torch.sparse_coo_tensor(m.indices(), m.values().abs(), m.shape)
+                bound_y = torch.sparse.mm(m_abs, x_global.double().abs())[ids]
+                bound_dx = torch.sparse.mm(m_abs.t(), g_global.double().abs())[ids]
+                results, moved = [], []
+                for operator in (f32, op):
+                    x = x_global[ids].clone().requires_grad_()
+                    y = DistSpmm(operator, x, transpose)
+                    forward_bytes = operator.bytes_last_call
+                    (y * g_global[ids]).sum().backward()
+                    results.append((y, x.grad))
+                    moved.append((forward_bytes, operator.bytes_last_call))
+                call = f"{schedule}{' transpose' if transpose else ''} {name}"
+                worst = []
+                for what, got, want, bound in (
+                    ("forward", results[1][0], results[0][0], bound_y),
+                    ("backward", results[1][1], results[0][1], bound_dx),
+                ):
+                    diff, ok = within_bound(got, want, bound, u)
+                    worst.append(diff)
+                    if not ok:
+                        problems.append(f"{call} {what}: difference {diff:.2e} beyond u |M| |X|")
+                if comm.size > 1:
+                    if global_sum(comm, max(worst))[0] == 0.0:
+                        problems.append(f"{call}: the same bits as f32 (nothing was converted)")
+                    for (sent32, received32), (sent16, received16) in zip(*moved):
+                        half = 2 * sent16 == sent32 and 2 * received16 == received32
+                        if not (sent32 > 0 and half):
+                            problems.append(
+                                f"{call}: bytes {sent16}/{received16}, f32 {sent32}/{received32}: "
+                                "not half"
+                            )
+                if not transpose:
+                    lines.append(f"{schedule} {name} err={worst[0]:.0e}/{worst[1]:.0e}")
+            op.close()
+        f32.close()
+    expect_error(problems, "an unknown precision", ValueError,
+                 lambda: Spmm(comm, chunk, "halo", comm_precision="int8"))
+
+    class OldComm:  # the communicator as seen through a library without the option
+        _lib = OldLibrary(comm._lib)
+        handle = comm.handle
+
+    try:
+        Spmm(OldComm(), chunk, "halo", comm_precision="bf16")
+        problems.append("a library without the option accepted bf16")
+    except DistSpmmError as e:
+        if e.status != "UNSUPPORTED":
+            problems.append(f"a library without the option: {e.status} instead of UNSUPPORTED")
+    lines.append("bytes halved, old library refuses")
+    return lines
+
+
 class ReferenceGCN(torch.nn.Module):
     def __init__(self, conv, features, hidden, classes):
         super().__init__()
@@ -441,7 +538,7 @@ def run_train(comm, chunk, graph, ids, args, problems):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("mode", choices=["ops", "train"])
+    parser.add_argument("mode", choices=["ops", "train", "precision"])
     parser.add_argument("--chunks", required=True)
     parser.add_argument("--graph", required=True, help="the .npz the directory was made from")
     parser.add_argument("--lib", help="path to libdistspmm.so")
@@ -461,7 +558,7 @@ def main():
         problems.append(f"{args.chunks} is normalised {normalization!r}, GCNConv needs 'gcn'")
     graph = Graph(args.graph, chunk.num_global_nodes)
     ids = torch.from_numpy(chunk.original_ids.astype(np.int64))
-    run = run_ops if args.mode == "ops" else run_train
+    run = {"ops": run_ops, "train": run_train, "precision": run_precision}[args.mode]
     try:
         lines = run(comm, chunk, graph, ids, args, problems)
     except Exception as e:  # noqa: BLE001 - reported, and the other ranks told

@@ -22,6 +22,7 @@ static int test_without_mpi(void) {
   dsp_chunk *chunk = (dsp_chunk *)&code;
   dsp_spmm *op = (dsp_spmm *)&code;
   uint32_t u32 = 0;
+  int32_t i32 = 0;
   size_t size = 0;
   uint64_t u64 = 0;
   float f = 1.0f;
@@ -44,6 +45,9 @@ static int test_without_mpi(void) {
   CHECK(strcmp(dsp_status_str(-1), "unknown status code") == 0, "negative status");
   CHECK(DSP_MASK_TRAIN == 1 && DSP_MASK_VAL == 2 && DSP_MASK_TEST == 4, "mask bits");
   CHECK(DSP_SCHEDULE_HALO == 0 && DSP_SCHEDULE_BROADCAST == 1, "schedule values");
+  CHECK(DSP_COMM_PRECISION_F32 == 0 && DSP_COMM_PRECISION_BF16 == 1 &&
+            DSP_COMM_PRECISION_F16 == 2,
+        "precision values");
 
   /* NULL arguments everywhere; nothing here initialises MPI. */
   EXPECT(dsp_init(NULL), DSP_STATUS_NULL_ARGUMENT, "dsp_init: out is NULL");
@@ -74,6 +78,12 @@ static int test_without_mpi(void) {
   EXPECT(dsp_chunk_original_ids(NULL, &lp, &size), DSP_STATUS_NULL_ARGUMENT, "chunk");
   EXPECT(dsp_spmm_create(NULL, NULL, DSP_SCHEDULE_HALO, &op), DSP_STATUS_NULL_ARGUMENT, "comm");
   CHECK(op == NULL, "a failed create leaves NULL");
+  op = (dsp_spmm *)&code;
+  EXPECT(dsp_spmm_create_with_precision(NULL, NULL, DSP_SCHEDULE_HALO, DSP_COMM_PRECISION_BF16,
+                                        &op),
+         DSP_STATUS_NULL_ARGUMENT, "dsp_spmm_create_with_precision: comm");
+  CHECK(op == NULL, "a failed create leaves NULL");
+  EXPECT(dsp_spmm_comm_precision(NULL, &i32), DSP_STATUS_NULL_ARGUMENT, "op");
   EXPECT(dsp_spmm_forward(NULL, 1, 1, &f, 1, &f + 1, 1), DSP_STATUS_NULL_ARGUMENT, "op");
   EXPECT(dsp_spmm_backward(NULL, 1, 1, &f, 1, &f + 1, 1), DSP_STATUS_NULL_ARGUMENT, "op");
   EXPECT(dsp_spmm_bytes_last_call(NULL, &u64, &u64), DSP_STATUS_NULL_ARGUMENT, "op");
