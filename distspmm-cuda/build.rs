@@ -1,7 +1,7 @@
 //! The only place nvcc runs. With the feature `cuda`, compiles every `kernels/*.cu` (the SpMM
-//! kernels `spmm.cu`, the row gather/scatter kernels `rows.cu`, the per-edge kernels
-//! `sddmm.cu`, the edge softmax `edge_softmax.cu`, the training kernels `train.cu`) into one
-//! fatbin each (SASS
+//! kernels `spmm.cu`, the row gather/scatter and message conversion kernels `rows.cu`, the
+//! per-edge kernels `sddmm.cu`, the edge softmax `edge_softmax.cu`, the training kernels
+//! `train.cu`) into one fatbin each (SASS
 //! sm_80 and sm_90, PTX compute_90) in OUT_DIR for `include_bytes!`, captures the `ptxas -v`
 //! report of all of them, and fails the build on any register spill. Without the feature it does
 //! nothing, so default builds need no CUDA.

@@ -21,8 +21,10 @@
 # The distributed SpMM tests (distspmm-op/tests/gpu_spmm.rs, built without MPI) compare
 # GpuDistSpmm with the CPU DistSpmm on the same chunks — forward and backward, halo and
 # broadcast schedules, F = 1..130 with padded leading dimensions, traffic, reruns, the raw
-# path, the per-edge calls, their grouped (multi-head) forms and the edge softmax — at P = 1 in one process and at P = 2 as two spawned processes (one NCCL_HOSTID each
-# on a single GPU, as for the self-test).
+# path, the per-edge calls, their grouped (multi-head) forms and the edge softmax, and messages
+# in bf16 and f16 (the conversion kernels against the CPU's conversions bit for bit, the
+# operator against the CPU one in the same precision) — at P = 1 in one process and at P = 2
+# as two spawned processes (one NCCL_HOSTID each on a single GPU, as for the self-test).
 #
 # The NCCL self-test (dist-comm/src/bin/nccl-selftest.rs) runs broadcast, all-reduce and the
 # grouped send/receive of the halo exchange on device buffers against host results. It runs

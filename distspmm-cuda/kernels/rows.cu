@@ -11,13 +11,25 @@
 // * `dsp_add_blocks`: y[i, :] += blocks[b * nrows + i, :] for b = 0..nblocks in that order:
 //   the broadcast schedule's backward at the root, adding the contributions of the other
 //   ranks in increasing rank.
+// * `dsp_narrow`: out[k] = x[k] as a 16-bit pattern (fmt 0: bf16, 1: f16) for k < n, the
+//   messages of an operator whose rows travel in 16 bits, narrowed just before they are handed
+//   to NCCL; `dsp_widen`: out[k] = h[k] widened to f32, where they arrive. The results are
+//   distspmm-core's `kernel::convert`, bit for bit: bf16 rounds to nearest even on the integer
+//   pattern (the CPU's portable loop: subnormals kept, overflow to Inf), f16 is
+//   `__float2half_rn` / `__half2float` (round to nearest even, subnormals kept, widening
+//   exact); a NaN keeps its sign and as much of its payload as the narrower format holds, made
+//   quiet, in integer arithmetic for both formats (PTX's `cvt` may return a canonical NaN).
 //
-// One warp per row, lanes over the F columns (coalesced 128-byte accesses per warp). Every
-// kernel uses 256-thread blocks (BLOCK_THREADS in src/strategy.rs); the host computes the grid
-// as ceil(nrows / 8) (src/rows.rs, `row_blocks`).
+// The row kernels run one warp per row, lanes over the F columns (coalesced 128-byte accesses
+// per warp); the host computes their grid as ceil(nrows / 8) (src/rows.rs, `row_blocks`). The
+// conversions run one thread per value over a grid-stride loop (`convert_blocks`). Every
+// kernel uses 256-thread blocks (BLOCK_THREADS in src/strategy.rs).
+
+#include <cuda_fp16.h>
 
 typedef unsigned long long u64;
 typedef unsigned int u32;
+typedef unsigned short u16;
 
 namespace {
 
@@ -29,6 +41,47 @@ __device__ __forceinline__ u64 warp_row() {
     return (static_cast<u64>(blockIdx.x) * BLOCK_THREADS + threadIdx.x) / WARP;
 }
 __device__ __forceinline__ u32 lane() { return threadIdx.x % WARP; }
+
+// The first value of this thread and the grid's stride, for the grid-stride loops.
+__device__ __forceinline__ u64 thread_index() {
+    return static_cast<u64>(blockIdx.x) * BLOCK_THREADS + threadIdx.x;
+}
+__device__ __forceinline__ u64 grid_stride() {
+    return static_cast<u64>(gridDim.x) * BLOCK_THREADS;
+}
+
+constexpr u32 FMT_BF16 = 0;
+
+__device__ __forceinline__ bool f32_nan(u32 x) { return (x & 0x7FFFFFFFu) > 0x7F800000u; }
+
+// f32 bits to bf16 bits: round to nearest even on the pattern (a carry into the exponent is
+// the next binade or Inf), a NaN made quiet with its upper payload.
+__device__ __forceinline__ u16 bf16_bits(u32 x) {
+    if (f32_nan(x)) return static_cast<u16>((x >> 16) | 0x0040u);
+    return static_cast<u16>((x + 0x7FFFu + ((x >> 16) & 1u)) >> 16);
+}
+
+// bf16 bits to f32 bits: a shift, a NaN made quiet.
+__device__ __forceinline__ u32 bf16_widened(u16 h) {
+    const u32 quiet = (h & 0x7FFFu) > 0x7F80u ? 0x0040u : 0u;
+    return (static_cast<u32>(h) | quiet) << 16;
+}
+
+// f32 bits to f16 bits: the hardware's round to nearest even; a NaN as sign, quiet NaN and
+// the upper 10 payload bits.
+__device__ __forceinline__ u16 f16_bits(u32 x) {
+    if (f32_nan(x))
+        return static_cast<u16>(((x >> 16) & 0x8000u) | 0x7E00u | ((x >> 13) & 0x03FFu));
+    return __half_as_ushort(__float2half_rn(__uint_as_float(x)));
+}
+
+// f16 bits to f32 bits: exact; a NaN as sign, quiet NaN and its payload in the upper bits.
+__device__ __forceinline__ u32 f16_widened(u16 h) {
+    const u32 bits = h;
+    if ((bits & 0x7FFFu) > 0x7C00u)
+        return ((bits & 0x8000u) << 16) | 0x7FC00000u | ((bits & 0x03FFu) << 13);
+    return __float_as_uint(__half2float(__ushort_as_half(h)));
+}
 
 }  // namespace
 
@@ -69,5 +122,21 @@ extern "C" __global__ void __launch_bounds__(BLOCK_THREADS)
         for (u32 b = 0; b < nblocks; ++b)
             acc += __ldg(blocks + (static_cast<u64>(b) * nrows + i) * ldb + j);
         out[j] = acc;
+    }
+}
+
+extern "C" __global__ void __launch_bounds__(BLOCK_THREADS)
+    dsp_narrow(u64 n, u32 fmt, const u32* __restrict__ x, u16* __restrict__ out) {
+    for (u64 k = thread_index(); k < n; k += grid_stride()) {
+        const u32 bits = __ldg(x + k);
+        out[k] = fmt == FMT_BF16 ? bf16_bits(bits) : f16_bits(bits);
+    }
+}
+
+extern "C" __global__ void __launch_bounds__(BLOCK_THREADS)
+    dsp_widen(u64 n, u32 fmt, const u16* __restrict__ h, u32* __restrict__ out) {
+    for (u64 k = thread_index(); k < n; k += grid_stride()) {
+        const u16 bits = __ldg(h + k);
+        out[k] = fmt == FMT_BF16 ? bf16_widened(bits) : f16_widened(bits);
     }
 }

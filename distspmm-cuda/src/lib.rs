@@ -17,7 +17,9 @@
 //!
 //! `kernels/rows.cu` holds the row movement of the distributed SpMM (dist-comm's
 //! `GpuDistSpmm`): gathering the rows each peer needs into one send buffer, and adding
-//! received partial sums into a rank's own rows in a fixed order ([`rows`]; no atomics).
+//! received partial sums into a rank's own rows in a fixed order ([`rows`]; no atomics), and
+//! narrowing messages to 16 bits and widening them back ([`HalfFormat`], the CPU's conversions
+//! bit for bit).
 //! `kernels/sddmm.cu` holds the per-edge kernels: the SDDMM over a CSR pattern and the copy of
 //! per-edge values into CSC order for the transposed product ([`edges`]).
 //! `kernels/edge_softmax.cu` holds the softmax of per-edge logits over each row's entries, with
@@ -90,7 +92,9 @@ pub use edge_softmax::{edge_softmax, edge_softmax_backward, EdgeBlock, EdgeRows,
 pub use edges::{DeviceCscOrder, RawCscValues, RawEdgeRuns};
 pub use error::{CudaError, Result};
 pub use plan::RowSplitPlan;
-pub use rows::{add_blocks, gather_rows, scatter_add_rows, DeviceRows, DeviceScatter, ScatterPlan};
+pub use rows::{
+    add_blocks, gather_rows, scatter_add_rows, DeviceRows, DeviceScatter, HalfFormat, ScatterPlan,
+};
 pub use strategy::{GroupLanes, KernelChoice, Strategy};
 pub use train::{
     activation_backward, adam_step, bias_activation, bias_activation_in_place, column_sums,

@@ -4,6 +4,11 @@
 //! by [`ScatterPlan`]), and adding stacked blocks in order ([`add_blocks`]). One warp per row,
 //! no atomics: every output row is written by one warp, and the additions into it happen in
 //! the order the plan lists them, so results are deterministic.
+//!
+//! Messages in 16 bits: [`GpuDevice::narrow_raw`] rounds `f32` values to a [`HalfFormat`]'s
+//! bit patterns and [`GpuDevice::widen_raw`] widens them back, with the results of
+//! distspmm-core's `kernel::convert` bit for bit (round to nearest even, subnormals kept,
+//! overflow to ±Inf, a NaN quiet with its sign and upper payload bits).
 
 use crate::device::{DeviceDense, GpuDevice, RawDense};
 use crate::driver::{Arg, Buffer, RawStream};
@@ -16,10 +21,78 @@ const GATHER: &str = "dsp_gather_rows";
 const SCATTER_ADD: &str = "dsp_scatter_add_rows";
 /// The block sum: `y[i] += blocks[b·n + i]` for `b = 0..nblocks`.
 const ADD_BLOCKS: &str = "dsp_add_blocks";
+/// `f32` values to 16-bit patterns.
+const NARROW: &str = "dsp_narrow";
+/// 16-bit patterns to `f32` values.
+const WIDEN: &str = "dsp_widen";
 
 /// Every kernel in `kernels/rows.cu`; the build's ptxas report must list each for sm_80 and
 /// sm_90, and the loaded module must contain each.
-pub const ROW_KERNELS: [&str; 3] = [GATHER, SCATTER_ADD, ADD_BLOCKS];
+pub const ROW_KERNELS: [&str; 5] = [GATHER, SCATTER_ADD, ADD_BLOCKS, NARROW, WIDEN];
+
+/// A 16-bit format of [`GpuDevice::narrow_raw`] and [`GpuDevice::widen_raw`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum HalfFormat {
+    /// bfloat16: `f32`'s 8-bit exponent, 7 stored mantissa bits.
+    Bf16,
+    /// IEEE binary16.
+    F16,
+}
+
+impl HalfFormat {
+    /// The kernels' `fmt` argument.
+    fn code(self) -> u32 {
+        match self {
+            HalfFormat::Bf16 => 0,
+            HalfFormat::F16 => 1,
+        }
+    }
+}
+
+/// Blocks at most a conversion launches (its threads loop over the rest).
+const CONVERT_MAX_BLOCKS: u64 = 1 << 16;
+
+/// Blocks of [`BLOCK_THREADS`](crate::strategy::BLOCK_THREADS) threads for a conversion of
+/// `len` values: one thread per value, up to [`CONVERT_MAX_BLOCKS`].
+pub fn convert_blocks(len: usize) -> u64 {
+    (len as u64)
+        .div_ceil(u64::from(crate::strategy::BLOCK_THREADS))
+        .min(CONVERT_MAX_BLOCKS)
+}
+
+/// The rules of [`GpuDevice::narrow_raw`] and [`GpuDevice::widen_raw`]: `f32` values 4-byte
+/// aligned, 16-bit values 2-byte aligned, neither NULL unless there are no values, and both
+/// runs within the address space.
+pub fn check_convert(op: &'static str, wide: u64, narrow: u64, len: usize) -> Result<()> {
+    if len == 0 {
+        return Ok(());
+    }
+    let within = |ptr: u64, size: u64| {
+        (len as u64)
+            .checked_mul(size)
+            .and_then(|bytes| ptr.checked_add(bytes))
+            .is_some()
+    };
+    if wide == 0 || narrow == 0 {
+        return Err(shape(op, "a NULL operand".into()));
+    }
+    if !wide.is_multiple_of(4) || !narrow.is_multiple_of(2) {
+        return Err(shape(
+            op,
+            format!(
+                "misaligned operands: f32 values at {wide:#x} (4-byte alignment), 16-bit \
+                 values at {narrow:#x} (2-byte alignment)"
+            ),
+        ));
+    }
+    if !within(wide, 4) || !within(narrow, 2) {
+        return Err(shape(
+            op,
+            format!("{len} values overflow the address space"),
+        ));
+    }
+    Ok(())
+}
 
 /// Blocks of [`BLOCK_THREADS`](crate::strategy::BLOCK_THREADS) threads for the row kernels:
 /// one warp per row.
@@ -430,6 +503,83 @@ impl GpuDevice {
     }
 }
 
+impl GpuDevice {
+    /// `out[k]` = the bit pattern of `x[k]` in `fmt` for `k < len` (`x`: `len` f32, `out`:
+    /// `len` 16-bit values), queued on `stream` (this device's stream when `None`).
+    ///
+    /// # Safety
+    /// `x` and `out` must be device memory of this device's context holding `len` values each,
+    /// not overlapping; both must stay alive, and `stream` (a live stream of this context) must
+    /// not be destroyed, until the kernel has finished.
+    ///
+    /// # Errors
+    /// [`CudaError::Shape`] for the rules of [`check_convert`]; driver errors.
+    pub unsafe fn narrow_raw(
+        &self,
+        fmt: HalfFormat,
+        x: u64,
+        out: u64,
+        len: usize,
+        stream: Option<RawStream>,
+    ) -> Result<()> {
+        check_convert(NARROW, x, out, len)?;
+        // SAFETY: forwarded contract; the arguments match dsp_narrow.
+        unsafe { self.convert(NARROW, fmt, x, out, len, stream) }
+    }
+
+    /// `out[k]` = the `fmt` pattern `h[k]` widened to `f32` for `k < len` (`h`: `len` 16-bit
+    /// values, `out`: `len` f32), queued on `stream` (this device's stream when `None`).
+    ///
+    /// # Safety
+    /// As [`narrow_raw`](Self::narrow_raw), with `h` and `out`.
+    ///
+    /// # Errors
+    /// As [`narrow_raw`](Self::narrow_raw).
+    pub unsafe fn widen_raw(
+        &self,
+        fmt: HalfFormat,
+        h: u64,
+        out: u64,
+        len: usize,
+        stream: Option<RawStream>,
+    ) -> Result<()> {
+        check_convert(WIDEN, out, h, len)?;
+        // SAFETY: forwarded contract; the arguments match dsp_widen.
+        unsafe { self.convert(WIDEN, fmt, h, out, len, stream) }
+    }
+
+    /// Launches the conversion `kernel` over `len` values from `from` into `to`.
+    ///
+    /// # Safety
+    /// As [`narrow_raw`](Self::narrow_raw); `kernel` is `dsp_narrow` or `dsp_widen` and the
+    /// operands are checked.
+    unsafe fn convert(
+        &self,
+        kernel: &'static str,
+        fmt: HalfFormat,
+        from: u64,
+        to: u64,
+        len: usize,
+        stream: Option<RawStream>,
+    ) -> Result<()> {
+        if len == 0 {
+            return Ok(());
+        }
+        let args = [
+            Arg::U64(len as u64),
+            Arg::U32(fmt.code()),
+            Arg::U64(from),
+            Arg::U64(to),
+        ];
+        // SAFETY: the arguments match the kernel's (n, fmt, in, out); the threads stay below
+        // `len` values in both runs, which the caller's contract makes live memory.
+        unsafe {
+            self.ctx()
+                .launch(kernel, convert_blocks(len), &args, stream)
+        }
+    }
+}
+
 fn same_devices(op: &'static str, a: &GpuDevice, b: &DeviceDense, c: &DeviceDense) -> Result<()> {
     if a.same(b.device()) && a.same(c.device()) {
         Ok(())
@@ -583,6 +733,29 @@ mod tests {
             let warps = row_blocks(n) * u64::from(crate::strategy::WARPS_PER_BLOCK);
             assert!(warps >= n as u64 && warps < n as u64 + 8);
         }
+    }
+
+    #[test]
+    fn conversions_check_their_operands_and_cover_them() {
+        assert!(check_convert(NARROW, 0x1000, 0x2002, 5).is_ok());
+        assert!(check_convert(NARROW, 0, 0, 0).is_ok());
+        let err = |r: Result<()>, text: &str| match r {
+            Err(CudaError::Shape { reason, .. }) => assert!(reason.contains(text), "{reason}"),
+            other => panic!("expected a shape error with {text:?}, got {other:?}"),
+        };
+        err(check_convert(NARROW, 0, 0x2000, 1), "NULL");
+        err(check_convert(NARROW, 0x1002, 0x2000, 1), "misaligned");
+        err(check_convert(WIDEN, 0x1000, 0x2001, 1), "misaligned");
+        err(
+            check_convert(NARROW, 0x1000, 0x2000, usize::MAX / 2),
+            "overflow",
+        );
+        assert_eq!(convert_blocks(0), 0);
+        assert_eq!(convert_blocks(1), 1);
+        assert_eq!(convert_blocks(256), 1);
+        assert_eq!(convert_blocks(257), 2);
+        assert_eq!(convert_blocks(usize::MAX), CONVERT_MAX_BLOCKS);
+        assert_eq!((HalfFormat::Bf16.code(), HalfFormat::F16.code()), (0, 1));
     }
 
     #[test]

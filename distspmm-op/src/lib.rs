@@ -110,6 +110,8 @@ pub mod operands;
 mod operator;
 #[cfg(test)]
 mod tests;
+#[cfg(any(test, feature = "cuda"))]
+mod wire;
 
 use std::ops::Deref;
 

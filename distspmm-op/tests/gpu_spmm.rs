@@ -3,7 +3,10 @@
 //! traffic equal to the plan, bit-identical reruns, the raw-pointer path on the NCCL stream;
 //! the per-edge calls (`spmm_values`, `spmm_values_transpose`, `sddmm`, `sddmm_backward`),
 //! their grouped (multi-head) forms, and the edge softmax (plain and after a LeakyReLU,
-//! forward and backward).
+//! forward and backward); messages in bf16 and f16 against the CPU operator in the same
+//! precision (the conversion kernels against distspmm-core's conversions bit for bit, the
+//! operator's results within the tolerance stated at `check_precisions`, the bytes as the
+//! CPU's, NaN and ±Inf arriving as such).
 //!
 //! - P = 1 in this process (`LocalComm` host, `NcclComm::new`);
 //! - P = 2 as two child processes of this test (no MPI needed): the parent creates the NCCL
@@ -28,11 +31,12 @@ use dist_comm::{
 };
 use distspmm_core::chunk::ChunkBuilder;
 use distspmm_core::graph::Graph;
+use distspmm_core::kernel::convert::{narrow, widen, Half};
 use distspmm_core::normalize::{self, Normalization};
 use distspmm_core::partition::Partition;
-use distspmm_core::schedule::{ScheduleKind, Traffic};
+use distspmm_core::schedule::{Precision, ScheduleKind, Traffic};
 use distspmm_core::sparse::{DenseView, DenseViewMut};
-use distspmm_cuda::{DeviceDense, GpuDevice, RawDense};
+use distspmm_cuda::{DeviceDense, GpuDevice, HalfFormat, RawDense};
 use distspmm_op::{DistSpmm, GpuDistSpmm};
 
 /// Environment of a spawned rank: `RANK,SIZE,HEX-ID`.
@@ -220,7 +224,289 @@ fn check_rank<H: AllGather + AllReduce>(host: &H, nccl: &NcclComm, views: &[Chun
         check_grouped(&mut op, views, kind);
         check_edge_softmax(&op, views, kind);
         println!("rank {p}: {kind:?} matches the CPU operator");
+        for precision in [Precision::Bf16, Precision::F16] {
+            check_precision(host, nccl, views, kind, precision);
+        }
     }
+}
+
+/// F of the reduced-precision checks.
+const PRECISION_SHAPES: [usize; 2] = [64, 5];
+
+/// The CPU operator in one precision on every rank, per F of [`PRECISION_SHAPES`]:
+/// `[Y, dX, A_e·X, A_eᵀ·dY, E]`, the bounds of dX and `A_eᵀ·dY` (`|Â|ᵀ·|dY|` and
+/// `|A_e|ᵀ·|dY|`, by the f32 operator), the bytes of the five calls, the per-edge values, and
+/// Y of a forward whose input crosses with NaN, +Inf and −Inf in rank 0's first row.
+type PrecisionReference = (
+    [Vec<f32>; 5],
+    [Vec<f32>; 2],
+    [Traffic; 5],
+    Vec<f32>,
+    Vec<f32>,
+);
+
+fn precision_reference(
+    views: &[ChunkView<'_>],
+    kind: ScheduleKind,
+    precision: Precision,
+    f: usize,
+) -> Vec<PrecisionReference> {
+    let offsets = views[0].part_offsets();
+    LocalComm::run(views.len(), |comm| {
+        let q = comm.rank();
+        let mut cpu =
+            DistSpmm::with_precision(&comm, views[q], kind, precision).expect("CPU operator");
+        let mut exact = DistSpmm::new(&comm, views[q], kind).expect("CPU operator");
+        let first = offsets[q] as usize;
+        let e: Vec<f32> = cpu
+            .edges()
+            .map(|(r, s)| value(5, first + r, s as usize))
+            .collect();
+        let m = cpu.local_rows();
+        let (x, dy) = (input(views, q, 1, f, f), input(views, q, 2, f, f));
+        fn dense(a: &[f32], m: usize, f: usize) -> DenseView<'_, f32> {
+            DenseView::new(a, m, f, f).expect("view")
+        }
+        fn dense_mut(a: &mut [f32], m: usize, f: usize) -> DenseViewMut<'_, f32> {
+            DenseViewMut::new(a, m, f, f).expect("view")
+        }
+        let view = |a| dense(a, m, f);
+        let mut out: [Vec<f32>; 5] = std::array::from_fn(|_| vec![0f32; m * f]);
+        out[4] = vec![0f32; cpu.edge_count()];
+        let mut bytes = [Traffic::default(); 5];
+        let [y, dx, ye, dxe, s] = &mut out;
+        let mut_view = |a| dense_mut(a, m, f);
+        cpu.forward(view(&x), mut_view(y)).expect("CPU forward");
+        bytes[0] = cpu.bytes_last_call();
+        cpu.backward(view(&dy), mut_view(dx)).expect("CPU backward");
+        bytes[1] = cpu.bytes_last_call();
+        cpu.spmm_values(&e, view(&x), mut_view(ye))
+            .expect("CPU spmm_values");
+        bytes[2] = cpu.bytes_last_call();
+        cpu.spmm_values_transpose(&e, view(&dy), mut_view(dxe))
+            .expect("CPU spmm_values_transpose");
+        bytes[3] = cpu.bytes_last_call();
+        cpu.sddmm(view(&x), view(&dy), s).expect("CPU sddmm");
+        bytes[4] = cpu.bytes_last_call();
+        // The bounds: the same products over magnitudes, in f32.
+        let abs = |a: &[f32]| a.iter().map(|v| v.abs()).collect::<Vec<_>>();
+        let (dy_abs, e_abs) = (abs(&dy), abs(&e));
+        let mut bounds: [Vec<f32>; 2] = std::array::from_fn(|_| vec![0f32; m * f]);
+        let [b_dx, b_dxe] = &mut bounds;
+        exact
+            .backward(view(&dy_abs), mut_view(b_dx))
+            .expect("CPU backward");
+        exact
+            .spmm_values_transpose(&e_abs, view(&dy_abs), mut_view(b_dxe))
+            .expect("CPU spmm_values_transpose");
+        let mut poisoned = x.clone();
+        if q == 0 {
+            poisoned[..3].copy_from_slice(&[f32::NAN, f32::INFINITY, f32::NEG_INFINITY]);
+        }
+        let mut y_poisoned = vec![0f32; m * f];
+        cpu.forward(view(&poisoned), mut_view(&mut y_poisoned))
+            .expect("CPU forward");
+        (out, bounds, bytes, e, y_poisoned)
+    })
+}
+
+/// `got` against the CPU operator's `expected` within `1e-5 + 1e-4·|e| + extra[k]`; a
+/// non-finite expected value must be matched by the same class (NaN, or the same infinity).
+fn assert_within(what: &str, got: &[f32], expected: &[f32], extra: impl Fn(usize) -> f32) {
+    assert_eq!(got.len(), expected.len(), "{what}: length");
+    for (k, (g, e)) in got.iter().zip(expected).enumerate() {
+        let ok = if e.is_nan() {
+            g.is_nan()
+        } else if e.is_infinite() {
+            g == e
+        } else {
+            (g - e).abs() <= 1e-5 + 1e-4 * e.abs() + extra(k)
+        };
+        assert!(
+            ok,
+            "{what}: element {k} is {g}, the CPU operator gives {e} (allowed extra {})",
+            extra(k)
+        );
+    }
+}
+
+/// The operator in `precision` against the CPU operator in the same precision, F = 64 and 5.
+///
+/// Tolerance: both narrow the same `f32` values with the same conversion (bit for bit, see
+/// `conversion_kernels_are_the_cpu_conversions`), so where rows of X cross ranks (forward,
+/// `spmm_values`, `sddmm`) the operands are the same bits and the results differ only by the
+/// order of the `f32` sums: the f32 tolerance, `1e-5 + 1e-4·|e|`. Where partial sums cross
+/// (backward, `spmm_values_transpose`) the sender's `f32` partial sum differs by its order of
+/// summation and may round to the neighbouring 16-bit value: `2u·(|A|ᵀ·|dY|)_i` more per entry
+/// (one 16-bit step of a partial sum bounded by its magnitudes, `u` the format's unit
+/// roundoff). Bytes: the CPU operator's count and the plan's in the precision. A forward whose
+/// crossing input holds NaN, +Inf and −Inf gives the CPU's NaN and infinities.
+fn check_precision<H: AllGather + AllReduce>(
+    host: &H,
+    nccl: &NcclComm,
+    views: &[ChunkView<'_>],
+    kind: ScheduleKind,
+    precision: Precision,
+) {
+    let p = host.rank();
+    let mut op =
+        GpuDistSpmm::with_precision(host, nccl, views[p], kind, precision).expect("GPU operator");
+    assert_eq!(op.precision(), precision);
+    let dev = op.device().clone();
+    let (n, nnz) = (op.local_rows(), op.edge_count());
+    let two_u = 2.0 * precision.unit_roundoff() as f32;
+    for f in PRECISION_SHAPES {
+        let what = format!("rank {p}, {kind:?}, {precision}, F = {f}");
+        let (want, bounds, bytes, e_host, y_poisoned) =
+            &precision_reference(views, kind, precision, f)[p];
+        let upload = |m: &[f32]| DeviceDense::from_host(&dev, n, f, m).expect("upload");
+        let (x, dy) = (
+            upload(&input(views, p, 1, f, f)),
+            upload(&input(views, p, 2, f, f)),
+        );
+        let e = DeviceDense::from_host(&dev, nnz, 1, e_host).expect("upload");
+        let fresh = || DeviceDense::from_host(&dev, n, f, &vec![f32::NAN; n * f]).expect("upload");
+        let (mut y, mut dx, mut ye, mut dxe) = (fresh(), fresh(), fresh(), fresh());
+        let mut s = DeviceDense::from_host(&dev, nnz, 1, &vec![f32::NAN; nnz]).expect("upload");
+        let mut counted = [Traffic::default(); 5];
+        op.forward(&x, &mut y).expect("GPU forward");
+        counted[0] = op.bytes_last_call();
+        op.backward(&dy, &mut dx).expect("GPU backward");
+        counted[1] = op.bytes_last_call();
+        op.spmm_values(&e, &x, &mut ye).expect("GPU spmm_values");
+        counted[2] = op.bytes_last_call();
+        op.spmm_values_transpose(&e, &dy, &mut dxe)
+            .expect("GPU spmm_values_transpose");
+        counted[3] = op.bytes_last_call();
+        op.sddmm(&x, &dy, &mut s).expect("GPU sddmm");
+        counted[4] = op.bytes_last_call();
+        assert_eq!(&counted, bytes, "{what}: bytes");
+        let plan = op.predicted_traffic(f);
+        assert_eq!((counted[0], counted[1]), (plan.forward, plan.backward));
+        let host_of = |m: &DeviceDense| m.to_host().expect("download");
+        let none = |_| 0.0;
+        assert_within(&format!("{what}: Y"), &host_of(&y), &want[0], none);
+        let b = |bound: &[f32]| {
+            let bound = bound.to_vec();
+            move |k: usize| two_u * bound[k]
+        };
+        assert_within(
+            &format!("{what}: dX"),
+            &host_of(&dx),
+            &want[1],
+            b(&bounds[0]),
+        );
+        assert_within(&format!("{what}: A_e·X"), &host_of(&ye), &want[2], none);
+        assert_within(
+            &format!("{what}: A_eᵀ·dY"),
+            &host_of(&dxe),
+            &want[3],
+            b(&bounds[1]),
+        );
+        assert_within(&format!("{what}: E"), &host_of(&s), &want[4], none);
+        let mut poisoned = input(views, p, 1, f, f);
+        if p == 0 {
+            poisoned[..3].copy_from_slice(&[f32::NAN, f32::INFINITY, f32::NEG_INFINITY]);
+        }
+        let xp = upload(&poisoned);
+        op.forward(&xp, &mut y).expect("GPU forward");
+        let y_host = host_of(&y);
+        assert_within(&format!("{what}: poisoned Y"), &y_host, y_poisoned, none);
+        if views.len() > 1 && p == 1 && kind == ScheduleKind::Halo {
+            // Rank 0's first row crosses to rank 1, so its NaN and infinities arrive.
+            assert!(y_host.iter().any(|v| v.is_nan()), "{what}: no NaN arrived");
+        }
+    }
+    println!("rank {p}: {kind:?} in {precision} matches the CPU operator");
+}
+
+/// Bit patterns of f32 the conversions must agree on: every upper half with lower halves at
+/// the rounding boundaries and ties of both formats (bf16: bit 16; f16: bit 13 for normals,
+/// higher bits below its normals), so every exponent, sign, NaN payload, Inf and subnormal
+/// is met, plus a stride through all 2³² patterns.
+fn f32_patterns() -> Vec<u32> {
+    let lows: [u32; 14] = [
+        0x0000, 0x0001, 0x0FFF, 0x1000, 0x1001, 0x2000, 0x3000, 0x4000, 0x6000, 0x7FFF, 0x8000,
+        0x8001, 0xC000, 0xFFFF,
+    ];
+    let mut all: Vec<u32> = (0..=0xFFFFu32)
+        .flat_map(|hi| lows.iter().map(move |lo| hi << 16 | lo))
+        .collect();
+    all.extend((0..=u32::MAX / 4093).map(|k| k * 4093));
+    all
+}
+
+/// distspmm-cuda's `dsp_narrow` / `dsp_widen` against distspmm-core's conversions (the CPU
+/// operator's), bit for bit: every 16-bit pattern widened, the patterns of [`f32_patterns`]
+/// narrowed, both formats.
+fn check_conversions(dev: &GpuDevice) {
+    let patterns = f32_patterns();
+    let halves: Vec<u16> = (0..=u16::MAX).collect();
+    for (fmt, kernel_fmt) in [(Half::Bf16, HalfFormat::Bf16), (Half::F16, HalfFormat::F16)] {
+        // Narrowing: f32 in, 16-bit values out (two per f32 word of the output).
+        let values: Vec<f32> = patterns.iter().map(|&b| f32::from_bits(b)).collect();
+        let mut want = vec![0u16; values.len()];
+        narrow(fmt, &values, &mut want).expect("CPU narrow");
+        let x = DeviceDense::from_host(dev, 1, values.len(), &values).expect("upload");
+        let out = DeviceDense::zeros(dev, 1, values.len().div_ceil(2)).expect("allocate");
+        // SAFETY: `x` holds the values and `out` room for as many 16-bit values, separate
+        // live allocations of `dev`, kept until the download below waits for the stream.
+        unsafe { dev.narrow_raw(kernel_fmt, x.raw().ptr, out.raw().ptr, values.len(), None) }
+            .expect("narrow on the device");
+        let got: Vec<u16> = out
+            .to_host()
+            .expect("download")
+            .iter()
+            .flat_map(|w| {
+                let b = w.to_bits();
+                [(b & 0xFFFF) as u16, (b >> 16) as u16]
+            })
+            .take(values.len())
+            .collect();
+        for (k, (g, w)) in got.iter().zip(&want).enumerate() {
+            assert_eq!(
+                g, w,
+                "{fmt:?}: {:#010x} narrows to {g:#06x} on the device, {w:#06x} on the CPU",
+                patterns[k]
+            );
+        }
+        // Widening: all 65 536 patterns, packed two per f32 word.
+        let mut wide = vec![0f32; halves.len()];
+        widen(fmt, &halves, &mut wide).expect("CPU widen");
+        let packed: Vec<f32> = halves
+            .chunks(2)
+            .map(|c| f32::from_bits(u32::from(c[0]) | u32::from(c[1]) << 16))
+            .collect();
+        let h = DeviceDense::from_host(dev, 1, packed.len(), &packed).expect("upload");
+        let out = DeviceDense::zeros(dev, 1, halves.len()).expect("allocate");
+        // SAFETY: as above.
+        unsafe { dev.widen_raw(kernel_fmt, h.raw().ptr, out.raw().ptr, halves.len(), None) }
+            .expect("widen on the device");
+        for (k, (g, w)) in out
+            .to_host()
+            .expect("download")
+            .iter()
+            .zip(&wide)
+            .enumerate()
+        {
+            assert_eq!(
+                g.to_bits(),
+                w.to_bits(),
+                "{fmt:?}: {k:#06x} widens to {:#010x} on the device, {:#010x} on the CPU",
+                g.to_bits(),
+                w.to_bits()
+            );
+        }
+    }
+}
+
+#[test]
+fn conversion_kernels_are_the_cpu_conversions() {
+    if std::env::var_os(CHILD).is_some() || devices().is_none() {
+        return;
+    }
+    let dev = GpuDevice::open(0).expect("device");
+    check_conversions(&dev);
 }
 
 /// The per-edge calls of one rank against the CPU operator's, F = 1, 2, 7, 33, 64 (F = 0

@@ -8,9 +8,9 @@
 //! NCCL communicator) whose ranks are the NCCL communicator's. It uploads the rank's chunk —
 //! the local block `Â[p][p]` and the off-diagonal blocks, each as CSR (forward) and CSC
 //! (backward) — plus the halo send lists and the backward's scatter plan, then runs the CPU
-//! operator's agreement (P, part, fingerprint, version, N, schedule) over `H`, so a bad chunk
-//! on one rank is an error on every rank. Every call agrees on the operation and F over `H`
-//! first, exactly as [`DistSpmm`](super::DistSpmm) does.
+//! operator's agreement (P, part, fingerprint, version, N, schedule, message precision) over
+//! `H`, so a bad chunk on one rank is an error on every rank. Every call agrees on the
+//! operation and F over `H` first, exactly as [`DistSpmm`](super::DistSpmm) does.
 //!
 //! # Execution
 //! The operator is the [`Operator`](crate::Operator) shell of the CPU one (construction, call
@@ -51,23 +51,37 @@
 //! bit-identical run to run. They agree with the CPU operator to rounding (the kernels sum a
 //! row's non-zeros in another order than the CPU kernels).
 //!
+//! # Message precision
+//! [`GpuDistSpmm::with_precision`] moves the rows and partial sums in bf16 or f16 as
+//! [`DistSpmm::with_precision`](crate::DistSpmm::with_precision) does, agreed with the
+//! partition: beside each exchange buffer the engine keeps its 16-bit copy on the device; on
+//! the NCCL stream each region is narrowed into its copy just before it is sent or broadcast
+//! from this rank (distspmm-cuda's `dsp_narrow`), the copies travel as bytes (`ncclUint8`), and
+//! each received copy is widened into its `f32` region as soon as it has arrived, before the
+//! exchange's body reads it (`dsp_widen`). The conversions are the CPU's bit for bit, and the
+//! steps — which regions are converted, what is handed over — are written once
+//! (`crate::wire`) for this backend and the tests' recording backend, which checks them
+//! against the CPU engine's without a device. Products and sums stay `f32`.
+//!
 //! # Buffers and bytes
-//! The exchange buffers and row-splitting workspaces grow at the first call with a given F
-//! (after waiting for the operator's streams) and are reused; later calls allocate nothing.
-//! Dropping the operator does not wait on the host: its device memory is released in stream
-//! order after the last call's work.
-//! [`GpuDistSpmm::bytes_last_call`] counts the payload handed to NCCL with the conventions of
-//! the CPU operator, so it equals `HaloPlan::traffic` / `BroadcastPlan::traffic`.
+//! The exchange buffers (and their 16-bit copies) and row-splitting workspaces grow at the
+//! first call with a given F (after waiting for the operator's streams) and are reused; later
+//! calls allocate nothing. Dropping the operator does not wait on the host: its device memory
+//! is released in stream order after the last call's work.
+//! [`GpuDistSpmm::bytes_last_call`] counts the payload as it is handed to NCCL (each message's
+//! elements times their size), with the conventions of the CPU operator, so it equals
+//! `HaloPlan::traffic` / `BroadcastPlan::traffic` in the operator's precision.
 
 use std::ops::Deref;
 
 use chunk_format::ChunkView;
 use dist_comm::{AllGather, AllReduce, CommError, Group, NcclComm, RawDeviceBuffer};
-use distspmm_core::schedule::{Precision, ScheduleKind, Workspace};
+use distspmm_core::kernel::convert::Half;
+use distspmm_core::schedule::{Precision, ScheduleKind, Traffic, Workspace};
 use distspmm_cuda::{
     CudaError, DeviceCsc, DeviceCscOrder, DeviceCsr, DeviceDense, DeviceRowSplit, DeviceRows,
-    DeviceScatter, EdgeRows, GpuDevice, RawCscValues, RawCsr, RawDense, RawEdgeBlock, RawEdgeRuns,
-    RawSplit, RawSpmm, RawStream, RawWorkspace, ScatterPlan, SparseParts, Strategy,
+    DeviceScatter, EdgeRows, GpuDevice, HalfFormat, RawCscValues, RawCsr, RawDense, RawEdgeBlock,
+    RawEdgeRuns, RawSplit, RawSpmm, RawStream, RawWorkspace, ScatterPlan, SparseParts, Strategy,
 };
 
 use crate::backend::{
@@ -78,6 +92,7 @@ use crate::edges::{CscOrder, EdgeBlock, EdgeLayout};
 use crate::layout::HaloLayout;
 use crate::operands::{check_all, Operand};
 use crate::operator::{self, engine::Engine, Shared};
+use crate::wire::{self, Payload, Transport, WireCall};
 use crate::{
     blocks, check_groups, check_operands, value_bytes, ChunkSource, DistSpmmError, Kind, Op,
     Operator, Schedule,
@@ -204,6 +219,36 @@ impl Flat {
     }
 }
 
+/// The 16-bit copy of an exchange buffer (the same rows, one 16-bit value each), held in a
+/// [`Flat`] of half as many `f32` (rounded up).
+#[derive(Debug, Default)]
+struct Halves(Flat);
+
+impl Halves {
+    /// The `f32` values that hold `len` 16-bit values.
+    fn words(len: usize) -> usize {
+        len.div_ceil(2)
+    }
+
+    /// 16-bit values it holds.
+    fn len(&self) -> usize {
+        2 * self.0.len()
+    }
+
+    /// The address of value `k`.
+    fn at(&self, k: usize) -> u64 {
+        self.0.ptr() + (k * size_of::<u16>()) as u64
+    }
+}
+
+/// The kernels' name of a 16-bit format.
+fn half_format(fmt: Half) -> HalfFormat {
+    match fmt {
+        Half::Bf16 => HalfFormat::Bf16,
+        Half::F16 => HalfFormat::F16,
+    }
+}
+
 /// The blocks a schedule names, on the device.
 #[derive(Debug)]
 struct DeviceMatrices {
@@ -310,6 +355,10 @@ where
     /// The per-edge values of the transposed products in CSC order (one run per group, each
     /// with one run per block).
     csc_values: Flat,
+    /// The 16-bit copies of [`Buf::Packed`] and [`Buf::Halo`] (empty in `f32`).
+    wire: [Halves; 2],
+    /// The bytes each program of the last call handed to NCCL.
+    counted: Vec<Traffic>,
 }
 
 /// The distributed SpMM operator of one rank on device buffers: the [`Operator`] shell over
@@ -423,12 +472,30 @@ where
     /// device, out of memory) gets [`DistSpmmError::Comm`] and the others a
     /// [`DistSpmmError::Disagreement`] naming it.
     pub fn new(host: H, nccl: N, chunk: K, schedule: ScheduleKind) -> Result<Self, DistSpmmError> {
-        let agreed = operator::agree_and_build(
-            &*host,
-            chunk,
-            (schedule, Precision::F32),
-            |view, s, blocks| GpuEngine::<H, N>::build(&*host, &nccl, view, s, &blocks.edges),
-        )?;
+        Self::with_precision(host, nccl, chunk, schedule, Precision::F32)
+    }
+
+    /// [`new`](Self::new) with the rows and partial sums travelling in `precision`, as
+    /// [`DistSpmm::with_precision`](crate::DistSpmm::with_precision): each message is narrowed
+    /// from `f32` on the device just before it is handed to NCCL and widened back to `f32`
+    /// where it arrives (the CPU operator's conversions, bit for bit); products and sums stay
+    /// in `f32`, and the rows a rank multiplies from its own `X_p` are never converted. `f32`
+    /// moves the values as they are. The ranks agree on the precision with the partition.
+    ///
+    /// # Errors
+    /// As [`new`](Self::new); a rank that chose another precision than rank 0 is a
+    /// [`DistSpmmError::Disagreement`] on every rank.
+    pub fn with_precision(
+        host: H,
+        nccl: N,
+        chunk: K,
+        schedule: ScheduleKind,
+        precision: Precision,
+    ) -> Result<Self, DistSpmmError> {
+        let agreed =
+            operator::agree_and_build(&*host, chunk, (schedule, precision), |view, s, blocks| {
+                GpuEngine::<H, N>::build(&*host, &nccl, view, s, &blocks.edges)
+            })?;
         Ok(agreed.with_engine(|(dev, m, scatter)| GpuEngine {
             host,
             nccl,
@@ -439,6 +506,8 @@ where
             halo: Flat::default(),
             ws: [Flat::default(), Flat::default()],
             csc_values: Flat::default(),
+            wire: [Halves::default(), Halves::default()],
+            counted: Vec::new(),
         }))
     }
 
@@ -794,9 +863,9 @@ where
         &self.engine.host
     }
 
-    /// Device memory this operator holds: `buffers` the exchange buffers, row-splitting
-    /// workspaces and the CSC-ordered copy of per-edge values (sized for the largest F and
-    /// group count so far), `structure` the uploaded blocks (CSR and CSC), send lists, scatter
+    /// Device memory this operator holds: `buffers` the exchange buffers (with their 16-bit
+    /// copies in bf16 and f16), row-splitting workspaces and the CSC-ordered copy of per-edge
+    /// values (sized for the largest F and group count so far), `structure` the uploaded blocks (CSR and CSC), send lists, scatter
     /// plan, the CSR→CSC ranks once uploaded and the edge softmax's row table.
     pub fn workspace(&self) -> Workspace {
         self.engine.workspace()
@@ -969,12 +1038,20 @@ where
                 .collect();
             self.m.csc_order = Some(DeviceCscOrder::new(&self.dev, &ranks).map_err(cuda)?);
         }
+        let (packed, halo) = (rows[Buf::Packed as usize] * f, rows[Buf::Halo as usize] * f);
+        // The 16-bit copies, as the `f32` words that hold them.
+        let copy = |len| match s.precision.half() {
+            Some(_) => Halves::words(len),
+            None => 0,
+        };
         let wanted = [
-            rows[Buf::Packed as usize] * f,
-            rows[Buf::Halo as usize] * f,
+            packed,
+            halo,
             ws[0],
             ws[1],
             if transposes { groups * edges.len() } else { 0 },
+            copy(packed),
+            copy(halo),
         ];
         let bufs = [
             &self.packed,
@@ -982,6 +1059,8 @@ where
             &self.ws[0],
             &self.ws[1],
             &self.csc_values,
+            &self.wire[0].0,
+            &self.wire[1].0,
         ];
         if !bufs.iter().zip(wanted).any(|(b, len)| b.needs(len)) {
             return Ok(());
@@ -997,12 +1076,15 @@ where
         self.dev.synchronize().map_err(cuda)?;
         let dev = &self.dev;
         let [ws_comm, ws_local] = &mut self.ws;
+        let [wire_packed, wire_halo] = &mut self.wire;
         let bufs = [
             &mut self.packed,
             &mut self.halo,
             ws_comm,
             ws_local,
             &mut self.csc_values,
+            &mut wire_packed.0,
+            &mut wire_halo.0,
         ];
         for (buf, len) in bufs.into_iter().zip(wanted) {
             buf.grow(dev, len).map_err(alloc)?;
@@ -1032,13 +1114,17 @@ where
         };
         let parts = s.chunk.num_parts();
         let mut joined = false;
+        self.counted.clear();
         for (k, (kind, run)) in programs.into_iter().enumerate() {
             if f == 0 && kind == Kind::Sddmm {
+                self.counted.push(Traffic::default());
                 // SAFETY: forwarded contract.
                 unsafe { self.zero_edges(s, groups, run.out, streams.caller)? };
                 continue;
             }
             if f == 0 || run.x.rows == 0 && parts == 1 {
+                // Nothing to compute, and nothing travels.
+                self.counted.push(Traffic::default());
                 continue;
             }
             let mut call = GpuCall {
@@ -1050,6 +1136,14 @@ where
                 halo: &self.halo,
                 ws: [&self.ws[0], &self.ws[1]],
                 csc: &self.csc_values,
+                wire: [&self.wire[0], &self.wire[1]],
+                call: WireCall {
+                    precision: s.precision,
+                    f,
+                    rank: self.nccl.rank(),
+                    size: self.nccl.size(),
+                },
+                moved: Traffic::default(),
                 run,
                 groups,
                 streams,
@@ -1068,6 +1162,7 @@ where
                 }
             }
             run_program(&mut call, s.schedule.program(kind))?;
+            self.counted.push(call.moved);
         }
         if joined {
             // SAFETY: as above.
@@ -1087,6 +1182,8 @@ where
             &self.ws[0],
             &self.ws[1],
             &self.csc_values,
+            &self.wire[0].0,
+            &self.wire[1].0,
         ]
         .iter()
         .map(|b| b.len())
@@ -1095,6 +1192,10 @@ where
             buffers: value_bytes(buffers),
             structure: self.m.bytes(self.scatter.as_ref()),
         }
+    }
+
+    fn counted(&self) -> Option<&[Traffic]> {
+        Some(&self.counted)
     }
 }
 
@@ -1323,6 +1424,12 @@ struct GpuCall<'g> {
     ws: [&'g Flat; 2],
     /// Room for per-edge values in CSC order.
     csc: &'g Flat,
+    /// The 16-bit copies of [`Buf::Packed`] and [`Buf::Halo`] (reserved in bf16 and f16).
+    wire: [&'g Halves; 2],
+    /// The precision, F, rank and ranks the messages move with.
+    call: WireCall,
+    /// The bytes handed to NCCL so far in this program.
+    moved: Traffic,
     /// The program's operands.
     run: Run,
     /// The call's group count G: F splits into G groups of columns, each product over
@@ -1412,19 +1519,58 @@ impl GpuCall<'_> {
         .map_err(cuda)
     }
 
-    fn messages(&self, list: &[Message]) -> Result<Vec<(usize, RawDeviceBuffer)>, DistSpmmError> {
-        list.iter()
-            .map(|m| {
-                let d = self.region(&m.region)?;
-                Ok((
-                    m.peer,
-                    RawDeviceBuffer {
-                        ptr: d.ptr,
-                        len: m.region.rows * self.f,
-                    },
-                ))
-            })
-            .collect()
+    /// The address of the 16-bit copy of `r`, after checking it lies inside the copy.
+    fn copy(&self, r: &Region) -> Result<u64, DistSpmmError> {
+        let copy = self.wire[match r.buf {
+            Buf::Packed => 0,
+            Buf::Halo => 1,
+        }];
+        if r.end() * self.f > copy.len() {
+            return Err(internal("a region lies beyond its 16-bit copy"));
+        }
+        Ok(copy.at(r.first * self.f))
+    }
+
+    /// A message as NCCL takes it: the region's `f32` values (`fmt` `None`) or the bytes of
+    /// its 16-bit copy, `payload.len` elements of either.
+    fn segment(
+        &self,
+        fmt: Option<Half>,
+        p: &Payload,
+    ) -> Result<(usize, RawDeviceBuffer), DistSpmmError> {
+        let (ptr, bytes) = match fmt {
+            None => (self.region(&p.region)?.ptr, size_of::<f32>()),
+            Some(_) => (self.copy(&p.region)?, size_of::<u16>()),
+        };
+        if p.len * self.call.element_bytes() != p.region.rows * self.f * bytes {
+            return Err(internal("a message's length is not its region's"));
+        }
+        Ok((p.peer, RawDeviceBuffer { ptr, len: p.len }))
+    }
+
+    fn segments(
+        &self,
+        fmt: Option<Half>,
+        list: &[Payload],
+    ) -> Result<Vec<(usize, RawDeviceBuffer)>, DistSpmmError> {
+        list.iter().map(|p| self.segment(fmt, p)).collect()
+    }
+
+    /// Converts `r` between its `f32` values and its 16-bit copy on the NCCL stream.
+    fn convert(&self, fmt: Half, r: Region, narrow: bool) -> Result<(), DistSpmmError> {
+        let (wide, copy) = (self.region(&r)?.ptr, self.copy(&r)?);
+        let (fmt, len, stream) = (half_format(fmt), r.rows * self.f, Some(self.streams.main));
+        // SAFETY: `wide` and `copy` are the region in this operator's buffer and in its 16-bit
+        // copy (both checked to hold its `len` values, separate allocations), which the
+        // buffers keep until both streams have been waited for; the NCCL stream is live.
+        unsafe {
+            if narrow {
+                self.dev.narrow_raw(fmt, wide, copy, len, stream)
+            } else {
+                self.dev.widen_raw(fmt, copy, wide, len, stream)
+            }
+        }
+        .map_err(cuda)
     }
 
     /// The regions of `list` as one stacked matrix (they must follow each other).
@@ -1578,28 +1724,13 @@ impl Backend for GpuCall<'_> {
     }
 
     fn broadcast(&mut self, region: Region, root: usize) -> Result<(), DistSpmmError> {
-        let d = self.region(&region)?;
-        let buf = RawDeviceBuffer {
-            ptr: d.ptr,
-            len: region.rows * self.f,
-        };
-        // SAFETY: the region lies in this operator's buffer on the NCCL communicator's
-        // device, reserved for F columns and alive until the queued work has finished.
-        unsafe { self.nccl.broadcast_raw::<f32>(buf, root) }?;
-        Ok(())
+        wire::broadcast(self, region, root)
     }
 
     fn exchange(&mut self, ex: &Exchange) -> Result<(), DistSpmmError> {
-        if !(ex.sends.is_empty() && ex.recvs.is_empty()) {
-            let (out, inc) = (self.messages(&ex.sends)?, self.messages(&ex.recvs)?);
-            // SAFETY: the segments lie inside this operator's buffers on the NCCL
-            // communicator's device (checked), receive segments are disjoint regions of the
-            // other buffer than the sends (a program's rule); the buffers are only replaced
-            // after both streams have been waited for.
-            unsafe { self.nccl.halo_exchange_raw::<f32>(&out, &inc) }?;
-        }
-        // The body is queued after the exchange on the NCCL stream (or ordered after it by a
-        // join), so it sees the received rows.
+        wire::exchange(self, ex)?;
+        // The body is queued after the exchange (and the widening of what it received) on the
+        // NCCL stream, or ordered after it by a join, so it sees the received rows.
         run_program(self, &ex.body)
     }
 
@@ -1641,6 +1772,67 @@ impl Backend for GpuCall<'_> {
                 .add_blocks_raw(stacked, self.run.y, Some(self.streams.main))
         }
         .map_err(cuda)
+    }
+}
+
+/// The transport steps of [`wire`] on the device: conversions and NCCL calls on the NCCL
+/// stream, in the order the steps give them.
+impl Transport for GpuCall<'_> {
+    fn call(&self) -> WireCall {
+        self.call
+    }
+
+    fn moved(&mut self) -> &mut Traffic {
+        &mut self.moved
+    }
+
+    fn narrow(&mut self, fmt: Half, region: Region) -> Result<(), DistSpmmError> {
+        self.convert(fmt, region, true)
+    }
+
+    fn widen(&mut self, fmt: Half, region: Region) -> Result<(), DistSpmmError> {
+        self.convert(fmt, region, false)
+    }
+
+    fn hand_over(
+        &mut self,
+        fmt: Option<Half>,
+        sends: &[Payload],
+        recvs: &[Payload],
+    ) -> Result<(), DistSpmmError> {
+        if sends.is_empty() && recvs.is_empty() {
+            return Ok(());
+        }
+        let (out, inc) = (self.segments(fmt, sends)?, self.segments(fmt, recvs)?);
+        // SAFETY: the segments lie inside this operator's buffers or their 16-bit copies on
+        // the NCCL communicator's device (checked), receive segments are disjoint regions of
+        // the other buffer (or its copy) than the sends (a program's rule); the buffers are
+        // only replaced after both streams have been waited for.
+        unsafe {
+            match fmt {
+                None => self.nccl.halo_exchange_raw::<f32>(&out, &inc),
+                Some(_) => self.nccl.halo_exchange_raw::<u8>(&out, &inc),
+            }
+        }?;
+        Ok(())
+    }
+
+    fn hand_over_broadcast(
+        &mut self,
+        fmt: Option<Half>,
+        payload: Payload,
+    ) -> Result<(), DistSpmmError> {
+        let (root, buf) = self.segment(fmt, &payload)?;
+        // SAFETY: the segment lies in this operator's buffer or its 16-bit copy on the NCCL
+        // communicator's device (checked), reserved for F columns and alive until the queued
+        // work has finished.
+        unsafe {
+            match fmt {
+                None => self.nccl.broadcast_raw::<f32>(buf, root),
+                Some(_) => self.nccl.broadcast_raw::<u8>(buf, root),
+            }
+        }?;
+        Ok(())
     }
 }
 
@@ -1774,6 +1966,22 @@ mod tests {
         assert_eq!(
             check_device_operands(Op::Backward, 0, 0, &empty(0), &empty(0)),
             Ok(())
+        );
+    }
+
+    #[test]
+    fn a_16_bit_copy_holds_two_values_per_word() {
+        assert_eq!(
+            [0, 1, 2, 3, 8].map(Halves::words),
+            [0, 1, 1, 2, 4],
+            "words for 0, 1, 2, 3, 8 values"
+        );
+        let none = Halves::default();
+        assert_eq!(none.len(), 0);
+        assert_eq!(none.at(5), 10);
+        assert_eq!(
+            [Half::Bf16, Half::F16].map(half_format),
+            [HalfFormat::Bf16, HalfFormat::F16]
         );
     }
 
