@@ -379,8 +379,14 @@ fn messages_name_the_real_cause_once() {
             && !stderr.contains("index type"),
         "{stderr}"
     );
-    // The default method, KaMinPar, takes a C int seed too, and says so.
+    // The default method, `auto`, runs METIS on this even-degree graph, and says the same.
     let stderr = partition_with(&["--seed", "18446744073709551615"]);
+    assert!(
+        stderr.contains("--seed 18446744073709551615 is too large for METIS"),
+        "{stderr}"
+    );
+    // KaMinPar takes a C int seed too, and says so.
+    let stderr = partition_with(&["--seed", "18446744073709551615", "--method", "kaminpar"]);
     assert!(
         stderr.contains("seed 18446744073709551615 does not fit")
             && stderr.contains("below 2147483648"),

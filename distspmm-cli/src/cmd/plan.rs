@@ -176,7 +176,8 @@ fn from_graph(input: &Path, parts: u32, options: &PartitionOptions) -> anyhow::R
     )
     .with_context(|| format!("cannot normalise {}", input.display()))?;
     let adjacency = Adjacency::from_edges(n, &graph.src, &graph.dst)?;
-    let method = options.method()?;
+    // `auto`'s pick for this graph, so the plan names the method `partition` would run.
+    let method = options.method()?.resolve(&adjacency);
     let partition = partition_graph(&adjacency, parts, &method)?;
     drop(adjacency);
     let renumbering = partition.renumbering();
