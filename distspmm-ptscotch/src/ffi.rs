@@ -6,7 +6,7 @@
 //! handled through pointers from their `SCOTCH_*Alloc` functions (sized by the library itself,
 //! freed with `SCOTCH_memFree`), so no Rust declaration of their size can go stale.
 
-use std::ffi::{c_double, c_int, c_void};
+use std::ffi::{c_char, c_double, c_int, c_void};
 
 use mpi::ffi::MPI_Comm;
 
@@ -98,6 +98,7 @@ extern "C" {
     pub fn SCOTCH_stratAlloc() -> *mut Strat;
     pub fn SCOTCH_stratInit(strategy: *mut Strat) -> c_int;
     pub fn SCOTCH_stratExit(strategy: *mut Strat);
+    pub fn SCOTCH_stratDgraphMap(strategy: *mut Strat, string: *const c_char) -> c_int;
     pub fn SCOTCH_stratDgraphMapBuild(
         strategy: *mut Strat,
         flags: ScotchNum,

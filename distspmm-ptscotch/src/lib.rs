@@ -37,8 +37,9 @@
 //!
 //! # The call
 //! `SCOTCH_dgraphBuild` over copies of the arrays as `SCOTCH_Num` (8 bytes per offset, arc and
-//! weight), `SCOTCH_stratDgraphMapBuild` with [`Strategy`]'s flags, P, K and the imbalance − 1,
-//! then `SCOTCH_dgraphPart`, in an execution context (`SCOTCH_Context`) of its own: its own
+//! weight), the strategy ([`Strategy`]: `SCOTCH_stratDgraphMapBuild` with its flags, P, K and
+//! the imbalance − 1, or `SCOTCH_stratDgraphMap` with [`Strategy::Skewed`]'s string; by default
+//! [`Strategy::Auto`] picks one from the degrees), then `SCOTCH_dgraphPart`, in an execution context (`SCOTCH_Context`) of its own: its own
 //! random generator seeded with [`Options::seed`], PT-Scotch's *deterministic* option on, and
 //! [`Options::threads`] threads. For a given seed, rank count, graph and distribution the parts
 //! are the same on every run (the integration tests check it). The parts differ between rank
@@ -74,6 +75,7 @@ pub use check::GraphTotals;
 pub use quality::{evaluate, Quality};
 
 use dist_comm::{AllGather, AllReduce, CommError, MpiComm};
+use distspmm_core::partition::DegreeSpread;
 
 /// One rank's share of a symmetric graph distributed by contiguous vertex ranges.
 #[derive(Debug, Clone, Copy)]
@@ -122,12 +124,25 @@ impl<'a> DistGraph<'a> {
     }
 }
 
-/// PT-Scotch's predefined strategy flags (`SCOTCH_STRAT*` of `SCOTCH_stratDgraphMapBuild`).
+/// Which PT-Scotch strategy partitions the graph.
+///
+/// PT-Scotch's predefined strategies (`SCOTCH_stratDgraphMapBuild`'s flags) refine every
+/// bisection with sequential Fiduccia–Mattheyses (FM), which picks each move by scanning its
+/// gain table past the vertices the balance forbids to move. On a power-law graph nearly every
+/// vertex has a cut edge, so the scan covers the graph and the refinement grows with the square
+/// of its size (RMAT-18, 3.8 M edges: over 5 minutes at P = 1 and 2); and coarsening keeps
+/// nearly all arcs for many levels (the hubs' neighbourhoods merge slowly), about 110–130 bytes
+/// per arc on every rank. [`Strategy::Skewed`] avoids both; [`Strategy::Auto`] picks it for
+/// graphs with skewed degrees and [`Strategy::Quality`] otherwise.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[repr(u8)]
 pub enum Strategy {
-    /// `SCOTCH_STRATQUALITY`: the best cut PT-Scotch's predefined strategies give.
+    /// [`Strategy::Skewed`] when the degrees are skewed (their standard deviation above half
+    /// their mean, isolated vertices left out: the rule `distspmm partition --method auto`
+    /// uses), else [`Strategy::Quality`]. [`choose_strategy`] says which.
     #[default]
+    Auto = 0,
+    /// `SCOTCH_STRATQUALITY`: the best cut PT-Scotch's predefined strategies give (meshes).
     Quality = 1,
     /// `SCOTCH_STRATBALANCE`: balance enforced strictly (exactifying refinement with a zero
     /// tolerance at the end).
@@ -136,16 +151,86 @@ pub enum Strategy {
     Speed = 3,
     /// `SCOTCH_STRATDEFAULT`.
     Default = 4,
+    /// For power-law graphs: recursive bisection in which each bisection of a (sub)graph of
+    /// at least 400,000 arcs is one pass of greedy graph growing (linear in the arcs, no FM, no
+    /// coarsening), and smaller ones are multilevel with FM. Every rank gathers the graph it
+    /// bisects (PT-Scotch's `q` method), so a rank's memory is about the whole graph's
+    /// (≈ 23 bytes per arc) whatever P.
+    Skewed = 5,
+}
+
+/// The cut-off (arcs of the graph being bisected) above which [`Strategy::Skewed`] grows
+/// the bisection greedily instead of running multilevel FM.
+const SKEWED_GREEDY_ARCS: u64 = 400_000;
+
+/// The strategy [`partition`] runs for `strategy` on `graph` (collective): `strategy` itself
+/// unless it is [`Strategy::Auto`], which becomes [`Strategy::Skewed`] when the degrees of the
+/// non-isolated vertices have a standard deviation above half their mean, else
+/// [`Strategy::Quality`]. The same on every rank.
+///
+/// # Errors
+/// [`PtScotchError::Comm`].
+pub fn choose_strategy<C: AllReduce>(
+    comm: &C,
+    graph: &DistGraph<'_>,
+    strategy: Strategy,
+) -> Result<Strategy, PtScotchError> {
+    if strategy != Strategy::Auto {
+        return Ok(strategy);
+    }
+    // Vertices with arcs, their degrees' sum and the sum of their squares, added up over the
+    // ranks; the rule is `partition --method auto`'s (`DegreeSpread`).
+    let mut sums = [0f64; 3];
+    for w in graph.xadj.windows(2) {
+        let degree = w[1].saturating_sub(w[0]);
+        if degree > 0 {
+            let d = degree as f64;
+            sums[0] += 1.0;
+            sums[1] += d;
+            sums[2] += d * d;
+        }
+    }
+    comm.all_reduce(&mut sums, dist_comm::ReduceOp::Sum)?;
+    #[allow(
+        clippy::cast_possible_truncation,
+        clippy::cast_sign_loss,
+        reason = "deliberate: a count of vertices, exact in f64 below 2^53"
+    )]
+    let spread = DegreeSpread::from_sums(sums[0] as u64, sums[1], sums[2]);
+    Ok(if spread.is_even() {
+        Strategy::Quality
+    } else {
+        Strategy::Skewed
+    })
 }
 
 impl Strategy {
-    fn flags(self) -> ffi::ScotchNum {
+    /// The flags of `SCOTCH_stratDgraphMapBuild`, or `None` for the strategies this crate
+    /// writes out itself.
+    fn flags(self) -> Option<ffi::ScotchNum> {
         match self {
-            Self::Quality => ffi::STRAT_QUALITY,
-            Self::Balance => ffi::STRAT_BALANCE,
-            Self::Speed => ffi::STRAT_SPEED,
-            Self::Default => ffi::STRAT_DEFAULT,
+            Self::Quality => Some(ffi::STRAT_QUALITY),
+            Self::Balance => Some(ffi::STRAT_BALANCE),
+            Self::Speed => Some(ffi::STRAT_SPEED),
+            Self::Default => Some(ffi::STRAT_DEFAULT),
+            Self::Auto | Self::Skewed => None,
         }
+    }
+
+    /// [`Strategy::Skewed`]'s strategy string in PT-Scotch's grammar, for balance tolerance
+    /// `tolerance` (the imbalance − 1). The bisection method `h{pass=1}` is one greedy graph
+    /// growing; below the cut-off, `m{…}` coarsens to 80 vertices, grows 10 times and refines
+    /// every level with FM on the band around the cut.
+    fn skewed_string(tolerance: f64) -> String {
+        let fm = format!("f{{bal={tolerance:.6},move=80}}");
+        let bisect = format!(
+            "/(edge<{SKEWED_GREEDY_ARCS})?m{{vert=80,low=h{{pass=10}}{fm},\
+             asc=b{{bnd={fm},org={fm}}}}}:h{{pass=1}};"
+        );
+        format!(
+            "r{{bal={tolerance:.6},sep=q{{strat={bisect}}},\
+             seq=r{{bal={tolerance:.6},poli=S,sep={bisect}}}}}"
+        )
     }
 }
 
@@ -166,13 +251,13 @@ pub struct Options {
 }
 
 impl Options {
-    /// K parts, imbalance 1.03 (the CLI's default), seed 1, [`Strategy::Quality`], one thread.
+    /// K parts, imbalance 1.03 (the CLI's default), seed 1, [`Strategy::Auto`], one thread.
     pub fn new(parts: usize) -> Self {
         Self {
             parts,
             imbalance: 1.03,
             seed: 1,
-            strategy: Strategy::Quality,
+            strategy: Strategy::Auto,
             threads: 1,
         }
     }
@@ -379,7 +464,8 @@ pub fn partition(
     if bytes != 8 {
         return Err(PtScotchError::NumSize { bytes });
     }
-    let local = scotch::partition(comm, graph, options);
+    let strategy = choose_strategy(comm, graph, options.strategy)?;
+    let local = scotch::partition(comm, graph, options, strategy);
     match dist_comm::agree::outcome(comm, local)? {
         Ok(parts) => Ok(parts),
         Err(failure) => Err(PtScotchError::Partitioner {

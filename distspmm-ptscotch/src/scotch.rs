@@ -1,13 +1,13 @@
 //! The PT-Scotch call itself, on input [`crate::check`] accepted: owned library objects that
 //! free themselves, and one function that builds the distributed graph and partitions it.
 
-use std::ffi::c_int;
+use std::ffi::{c_int, CString};
 use std::ptr::{self, NonNull};
 
 use dist_comm::{Group, MpiComm};
 
 use crate::ffi::{self, ScotchNum};
-use crate::{DistGraph, Options};
+use crate::{DistGraph, Options, Strategy};
 
 /// A PT-Scotch call that failed, in words (shared with every rank by the caller).
 fn failed(call: &str, code: c_int) -> String {
@@ -74,11 +74,13 @@ fn to_num(what: &str, values: &[u64]) -> Result<Vec<ScotchNum>, String> {
     Ok(out)
 }
 
-/// Partitions the checked `graph` on this rank's side of the collective calls.
+/// Partitions the checked `graph` with `strategy` (already chosen: never [`Strategy::Auto`])
+/// on this rank's side of the collective calls.
 pub(crate) fn partition(
     comm: &MpiComm,
     graph: &DistGraph<'_>,
     options: &Options,
+    strategy: Strategy,
 ) -> Result<Vec<u32>, String> {
     let owned = graph.xadj.len() - 1;
     // The arrays outlive every library object below (declared first, dropped last): the
@@ -189,7 +191,7 @@ pub(crate) fn partition(
     }?;
 
     // SAFETY: SCOTCH_stratAlloc/Init/Exit are the matching triple.
-    let strategy = unsafe {
+    let strat = unsafe {
         Owned::new(
             "SCOTCH_stratInit",
             ffi::SCOTCH_stratAlloc,
@@ -197,18 +199,28 @@ pub(crate) fn partition(
             Some(ffi::SCOTCH_stratExit),
         )
     }?;
-    // SAFETY: an initialised strategy; plain values.
-    let code = unsafe {
-        ffi::SCOTCH_stratDgraphMapBuild(
-            strategy.as_ptr(),
-            options.strategy.flags(),
-            as_num(comm.size()),
-            as_num(options.parts),
-            options.imbalance - 1.0,
-        )
+    let tolerance = options.imbalance - 1.0;
+    let code = match strategy.flags() {
+        // SAFETY: an initialised strategy; plain values.
+        Some(flags) => unsafe {
+            ffi::SCOTCH_stratDgraphMapBuild(
+                strat.as_ptr(),
+                flags,
+                as_num(comm.size()),
+                as_num(options.parts),
+                tolerance,
+            )
+        },
+        None => {
+            let text = CString::new(Strategy::skewed_string(tolerance))
+                .map_err(|_| "the strategy string holds a NUL byte".to_string())?;
+            // SAFETY: an initialised strategy and a NUL-terminated string that outlives the
+            // call (PT-Scotch parses it into its own structures).
+            unsafe { ffi::SCOTCH_stratDgraphMap(strat.as_ptr(), text.as_ptr()) }
+        }
     };
     if code != 0 {
-        return Err(failed("SCOTCH_stratDgraphMapBuild", code));
+        return Err(failed("SCOTCH_stratDgraphMap(Build)", code));
     }
 
     // SAFETY: the bound graph over the built distributed graph, a parallel mapping strategy,
@@ -218,11 +230,11 @@ pub(crate) fn partition(
         ffi::SCOTCH_dgraphPart(
             bound.as_ptr(),
             as_num(options.parts),
-            strategy.as_ptr(),
+            strat.as_ptr(),
             parts.as_mut_ptr(),
         )
     };
-    drop((bound, strategy, dgraph, context));
+    drop((bound, strat, dgraph, context));
     if code != 0 {
         return Err(failed("SCOTCH_dgraphPart", code));
     }

@@ -290,3 +290,82 @@ fn the_linked_library_is_the_64_bit_build() {
     assert_eq!(num_size(), 8);
     assert_eq!(version().0, 7);
 }
+
+/// A star: vertex 0 joined to every other vertex (one hub, the rest of degree 1).
+fn star(n: u64) -> Vec<Vec<u64>> {
+    (0..n)
+        .map(|u| if u == 0 { (1..n).collect() } else { vec![0] })
+        .collect()
+}
+
+/// The strategy `Auto` chooses for `lists` over `ranks` ranks, checked equal on every rank.
+fn auto_choice(lists: &[Vec<u64>], ranks: usize) -> crate::Strategy {
+    let (vtxdist, shares) = split(lists, ranks);
+    let chosen = LocalComm::run(ranks, |comm| {
+        let (xadj, adjncy) = &shares[comm.rank()];
+        let graph = DistGraph::new(&vtxdist, xadj, adjncy);
+        choose_strategy(&comm, &graph, crate::Strategy::Auto).unwrap()
+    });
+    assert!(chosen.iter().all(|&s| s == chosen[0]), "{chosen:?}");
+    chosen[0]
+}
+
+#[test]
+fn auto_picks_quality_for_even_degrees_and_skewed_for_a_hub() {
+    for ranks in 1..=3 {
+        assert_eq!(auto_choice(&cycle(12), ranks), crate::Strategy::Quality);
+        assert_eq!(auto_choice(&star(12), ranks), crate::Strategy::Skewed);
+    }
+    // Isolated vertices are left out: a cycle plus isolated vertices stays even.
+    let mut lists = cycle(8);
+    lists.extend(std::iter::repeat_n(Vec::new(), 8));
+    assert_eq!(auto_choice(&lists, 2), crate::Strategy::Quality);
+}
+
+#[test]
+fn a_named_strategy_is_kept() {
+    let (vtxdist, shares) = split(&star(6), 1);
+    let graph = DistGraph::new(&vtxdist, &shares[0].0, &shares[0].1);
+    LocalComm::run(1, |comm| {
+        for s in [
+            crate::Strategy::Quality,
+            crate::Strategy::Speed,
+            crate::Strategy::Skewed,
+        ] {
+            assert_eq!(choose_strategy(&comm, &graph, s).unwrap(), s);
+        }
+    });
+}
+
+/// PT-Scotch parses the written-out strategy (no MPI needed: parsing only).
+#[test]
+fn the_skewed_strategy_string_parses() {
+    for tolerance in [0.0, 0.03, 0.5] {
+        let text = std::ffi::CString::new(crate::Strategy::skewed_string(tolerance)).unwrap();
+        // SAFETY: SCOTCH_stratAlloc/Init/Exit/memFree in order on one strategy; the string is
+        // NUL-terminated and outlives the call.
+        let code = unsafe {
+            let s = ffi::SCOTCH_stratAlloc();
+            assert!(!s.is_null());
+            assert_eq!(ffi::SCOTCH_stratInit(s), 0);
+            let code = ffi::SCOTCH_stratDgraphMap(s, text.as_ptr());
+            ffi::SCOTCH_stratExit(s);
+            ffi::SCOTCH_memFree(s.cast());
+            code
+        };
+        assert_eq!(code, 0, "{text:?}");
+    }
+    // A broken string is refused (the check above can fail).
+    let bad = std::ffi::CString::new("r{sep=nonsense{").unwrap();
+    // SAFETY: as above.
+    let code = unsafe {
+        let s = ffi::SCOTCH_stratAlloc();
+        assert!(!s.is_null());
+        assert_eq!(ffi::SCOTCH_stratInit(s), 0);
+        let code = ffi::SCOTCH_stratDgraphMap(s, bad.as_ptr());
+        ffi::SCOTCH_stratExit(s);
+        ffi::SCOTCH_memFree(s.cast());
+        code
+    };
+    assert_ne!(code, 0);
+}

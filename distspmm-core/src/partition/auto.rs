@@ -68,6 +68,12 @@ impl DegreeSpread {
                 sum_sq += d * d;
             }
         }
+        Self::from_sums(nodes, sum, sum_sq)
+    }
+
+    /// The spread of `nodes` non-zero degrees from their sum and the sum of their squares
+    /// (for a graph whose rows are spread over ranks: add the sums up first).
+    pub fn from_sums(nodes: u64, sum: f64, sum_of_squares: f64) -> Self {
         if nodes == 0 {
             return Self {
                 nodes,
@@ -77,7 +83,7 @@ impl DegreeSpread {
         }
         let count = nodes as f64;
         let mean = sum / count;
-        let variance = (sum_sq / count - mean * mean).max(0.0);
+        let variance = (sum_of_squares / count - mean * mean).max(0.0);
         Self {
             nodes,
             mean,
@@ -138,6 +144,20 @@ mod tests {
     use super::super::testing::{mesh, two_cliques};
     use super::super::PartitionError;
     use super::*;
+
+    #[test]
+    fn the_spread_from_sums_is_even_up_to_half_the_mean() {
+        let even =
+            |nodes, sum: f64, squares: f64| DegreeSpread::from_sums(nodes, sum, squares).is_even();
+        // Degrees 2, 2, 2, 2: deviation 0.
+        assert!(even(4, 8.0, 16.0));
+        // Degrees 1, 3: mean 2, deviation 1 = half the mean: still even.
+        assert!(even(2, 4.0, 10.0));
+        // Degrees 1, 1, 1, 9: mean 3, deviation √12 ≈ 3.46 > 1.5.
+        assert!(!even(4, 12.0, 84.0));
+        // No node with a neighbour.
+        assert!(even(0, 0.0, 0.0));
+    }
 
     fn adjacency(graph: (usize, std::vec::Vec<u32>, std::vec::Vec<u32>)) -> Adjacency {
         let (n, src, dst) = graph;

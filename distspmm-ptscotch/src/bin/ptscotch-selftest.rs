@@ -4,7 +4,7 @@
 //!
 //! ```text
 //! mpirun -n P ptscotch-selftest --graph GRAPH --parts K [--imbalance X] [--seed S]
-//!        [--strategy quality|balance|speed|default] [--vertex-weights]
+//!        [--strategy auto|quality|balance|speed|default|skewed] [--vertex-weights]
 //!        [--bad KIND [--bad-rank R]]
 //! GRAPH: grid:RxC (5-point mesh) | powerlaw:N:SEED (skewed random graph, symmetric)
 //!        | metis:FILE (a METIS .graph without weights, as `distspmm partition
@@ -19,7 +19,9 @@ use std::io::{BufRead, BufReader};
 use std::time::Instant;
 
 use dist_comm::{Group, MpiComm};
-use distspmm_ptscotch::{evaluate, partition, DistGraph, Options, PtScotchError, Strategy};
+use distspmm_ptscotch::{
+    choose_strategy, evaluate, partition, DistGraph, Options, PtScotchError, Strategy,
+};
 
 /// This rank's rows of the graph.
 struct Rows {
@@ -201,6 +203,8 @@ fn parse_args() -> Result<Args, String> {
                     "balance" => Strategy::Balance,
                     "speed" => Strategy::Speed,
                     "default" => Strategy::Default,
+                    "skewed" => Strategy::Skewed,
+                    "auto" => Strategy::Auto,
                     other => return Err(format!("unknown strategy {other:?}")),
                 }
             }
@@ -288,7 +292,7 @@ fn main() {
             if !e.is_empty() {
                 eprintln!("error: {e}");
             }
-            eprintln!("usage: mpirun -n P ptscotch-selftest --graph grid:RxC|powerlaw:N:SEED|metis:FILE --parts K [--imbalance X] [--seed S] [--strategy quality|balance|speed|default] [--vertex-weights] [--bad KIND [--bad-rank R]]");
+            eprintln!("usage: mpirun -n P ptscotch-selftest --graph grid:RxC|powerlaw:N:SEED|metis:FILE --parts K [--imbalance X] [--seed S] [--strategy auto|quality|balance|speed|default|skewed] [--vertex-weights] [--bad KIND [--bad-rank R]]");
             std::process::exit(1);
         }
     };
@@ -322,6 +326,7 @@ fn main() {
     if !weights.is_empty() {
         graph = graph.with_vertex_weights(&weights);
     }
+    let chosen = choose_strategy(&comm, &graph, options.strategy).unwrap_or(options.strategy);
     let start = Instant::now();
     let result = partition(&comm, &graph, &options);
     let seconds = start.elapsed().as_secs_f64();
@@ -343,7 +348,7 @@ fn main() {
             );
             let edges = reduce(&comm, rows.adjncy.len() as u64, dist_comm::ReduceOp::Sum) / 2;
             format!(
-                r#"{{"rank":{rank},"ranks":{ranks},"ok":true,"vertices":{},"edges":{edges},"local_vertices":{},"parts":{},"edge_cut":{},"part_weights":{:?},"imbalance":{:.5},"max_vertex_weight":{max_vertex_weight},"digest":"{digest:016x}","seconds":{seconds:.3},"peak_rss_kib":{},"scotch_version":"{:?}"}}"#,
+                r#"{{"rank":{rank},"ranks":{ranks},"ok":true,"vertices":{},"edges":{edges},"local_vertices":{},"parts":{},"edge_cut":{},"part_weights":{:?},"imbalance":{:.5},"max_vertex_weight":{max_vertex_weight},"digest":"{digest:016x}","strategy":"{chosen:?}","seconds":{seconds:.3},"peak_rss_kib":{},"scotch_version":"{:?}"}}"#,
                 rows.vtxdist[ranks],
                 parts.len(),
                 options.parts,
