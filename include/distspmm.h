@@ -372,18 +372,29 @@ dsp_status dsp_allreduce_sum_f64(dsp_comm *comm, double *buf, size_t count);
 
 // Creates this rank's distributed SpMM on device `device_ordinal` (or, for -1, the rank's
 // local rank modulo the number of devices of its host) for `chunk` (opened with the same
-// communicator) and `schedule` (a `dsp_schedule` value). Collective over `comm`: the ranks
-// agree on their arguments, then build an NCCL communicator over the same ranks (every rank
-// fails if one has no usable GPU, driver or NCCL library), upload their chunk to the device
-// and agree on the partition and schedule as `dsp_spmm_create` does. Its messages travel in
-// `float` only (there is no `dsp_comm_precision` option: the device engine does not convert
-// them). Without a CUDA device every rank gets `DSP_STATUS_UNSUPPORTED` (the message names
-// the rank and the reason); in a library built without CUDA, `DSP_STATUS_UNSUPPORTED` at
-// once. On failure `*out` is NULL. Creating thread of `comm` only.
+// communicator) and `schedule` (a `dsp_schedule` value), its messages in `float`: as
+// `dsp_spmm_create_device_with_precision` with `DSP_COMM_PRECISION_F32`. Collective over
+// `comm`: the ranks agree on their arguments, then build an NCCL communicator over the same
+// ranks (every rank fails if one has no usable GPU, driver or NCCL library), upload their
+// chunk to the device and agree on the partition and schedule as `dsp_spmm_create` does.
+// Without a CUDA device every rank gets `DSP_STATUS_UNSUPPORTED` (the message names the rank
+// and the reason); in a library built without CUDA, `DSP_STATUS_UNSUPPORTED` at once. On
+// failure `*out` is NULL. Creating thread of `comm` only.
 //
 // # Safety
 // `comm` and `chunk` are NULL or live handles; `out` is NULL or valid for a write.
 dsp_status dsp_spmm_create_device(dsp_comm *comm, const dsp_chunk *chunk, int32_t schedule, int32_t device_ordinal, dsp_spmm_device **out);
+
+// `dsp_spmm_create_device` with its messages in `precision` (a `dsp_comm_precision` value),
+// converted on the device before they are sent and after they arrive, as
+// `dsp_spmm_create_with_precision` describes (the same bound, half the bytes for the 16-bit
+// formats). A bad code is `DSP_STATUS_INVALID_ARGUMENT` on its rank and
+// `DSP_STATUS_PEER_FAILED` on the others; different precisions are
+// `DSP_STATUS_ARGUMENT_MISMATCH` on every rank. Collective; creating thread of `comm` only.
+//
+// # Safety
+// As `dsp_spmm_create_device`.
+dsp_status dsp_spmm_create_device_with_precision(dsp_comm *comm, const dsp_chunk *chunk, int32_t schedule, int32_t precision, int32_t device_ordinal, dsp_spmm_device **out);
 
 // Frees a device operator, its device memory and its NCCL communicator (destroying an NCCL
 // communicator is collective within a node: free the operators of all ranks together). NULL is

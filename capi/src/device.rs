@@ -45,14 +45,14 @@ enum Direction {
 
 /// Creates this rank's distributed SpMM on device `device_ordinal` (or, for -1, the rank's
 /// local rank modulo the number of devices of its host) for `chunk` (opened with the same
-/// communicator) and `schedule` (a `dsp_schedule` value). Collective over `comm`: the ranks
-/// agree on their arguments, then build an NCCL communicator over the same ranks (every rank
-/// fails if one has no usable GPU, driver or NCCL library), upload their chunk to the device
-/// and agree on the partition and schedule as `dsp_spmm_create` does. Its messages travel in
-/// `float` only (there is no `dsp_comm_precision` option: the device engine does not convert
-/// them). Without a CUDA device every rank gets `DSP_STATUS_UNSUPPORTED` (the message names
-/// the rank and the reason); in a library built without CUDA, `DSP_STATUS_UNSUPPORTED` at
-/// once. On failure `*out` is NULL. Creating thread of `comm` only.
+/// communicator) and `schedule` (a `dsp_schedule` value), its messages in `float`: as
+/// `dsp_spmm_create_device_with_precision` with `DSP_COMM_PRECISION_F32`. Collective over
+/// `comm`: the ranks agree on their arguments, then build an NCCL communicator over the same
+/// ranks (every rank fails if one has no usable GPU, driver or NCCL library), upload their
+/// chunk to the device and agree on the partition and schedule as `dsp_spmm_create` does.
+/// Without a CUDA device every rank gets `DSP_STATUS_UNSUPPORTED` (the message names the rank
+/// and the reason); in a library built without CUDA, `DSP_STATUS_UNSUPPORTED` at once. On
+/// failure `*out` is NULL. Creating thread of `comm` only.
 ///
 /// # Safety
 /// `comm` and `chunk` are NULL or live handles; `out` is NULL or valid for a write.
@@ -64,7 +64,66 @@ pub unsafe extern "C" fn dsp_spmm_create_device(
     device_ordinal: i32,
     out: *mut *mut SpmmDevice,
 ) -> Status {
-    ffi_boundary("dsp_spmm_create_device", || {
+    // SAFETY: forwarded caller contract.
+    unsafe {
+        create_device(
+            "dsp_spmm_create_device",
+            comm,
+            chunk,
+            schedule,
+            crate::spmm::CommPrecision::F32 as i32,
+            device_ordinal,
+            out,
+        )
+    }
+}
+
+/// `dsp_spmm_create_device` with its messages in `precision` (a `dsp_comm_precision` value),
+/// converted on the device before they are sent and after they arrive, as
+/// `dsp_spmm_create_with_precision` describes (the same bound, half the bytes for the 16-bit
+/// formats). A bad code is `DSP_STATUS_INVALID_ARGUMENT` on its rank and
+/// `DSP_STATUS_PEER_FAILED` on the others; different precisions are
+/// `DSP_STATUS_ARGUMENT_MISMATCH` on every rank. Collective; creating thread of `comm` only.
+///
+/// # Safety
+/// As `dsp_spmm_create_device`.
+#[no_mangle]
+pub unsafe extern "C" fn dsp_spmm_create_device_with_precision(
+    comm: *mut Comm,
+    chunk: *const Chunk,
+    schedule: i32,
+    precision: i32,
+    device_ordinal: i32,
+    out: *mut *mut SpmmDevice,
+) -> Status {
+    // SAFETY: forwarded caller contract.
+    unsafe {
+        create_device(
+            "dsp_spmm_create_device_with_precision",
+            comm,
+            chunk,
+            schedule,
+            precision,
+            device_ordinal,
+            out,
+        )
+    }
+}
+
+/// The body of both device constructors.
+///
+/// # Safety
+/// As `dsp_spmm_create_device`.
+unsafe fn create_device(
+    name: &'static str,
+    comm: *mut Comm,
+    chunk: *const Chunk,
+    schedule: i32,
+    precision: i32,
+    device_ordinal: i32,
+    out: *mut *mut SpmmDevice,
+) -> Status {
+    ffi_boundary(name, || {
         // SAFETY: the caller guarantees NULL or valid for a write.
         let out = unsafe { OutPtr::new(out, "out") };
         if let Ok(out) = &out {
@@ -73,13 +132,13 @@ pub unsafe extern "C" fn dsp_spmm_create_device(
         #[cfg(feature = "cuda")]
         {
             // SAFETY: forwarded caller contract.
-            let op = unsafe { imp::create(comm, chunk, schedule, device_ordinal) }?;
+            let op = unsafe { imp::create(comm, chunk, schedule, precision, device_ordinal) }?;
             out?.write(op.into_raw());
             Ok(())
         }
         #[cfg(not(feature = "cuda"))]
         {
-            let _ = (comm, chunk, schedule, device_ordinal, out);
+            let _ = (comm, chunk, schedule, precision, device_ordinal, out);
             Err(unsupported())
         }
     })
@@ -277,7 +336,7 @@ mod imp {
     use crate::boundary::{Error, Handle, Status};
     use crate::chunk::Chunk;
     use crate::comm::{agree, check_owner, check_usable, Comm, SharedComm};
-    use crate::spmm::{agree_on_options, schedule_arg, CommPrecision};
+    use crate::spmm::{agree_on_options, precision_arg, schedule_arg};
 
     /// What a `dsp_spmm_device` holds: the operator, which owns references to the host
     /// communicator, the NCCL communicator and the mapped chunk.
@@ -327,6 +386,7 @@ mod imp {
         comm: *mut Comm,
         chunk: *const Chunk,
         schedule: i32,
+        precision: i32,
         device_ordinal: i32,
     ) -> Result<SpmmDevice, Error> {
         // SAFETY: the caller guarantees a live handle or NULL.
@@ -336,6 +396,7 @@ mod imp {
             // SAFETY: the caller guarantees a live handle or NULL.
             let chunk = unsafe { Chunk::borrow(chunk, "chunk") }?;
             let kind = schedule_arg(schedule)?;
+            let format = precision_arg(precision)?;
             let select = match device_ordinal {
                 -1 => DeviceSelect::LocalRank,
                 o if o >= 0 => DeviceSelect::Ordinal(o as usize),
@@ -345,16 +406,15 @@ mod imp {
                     )))
                 }
             };
-            Ok((chunk, kind, select))
+            Ok((chunk, kind, format, select))
         })();
-        // The device engine moves `float` values only.
-        let precision = CommPrecision::F32 as i32;
         agree_on_options(comm, local.as_ref().map(|_| ()), schedule, precision)?;
-        let (chunk, kind, select) = local?;
+        let (chunk, kind, format, select) = local?;
         let (shared, owner) = comm.share();
         let nccl = Rc::new(NcclComm::new(&*shared, select).map_err(device_error)?);
         let op =
-            GpuDistSpmm::new(shared, nccl, Arc::clone(chunk.mapped()), kind).map_err(op_error)?;
+            GpuDistSpmm::with_precision(shared, nccl, Arc::clone(chunk.mapped()), kind, format)
+                .map_err(op_error)?;
         Ok(SpmmDevice {
             inner: Inner { op, owner },
         })
@@ -477,6 +537,21 @@ mod tests {
         if !cfg!(feature = "cuda") {
             assert!(crate::boundary::last_error().contains("--features cuda"));
         }
+        let mut out = std::ptr::NonNull::<SpmmDevice>::dangling().as_ptr();
+        // SAFETY: as above; precision code 1 is bf16.
+        let status = unsafe {
+            dsp_spmm_create_device_with_precision(
+                std::ptr::null_mut(),
+                std::ptr::null(),
+                0,
+                1,
+                0,
+                &mut out,
+            )
+        };
+        assert_eq!(status, expected);
+        assert!(out.is_null());
+        assert!(crate::boundary::last_error().contains("dsp_spmm_create_device_with_precision"));
         let (x, mut y) = ([0f32; 4], [0f32; 4]);
         for direction in [Direction::Forward, Direction::Backward] {
             // SAFETY: a NULL handle; the pointers are never dereferenced.

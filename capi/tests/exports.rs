@@ -108,7 +108,7 @@ fn no_workspace_build_links_the_partitioner_into_the_c_library() {
 }
 
 /// The functions added in 0.2: the per-edge operand's and the message precision's.
-const CALLS_OF_0_2: [&str; 11] = [
+const CALLS_OF_0_2: [&str; 12] = [
     "dsp_spmm_edge_count",
     "dsp_spmm_edges",
     "dsp_spmm_edge_weights",
@@ -120,6 +120,7 @@ const CALLS_OF_0_2: [&str; 11] = [
     "dsp_edge_softmax_backward",
     "dsp_spmm_create_with_precision",
     "dsp_spmm_comm_precision",
+    "dsp_spmm_create_device_with_precision",
 ];
 
 #[test]
