@@ -9,10 +9,12 @@ use distspmm_op::operands::Operand;
 use crate::boundary::{
     check_buffer, ffi_boundary, slice, slice_mut, Error, Handle, OutPtr, Status,
 };
-use crate::spmm::{check_buffers, collective, dense_operand, view, view_mut, Spmm};
+use crate::spmm::{
+    call, check_buffers, collective, dense_operand, view, view_mut, Direction, EdgeValues, Spmm,
+};
 
 /// A per-edge buffer of `count` values, as the operand rules see it (one row).
-fn edge_operand(name: &'static str, ptr: *const f32, count: usize) -> Operand {
+pub(crate) fn edge_operand(name: &'static str, ptr: *const f32, count: usize) -> Operand {
     Operand {
         name,
         addr: ptr as u64,
@@ -39,7 +41,7 @@ fn check_edge_count(op: &Spmm, name: &str, count: usize) -> Result<(), Error> {
 /// The group rules of the per-edge calls: one group or more, `cols` (when the call has dense
 /// operands) a multiple of `groups`, and every per-edge buffer `groups` runs of this rank's
 /// edge count.
-fn check_groups(
+pub(crate) fn check_groups(
     op: &Spmm,
     groups: usize,
     cols: Option<usize>,
@@ -177,62 +179,6 @@ pub unsafe extern "C" fn dsp_spmm_edge_weights(
     })
 }
 
-/// Which product with per-edge values a call computes.
-#[derive(Clone, Copy)]
-enum Direction {
-    Forward,
-    Backward,
-}
-
-/// The products with per-edge values: local checks, the agreement, then the grouped product.
-#[allow(clippy::too_many_arguments)]
-unsafe fn values_call(
-    op: *mut Spmm,
-    direction: Direction,
-    groups: usize,
-    e: *const f32,
-    count: usize,
-    rows: usize,
-    cols: usize,
-    input: *const f32,
-    ld_in: usize,
-    output: *mut f32,
-    ld_out: usize,
-) -> Result<(), Error> {
-    let (name_in, name_out) = match direction {
-        Direction::Forward => ("x", "y"),
-        Direction::Backward => ("dy", "dx"),
-    };
-    let local = |op: &Spmm| {
-        op.check_rows(rows)?;
-        check_groups(op, groups, Some(cols), &[("e", count)])?;
-        let len = check_buffers(
-            &[
-                edge_operand("e", e, count),
-                dense_operand(name_in, input, rows, cols, ld_in),
-            ],
-            &[dense_operand(name_out, output, rows, cols, ld_out)],
-        )?;
-        // SAFETY: the exported callers' contract: `e` holds `count` floats.
-        let e = unsafe { slice(e, len[0], "e") }?;
-        // SAFETY: the exported callers' contract: `input` holds (rows-1)*ld_in + cols.
-        let input = unsafe { slice(input, len[1], name_in) }?;
-        // SAFETY: the exported callers' contract: `output` holds (rows-1)*ld_out + cols,
-        // overlapping neither input (checked above).
-        let output = unsafe { slice_mut(output, len[2], name_out) }?;
-        Ok((e, input, output))
-    };
-    // SAFETY: the exported callers' contract: NULL or a live handle, used by one thread.
-    let (op, (e, input, output)) = unsafe { collective(op, cols, local) }?;
-    let input = view(input, rows, cols, ld_in)?;
-    let output = view_mut(output, rows, cols, ld_out)?;
-    match direction {
-        Direction::Forward => op.spmm_values_grouped(groups, e, input, output)?,
-        Direction::Backward => op.spmm_values_transpose_grouped(groups, e, input, output)?,
-    }
-    Ok(())
-}
-
 /// Forward product with caller-given per-edge values in place of `Ahat`'s:
 /// `Y_i[g] = sum_j e_g[ij] X_j[g]` over this rank's rows, where `X_j[g]` is column block `g`
 /// (of width `cols / groups`) of row `j`. `e` holds `groups` runs of `dsp_spmm_edge_count`
@@ -261,12 +207,10 @@ pub unsafe extern "C" fn dsp_spmm_forward_values(
     ffi_boundary("dsp_spmm_forward_values", || {
         // SAFETY: forwarded caller contract.
         unsafe {
-            values_call(
+            call(
                 op,
                 Direction::Forward,
-                groups,
-                e,
-                count,
+                Some(EdgeValues { groups, e, count }),
                 rows,
                 cols,
                 x,
@@ -301,12 +245,10 @@ pub unsafe extern "C" fn dsp_spmm_backward_values(
     ffi_boundary("dsp_spmm_backward_values", || {
         // SAFETY: forwarded caller contract.
         unsafe {
-            values_call(
+            call(
                 op,
                 Direction::Backward,
-                groups,
-                e,
-                count,
+                Some(EdgeValues { groups, e, count }),
                 rows,
                 cols,
                 dy,

@@ -14,6 +14,7 @@ use crate::boundary::{
 };
 use crate::chunk::Chunk;
 use crate::comm::{agree, check_owner, check_usable, Comm, SharedComm};
+use crate::edges::{check_groups, edge_operand};
 
 /// Which communication schedule a `dsp_spmm` runs (the values are part of the ABI).
 #[repr(i32)]
@@ -334,7 +335,7 @@ pub unsafe extern "C" fn dsp_spmm_free(op: *mut Spmm) {
 
 /// Which product a call computes.
 #[derive(Clone, Copy)]
-enum Direction {
+pub(crate) enum Direction {
     Forward,
     Backward,
 }
@@ -444,12 +445,23 @@ pub(crate) fn view_mut(
     DenseViewMut::new(data, rows, cols, ld).map_err(|e| Error::invalid(e.to_string()))
 }
 
-/// Checks one call's arguments locally, agrees with every rank (so a bad argument anywhere is
-/// an error everywhere), then runs the product.
+/// Caller-given per-edge values in place of `Ahat`'s: `groups` runs of the rank's edge count
+/// in `e` (`count` values).
+#[derive(Clone, Copy)]
+pub(crate) struct EdgeValues {
+    pub(crate) groups: usize,
+    pub(crate) e: *const f32,
+    pub(crate) count: usize,
+}
+
+/// Checks one product's arguments locally, agrees with every rank (so a bad argument anywhere
+/// is an error everywhere), then runs it: over `Ahat` (`values` None) or over caller-given
+/// per-edge values.
 #[allow(clippy::too_many_arguments)]
-unsafe fn call(
+pub(crate) unsafe fn call(
     op: *mut Spmm,
     direction: Direction,
+    values: Option<EdgeValues>,
     rows: usize,
     cols: usize,
     input: *const f32,
@@ -463,25 +475,44 @@ unsafe fn call(
     };
     let local = |op: &Spmm| {
         op.check_rows(rows)?;
+        let mut inputs = Vec::with_capacity(2);
+        if let Some(v) = values {
+            check_groups(op, v.groups, Some(cols), &[("e", v.count)])?;
+            inputs.push(edge_operand("e", v.e, v.count));
+        }
+        inputs.push(dense_operand(name_in, input, rows, cols, ld_in));
         let len = check_buffers(
-            &[dense_operand(name_in, input, rows, cols, ld_in)],
+            &inputs,
             &[dense_operand(name_out, output, rows, cols, ld_out)],
         )?;
+        let (len_e, len_in, len_out) = match values {
+            Some(_) => (len[0], len[1], len[2]),
+            None => (0, len[0], len[1]),
+        };
+        let e = match values {
+            // SAFETY: the exported callers' contract: `e` holds `count` floats.
+            Some(v) => unsafe { slice(v.e, len_e, "e") }?,
+            None => &[],
+        };
         // SAFETY: the exported callers' contract: `input` holds (rows-1)*ld_in + cols
         // floats.
-        let input = unsafe { slice(input, len[0], name_in) }?;
+        let input = unsafe { slice(input, len_in, name_in) }?;
         // SAFETY: the exported callers' contract: `output` holds (rows-1)*ld_out + cols
-        // floats, not aliased (checked above against `input`).
-        let output = unsafe { slice_mut(output, len[1], name_out) }?;
-        Ok((input, output))
+        // floats, overlapping no input (checked above).
+        let output = unsafe { slice_mut(output, len_out, name_out) }?;
+        Ok((e, input, output))
     };
     // SAFETY: the exported callers' contract: NULL or a live handle, used by one thread.
-    let (op, (input, output)) = unsafe { collective(op, cols, local) }?;
+    let (op, (e, input, output)) = unsafe { collective(op, cols, local) }?;
     let input = view(input, rows, cols, ld_in)?;
     let output = view_mut(output, rows, cols, ld_out)?;
-    match direction {
-        Direction::Forward => op.forward(input, output)?,
-        Direction::Backward => op.backward(input, output)?,
+    match (direction, values) {
+        (Direction::Forward, None) => op.forward(input, output)?,
+        (Direction::Backward, None) => op.backward(input, output)?,
+        (Direction::Forward, Some(v)) => op.spmm_values_grouped(v.groups, e, input, output)?,
+        (Direction::Backward, Some(v)) => {
+            op.spmm_values_transpose_grouped(v.groups, e, input, output)?;
+        }
     }
     Ok(())
 }
@@ -507,7 +538,7 @@ pub unsafe extern "C" fn dsp_spmm_forward(
 ) -> Status {
     ffi_boundary("dsp_spmm_forward", || {
         // SAFETY: forwarded caller contract.
-        unsafe { call(op, Direction::Forward, rows, cols, x, ldx, y, ldy) }
+        unsafe { call(op, Direction::Forward, None, rows, cols, x, ldx, y, ldy) }
     })
 }
 
@@ -530,7 +561,19 @@ pub unsafe extern "C" fn dsp_spmm_backward(
 ) -> Status {
     ffi_boundary("dsp_spmm_backward", || {
         // SAFETY: forwarded caller contract.
-        unsafe { call(op, Direction::Backward, rows, cols, dy, lddy, dx, lddx) }
+        unsafe {
+            call(
+                op,
+                Direction::Backward,
+                None,
+                rows,
+                cols,
+                dy,
+                lddy,
+                dx,
+                lddx,
+            )
+        }
     })
 }
 

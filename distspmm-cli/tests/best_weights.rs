@@ -6,17 +6,8 @@
 mod launch;
 
 use std::path::Path;
-use std::process::Output;
-use std::time::Duration;
 
-use launch::{cora, error_of, mpirun, mpirun_available, partition, run, s, succeeds, summary, BIN};
-
-/// `mpirun -n RANKS distspmm ARGS…` under a deadline.
-fn mpi(ranks: usize, args: &[&str]) -> Output {
-    let mut cmd = mpirun(ranks);
-    cmd.arg(BIN).args(args);
-    run(cmd, Duration::from_secs(300))
-}
+use launch::{cora, error_of, f64_of, mpi, mpirun_available, partition, s, succeeds, summary};
 
 /// The final JSON line of a successful `mpi` run of `ARGS… --json`, and its stderr.
 fn json(ranks: usize, args: &[&str]) -> (serde_json::Value, String) {
@@ -29,10 +20,6 @@ fn json(ranks: usize, args: &[&str]) -> (serde_json::Value, String) {
 
 fn u64_of(v: &serde_json::Value, key: &str) -> u64 {
     v[key].as_u64().unwrap_or_else(|| panic!("no {key} in {v}"))
-}
-
-fn f64_of(v: &serde_json::Value, key: &str) -> f64 {
-    v[key].as_f64().unwrap_or_else(|| panic!("no {key} in {v}"))
 }
 
 /// Copies the checkpoint directory `from` to `to`.

@@ -7,19 +7,10 @@
 mod launch;
 
 use std::path::{Path, PathBuf};
-use std::process::Output;
-use std::time::Duration;
 
 use launch::{
-    csbm, error_of, mpirun, mpirun_available, partition, refused, run, s, succeeds, summary, BIN,
+    csbm, error_of, f64_of, mpi, mpirun_available, npy, partition, refused, s, succeeds, summary,
 };
-
-/// `mpirun -n RANKS distspmm ARGS…` under a deadline.
-fn mpi(ranks: usize, args: &[&str]) -> Output {
-    let mut cmd = mpirun(ranks);
-    cmd.arg(BIN).args(args);
-    run(cmd, Duration::from_secs(300))
-}
 
 /// The final JSON line of a successful `mpi` run of `ARGS… --json`.
 fn json(ranks: usize, args: &[&str]) -> serde_json::Value {
@@ -54,15 +45,6 @@ fn multi_label_graph(dir: &Path) -> PathBuf {
     path
 }
 
-/// An `.npy` file's header and data bytes.
-fn npy(path: &Path) -> (String, Vec<u8>) {
-    let bytes = std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    assert_eq!(&bytes[..8], b"\x93NUMPY\x01\x00", "{}", path.display());
-    let len = u16::from_le_bytes([bytes[8], bytes[9]]) as usize;
-    let header = String::from_utf8(bytes[10..10 + len].to_vec()).unwrap();
-    (header, bytes[10 + len..].to_vec())
-}
-
 /// A float32 `[rows, 4]` output.
 fn f32s(path: &Path) -> Vec<f32> {
     let (header, data) = npy(path);
@@ -73,10 +55,6 @@ fn f32s(path: &Path) -> Vec<f32> {
     data.chunks_exact(4)
         .map(|b| f32::from_le_bytes(b.try_into().unwrap()))
         .collect()
-}
-
-fn f64_of(v: &serde_json::Value, key: &str) -> f64 {
-    v[key].as_f64().unwrap_or_else(|| panic!("no {key} in {v}"))
 }
 
 /// The ROC-AUC of one mask as OGB computes it, from logits in the graph's node order: each

@@ -6,30 +6,12 @@
 mod launch;
 
 use std::path::Path;
-use std::process::Output;
-use std::time::Duration;
 
-use launch::{cora, mpirun, mpirun_available, partition, run, s, summary, BIN};
-
-/// `mpirun -n RANKS distspmm ARGS…` under a deadline.
-fn mpi(ranks: usize, args: &[&str]) -> Output {
-    let mut cmd = mpirun(ranks);
-    cmd.arg(BIN).args(args);
-    run(cmd, Duration::from_secs(300))
-}
+use launch::{cora, mpi, mpirun_available, npy, partition, s, summary};
 
 /// The final JSON line of a successful `mpi` run of `ARGS… --json`.
 fn json(ranks: usize, args: &[&str]) -> serde_json::Value {
     summary(&mpi(ranks, &[args, &["--json"]].concat()))
-}
-
-/// An `.npy` file's shape and data bytes (format 1.0, C order, as predict writes them).
-fn npy(path: &Path) -> (String, Vec<u8>) {
-    let bytes = std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    assert_eq!(&bytes[..8], b"\x93NUMPY\x01\x00", "{}", path.display());
-    let len = u16::from_le_bytes([bytes[8], bytes[9]]) as usize;
-    let header = String::from_utf8(bytes[10..10 + len].to_vec()).unwrap();
-    (header, bytes[10 + len..].to_vec())
 }
 
 fn f32s(path: &Path) -> Vec<f32> {

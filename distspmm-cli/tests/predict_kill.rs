@@ -8,18 +8,11 @@ mod launch;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use launch::{csbm, mpirun, mpirun_available, partition, s, Job, BIN};
+use launch::{csbm, mpi_job, mpirun_available, npy, partition, s};
 
 /// The `.npy` files predict writes here, with their previous contents when a run replaces
 /// them.
 const OUTPUTS: [&str; 3] = ["logits.npy", "probabilities.npy", "embeddings.npy"];
-
-/// `mpirun -n RANKS distspmm ARGS…` started in the background.
-fn mpi_job(ranks: usize, args: &[&str]) -> Job {
-    let mut cmd = mpirun(ranks);
-    cmd.arg(BIN).args(args);
-    Job::spawn(cmd)
-}
 
 /// Whether `dir` holds a temporary of an atomic write (`<file>.tmp-<pid>-<seq>`).
 fn temporary_in(dir: &Path) -> bool {
@@ -37,10 +30,7 @@ fn temporary_in(dir: &Path) -> bool {
 /// Checks that `path` is a complete `.npy` file of `rows` rows of f32: its header's shape and
 /// its length agree.
 fn assert_complete(path: &Path, rows: usize) {
-    let bytes = std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    assert_eq!(&bytes[..8], b"\x93NUMPY\x01\x00", "{}", path.display());
-    let len = u16::from_le_bytes([bytes[8], bytes[9]]) as usize;
-    let header = std::str::from_utf8(&bytes[10..10 + len]).unwrap();
+    let (header, data) = npy(path);
     let shape = &header[header.find("'shape': (").expect("shape") + 10..];
     let dims: Vec<usize> = shape[..shape.find(')').unwrap()]
         .split(',')
@@ -48,10 +38,9 @@ fn assert_complete(path: &Path, rows: usize) {
         .map(|d| d.trim().parse().unwrap())
         .collect();
     assert_eq!(dims[0], rows, "{}: {header}", path.display());
-    let data = dims.iter().product::<usize>() * 4;
     assert_eq!(
-        bytes.len(),
-        10 + len + data,
+        data.len(),
+        dims.iter().product::<usize>() * 4,
         "{} is not complete: {header}",
         path.display()
     );

@@ -180,16 +180,7 @@ pub fn choose_strategy<C: AllReduce>(
     }
     // Vertices with arcs, their degrees' sum and the sum of their squares, added up over the
     // ranks; the rule is `partition --method auto`'s (`DegreeSpread`).
-    let mut sums = [0f64; 3];
-    for w in graph.xadj.windows(2) {
-        let degree = w[1].saturating_sub(w[0]);
-        if degree > 0 {
-            let d = degree as f64;
-            sums[0] += 1.0;
-            sums[1] += d;
-            sums[2] += d * d;
-        }
-    }
+    let mut sums = DegreeSpread::sums(graph.xadj);
     comm.all_reduce(&mut sums, dist_comm::ReduceOp::Sum)?;
     #[allow(
         clippy::cast_possible_truncation,

@@ -402,3 +402,31 @@ pub fn summary(out: &Output) -> serde_json::Value {
         .unwrap_or_else(|| panic!("no output; stderr: {stderr}"));
     serde_json::from_str(line).unwrap_or_else(|e| panic!("bad JSON line {line:?}: {e}"))
 }
+
+/// `mpirun -n RANKS distspmm ARGS…` to its end, at most 5 minutes.
+pub fn mpi(ranks: usize, args: &[&str]) -> Output {
+    let mut cmd = mpirun(ranks);
+    cmd.arg(BIN).args(args);
+    run(cmd, Duration::from_secs(300))
+}
+
+/// `mpirun -n RANKS distspmm ARGS…` started in the background.
+pub fn mpi_job(ranks: usize, args: &[&str]) -> Job {
+    let mut cmd = mpirun(ranks);
+    cmd.arg(BIN).args(args);
+    Job::spawn(cmd)
+}
+
+/// An `.npy` file's header and data bytes (format 1.0, C order, as predict writes them).
+pub fn npy(path: &Path) -> (String, Vec<u8>) {
+    let bytes = std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    assert_eq!(&bytes[..8], b"\x93NUMPY\x01\x00", "{}", path.display());
+    let len = u16::from_le_bytes([bytes[8], bytes[9]]) as usize;
+    let header = String::from_utf8(bytes[10..10 + len].to_vec()).unwrap();
+    (header, bytes[10 + len..].to_vec())
+}
+
+/// A number of a `--json` summary.
+pub fn f64_of(v: &serde_json::Value, key: &str) -> f64 {
+    v[key].as_f64().unwrap_or_else(|| panic!("no {key} in {v}"))
+}

@@ -58,17 +58,30 @@ pub struct DegreeSpread {
 impl DegreeSpread {
     /// The spread of `adjacency`'s degrees, in one pass over its row offsets.
     pub fn of(adjacency: &Adjacency) -> Self {
-        let (mut nodes, mut sum, mut sum_sq) = (0u64, 0f64, 0f64);
-        for w in adjacency.xadj().windows(2) {
-            let degree = w[1] - w[0];
+        let [nodes, sum, sum_sq] = Self::sums(adjacency.xadj());
+        #[allow(
+            clippy::cast_possible_truncation,
+            clippy::cast_sign_loss,
+            reason = "deliberate: a count of nodes, exact in f64 below 2^53"
+        )]
+        Self::from_sums(nodes as u64, sum, sum_sq)
+    }
+
+    /// The count, sum and sum of squares of the non-zero degrees of the rows `xadj` delimits
+    /// (CSR row offsets): what [`from_sums`](Self::from_sums) takes, to be added up over ranks
+    /// first when each holds a slice of the rows.
+    pub fn sums(xadj: &[u64]) -> [f64; 3] {
+        let mut sums = [0f64; 3];
+        for w in xadj.windows(2) {
+            let degree = w[1].saturating_sub(w[0]);
             if degree > 0 {
-                nodes += 1;
                 let d = degree as f64;
-                sum += d;
-                sum_sq += d * d;
+                sums[0] += 1.0;
+                sums[1] += d;
+                sums[2] += d * d;
             }
         }
-        Self::from_sums(nodes, sum, sum_sq)
+        sums
     }
 
     /// The spread of `nodes` non-zero degrees from their sum and the sum of their squares
