@@ -5,7 +5,7 @@
 //! `dsp_*` functions and the `#[no_mangle]` functions of every crate linked in, and everything
 //! else (the C and C++ of static libraries included) local. No dependency of this crate has
 //! such functions — the one that did, the partitioner's `cxx` bridge, lives with KaMinPar in
-//! distspmm-kaminpar, which this crate does not depend on — so no linker flag is needed to hide
+//! distspmm-prep, which this crate does not depend on — so no linker flag is needed to hide
 //! any (`--exclude-libs` would act only without LTO, where dependencies reach the linker as
 //! archives, so a debug build would hide what a release build exports). tests/exports.rs
 //! checks the dependency graph and the exported symbols.

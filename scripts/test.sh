@@ -24,7 +24,10 @@ cargo clippy --workspace --all-targets -- -D warnings
 
 step "no_std builds"
 cargo build -q -p chunk-format --no-default-features
-cargo build -q -p distspmm-core --no-default-features
+cargo build -q -p distspmm-sparse --no-default-features
+
+step "the preprocessing without KaMinPar (METIS, contiguous, random only)"
+cargo test -q -p distspmm-prep --no-default-features --lib partition
 
 step "benchmarks compile and link (cargo bench --no-run, test profile: shares its dependencies with the tests)"
 cargo bench -q --no-run -p distspmm-benches --profile test

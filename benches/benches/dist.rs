@@ -24,9 +24,9 @@ use distspmm_benches::{
     chunk_builder, chunk_views, describe, encode_parts, flops, gcn_matrix_with_weights,
     metis_partition, random_dense, rmat_graph, scale, RMAT_SCALE,
 };
-use distspmm_core::schedule::ScheduleKind;
-use distspmm_core::sparse::{Dense, PageBuffer};
+use distspmm_op::schedule::ScheduleKind;
 use distspmm_op::DistSpmm;
+use distspmm_sparse::sparse::{Dense, PageBuffer};
 
 const FEATURES: usize = 64;
 const PARTS: [u32; 2] = [2, 4];

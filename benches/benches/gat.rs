@@ -27,10 +27,10 @@ use distspmm_benches::{
     chunk_builder, chunk_views, describe, encode_parts, flops, gcn_matrix_with_weights,
     random_dense, random_values, rmat_graph, scale, RMAT_SCALE,
 };
-use distspmm_core::partition::Partition;
-use distspmm_core::schedule::ScheduleKind;
-use distspmm_core::sparse::{Dense, PageBuffer};
+use distspmm_op::schedule::ScheduleKind;
 use distspmm_op::DistSpmm;
+use distspmm_prep::partition::Partition;
+use distspmm_sparse::sparse::{Dense, PageBuffer};
 
 /// GAT's LeakyReLU slope.
 const SLOPE: f32 = 0.2;

@@ -13,6 +13,7 @@
 
 use std::time::Duration;
 
+use chunk_format::dir::{ChunkDir, WriteOptions};
 use chunk_format::ChunkView;
 use criterion::{
     criterion_group, criterion_main, BenchmarkId, Criterion, SamplingMode, Throughput,
@@ -21,8 +22,8 @@ use distspmm_benches::{
     chunk_builder, describe, encode_parts, gcn_matrix_with_weights, metis_partition, rmat_graph,
     scale, PARTITION_RMAT_SCALE, RMAT_SCALE,
 };
-use distspmm_core::chunk::{write_chunk_dir, ChunkDir, WriteOptions};
-use distspmm_core::partition::{self, Adjacency, Method, MetisOptions};
+use distspmm_prep::chunk::write_chunk_dir;
+use distspmm_prep::partition::{self, Adjacency, Method, MetisOptions};
 
 const READER_PARTS: u32 = 2;
 const PARTITION_PARTS: u32 = 4;

@@ -18,8 +18,8 @@ use distspmm_benches::{
     describe, flops, gcn_matrix, mesh_graph, mesh_shape, random_dense, rmat_graph, scale,
     RMAT_SCALE,
 };
-use distspmm_core::kernel::{spmm, spmm_transpose};
-use distspmm_core::sparse::CsrOwned;
+use distspmm_sparse::kernel::{spmm, spmm_transpose};
+use distspmm_sparse::sparse::CsrOwned;
 
 const FEATURES: [usize; 3] = [16, 64, 256];
 

@@ -4,7 +4,7 @@ of a graph, for comparison with `distspmm bench spmm`: the inspector-executor AP
 (`mkl_spmm.c`: handle created once, mkl_sparse_set_mm_hint + mkl_sparse_optimize before timing,
 preallocated huge-page X and Y, row-major), not a Python wrapper's per-call path.
 
-Builds the same matrix as distspmm_core::normalize::adjacency(.., Gcn): entry A[v][u] for each
+Builds the same matrix as distspmm_prep::normalize::adjacency(.., Gcn): entry A[v][u] for each
 edge u -> v (edge_index[0] = u, edge_index[1] = v), duplicates summed, self loops as PyG's
 add_remaining_self_loops (an existing loop keeps its weight, other nodes get 1), then
 D^-1/2 (A + I) D^-1/2 with D the row sums. X is uniform in [-1, 1), float32, row-major.

@@ -7,12 +7,12 @@
 //! minutes on 2 cores; `DISTSPMM_BENCH_SCALE=k` ([`scale`]) makes every graph `2^k` times larger.
 
 use chunk_format::{encode, AlignedBuf, ChunkView};
-use distspmm_core::chunk::ChunkBuilder;
-use distspmm_core::graph::generate;
-use distspmm_core::graph::Graph;
-use distspmm_core::normalize::{self, Normalization};
-use distspmm_core::partition::{self, Adjacency, Method, MetisOptions, Partition};
-use distspmm_core::sparse::{CsrOwned, Dense, PageBuffer};
+use distspmm_prep::chunk::ChunkBuilder;
+use distspmm_prep::graph::generate;
+use distspmm_prep::graph::Graph;
+use distspmm_prep::normalize::{self, Normalization};
+use distspmm_prep::partition::{self, Adjacency, Method, MetisOptions, Partition};
+use distspmm_sparse::sparse::{CsrOwned, Dense, PageBuffer};
 
 /// The environment variable that scales every benchmark graph: `k` multiplies its nodes by `2^k`.
 pub const SCALE_VAR: &str = "DISTSPMM_BENCH_SCALE";

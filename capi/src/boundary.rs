@@ -8,8 +8,8 @@ use std::ffi::{c_char, CStr, CString};
 use std::fmt;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
+use chunk_format::dir::ChunkDirError;
 use dist_comm::CommError;
-use distspmm_core::chunk::ChunkDirError;
 
 /// What a `dsp_` call returns. The numeric values are part of the ABI: they never change, and
 /// a minor release may only add new ones (treat unknown values as failures).

@@ -5,9 +5,9 @@ use std::ffi::c_char;
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use chunk_format::dir::ChunkDir;
 use chunk_format::{ChunkHeader, ChunkView};
 use dist_comm::Group;
-use distspmm_core::chunk::ChunkDir;
 use distspmm_op::{open_rank_chunk, OpenError, RankChunk};
 
 use crate::boundary::{
@@ -237,7 +237,7 @@ pub unsafe extern "C" fn dsp_chunk_num_halo_rows(chunk: *const Chunk, out: *mut 
     ffi_boundary("dsp_chunk_num_halo_rows", || unsafe {
         // Bounded by the halo list's length, checked by `ChunkView::parse`.
         query(chunk, out, |c| {
-            distspmm_core::index::offset(c.header().num_halo_rows)
+            distspmm_sparse::index::offset(c.header().num_halo_rows)
         })
     })
 }

@@ -1,7 +1,7 @@
 //! The C ABI of distspmm: `libdistspmm.so` / `libdistspmm.a` and `include/distspmm.h`.
 //!
 //! This crate is the boundary only: it turns C calls into calls of `dist-comm` (communicators,
-//! the distributed SpMM operator) and `distspmm-core` (chunk directories), and turns every
+//! the distributed SpMM operator) and `chunk-format` (chunk directories), and turns every
 //! outcome back into a [`Status`]. The rules every exported function follows:
 //!
 //! - its body runs inside `boundary::ffi_boundary`: a panic becomes [`Status::Panic`] (or a

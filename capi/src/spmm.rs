@@ -4,10 +4,10 @@
 use std::sync::Arc;
 use std::thread::ThreadId;
 
-use distspmm_core::schedule::ScheduleKind;
-use distspmm_core::sparse::{DenseView, DenseViewMut};
 use distspmm_op::operands::{check_pair, Operand, OperandError};
+use distspmm_op::schedule::ScheduleKind;
 use distspmm_op::{DistSpmm, DistSpmmError, Precision, RankChunk};
+use distspmm_sparse::sparse::{DenseView, DenseViewMut};
 
 use crate::boundary::{
     ffi_boundary, ffi_boundary_void, slice, slice_mut, Error, Handle, OutPtr, Status,

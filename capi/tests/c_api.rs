@@ -12,7 +12,7 @@ use std::process::Command;
 use std::sync::OnceLock;
 use std::time::Duration;
 
-use distspmm_core::graph::Graph;
+use distspmm_prep::graph::Graph;
 
 const BUILD_TIMEOUT: Duration = Duration::from_secs(180);
 const RUN_TIMEOUT: Duration = Duration::from_secs(60);

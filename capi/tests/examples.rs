@@ -17,7 +17,7 @@ const TRAIN_TIMEOUT: Duration = Duration::from_secs(120);
 /// Cora partitioned into `parts` chunks (as `distspmm partition --parts P`), under scratch.
 fn cora_chunks(cora: &Path, parts: u32) -> PathBuf {
     let dir = common::scratch().join(format!("cora-{parts}"));
-    let graph = distspmm_core::graph::load(cora).expect("read cora.npz");
+    let graph = distspmm_prep::graph::load(cora).expect("read cora.npz");
     common::write_chunks(&graph, parts, &dir);
     dir
 }
@@ -172,7 +172,7 @@ fn python() -> Option<PathBuf> {
 
 /// The small featured graph with its edges replaced by random directed ones, so that Ahat is
 /// not symmetric and a transposition mistake in backward shows.
-fn directed_featured_graph() -> distspmm_core::graph::Graph {
+fn directed_featured_graph() -> distspmm_prep::graph::Graph {
     let mut graph = common::small_graph();
     let n = graph.num_nodes as u64;
     let mut state = 99u64;
@@ -228,9 +228,9 @@ fn python_ctypes_forward_and_backward_match_scipy() {
     std::fs::create_dir_all(&dir).unwrap();
     let npz = dir.join("graph.npz");
     let _ = std::fs::remove_file(&npz);
-    distspmm_core::graph::npz::write_npz(&npz, &directed_featured_graph()).expect("write .npz");
+    distspmm_prep::graph::npz::write_npz(&npz, &directed_featured_graph()).expect("write .npz");
     let chunks = dir.join("chunks");
-    common::write_chunks(&distspmm_core::graph::load(&npz).unwrap(), 2, &chunks);
+    common::write_chunks(&distspmm_prep::graph::load(&npz).unwrap(), 2, &chunks);
     run_python_check(&python, &chunks, &npz);
     if let Some(cora) = common::cora() {
         run_python_check(&python, &cora_chunks(&cora, 2), &cora);

@@ -3,10 +3,10 @@
 //!
 //! rustc exports from a cdylib the `#[no_mangle]` functions of every crate linked in, so a
 //! C++ bridge in the library (the `kaminpar` crate's `cxx`, with its `cxxbridge1$…` functions)
-//! would be exported, and under LTO no linker flag hides it. The KaMinPar binding therefore
-//! lives in distspmm-kaminpar, which only the CLI depends on; the dependency check below looks
-//! at the whole workspace's resolved graph, as `cargo build` of the workspace unifies features
-//! across its members.
+//! would be exported, and under LTO no linker flag hides it. The partitioners (METIS, KaMinPar
+//! and its TBB, PT-Scotch) therefore live in distspmm-prep and distspmm-ptscotch, which only the
+//! CLI (and tests) depend on; the dependency check below looks at the whole workspace's resolved
+//! graph, as `cargo build` of the workspace unifies features across its members.
 
 mod common;
 
@@ -47,10 +47,14 @@ fn declared_functions() -> Vec<String> {
         .collect()
 }
 
-/// Packages the C library must not depend on: the KaMinPar binding, the `kaminpar` crate and
-/// its C++ bridge (`cxx`, `cxx-build`, `cxxbridge-*`).
+/// Packages the C library must not depend on: the preprocessing (distspmm-prep, with the graph
+/// readers and the partitioners), METIS, PT-Scotch, the `kaminpar` crate and its C++ bridge
+/// (`cxx`, `cxx-build`, `cxxbridge-*`).
 fn is_partitioner(package: &str) -> bool {
     package.contains("kaminpar")
+        || package == "distspmm-prep"
+        || package.contains("metis")
+        || package.contains("scotch")
         || package == "cxx"
         || package.starts_with("cxx-")
         || package.starts_with("cxxbridge")
@@ -90,14 +94,18 @@ fn no_workspace_build_links_the_partitioner_into_the_c_library() {
         })
         .collect();
     assert!(
-        capi.contains(&"distspmm-core") && capi.contains(&"distspmm-op"),
+        capi.contains(&"distspmm-sparse") && capi.contains(&"distspmm-op"),
         "cargo tree listed no dependency tree of distspmm-capi: {capi:?}"
     );
-    // Still the partitioner: the CLI depends on it, so the check above is not vacuous.
-    assert!(
-        tree.lines().any(|l| l.starts_with("1distspmm-kaminpar ")),
-        "the CLI lost KaMinPar"
-    );
+    // Still the partitioners: the CLI depends on them, so the check above is not vacuous.
+    for partitioner in ["distspmm-prep", "kaminpar", "metis"] {
+        assert!(
+            tree.lines().any(|l| l
+                .trim_start_matches(|c: char| c.is_ascii_digit())
+                .starts_with(&format!("{partitioner} "))),
+            "the CLI lost {partitioner}"
+        );
+    }
     let linked: std::collections::BTreeSet<&str> =
         capi.into_iter().filter(|p| is_partitioner(p)).collect();
     assert!(
@@ -128,12 +136,18 @@ fn only_the_c_abi_is_exported() {
     let Some(nm) = common::tool("nm") else { return };
     common::build_library();
     let lib = common::profile_dir().join("libdistspmm.so");
-    // Neither the partitioner nor its bridge is in the library at all (its static symbol table
-    // names none of KaMinPar's C++ functions, `libkaminpar::…`, nor a `cxxbridge` one).
+    // No partitioner nor its bridge is in the library at all (its static symbol table names
+    // none of KaMinPar's C++ functions, `libkaminpar::…`, TBB's, METIS's `METIS_…`, nor a
+    // `cxxbridge` one).
     let linked = symbols(&nm, &["--defined-only"], &lib);
     let foreign: Vec<&String> = linked
         .iter()
-        .filter(|s| s.contains("libkaminpar") || s.contains("cxxbridge"))
+        .filter(|s| {
+            s.contains("libkaminpar")
+                || s.contains("cxxbridge")
+                || s.contains("METIS_")
+                || s.contains("tbb")
+        })
         .collect();
     assert!(
         foreign.is_empty(),

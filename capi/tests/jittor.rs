@@ -98,7 +98,7 @@ fn jittor_dist_gcn_loss_falls_on_cora_and_follows_the_single_rank_run() {
     let Some(python) = jittor_python() else {
         return;
     };
-    let graph = distspmm_core::graph::load(&cora).expect("read cora.npz");
+    let graph = distspmm_prep::graph::load(&cora).expect("read cora.npz");
     let example = common::repo_root().join("examples/jittor/dist_gcn.py");
     let epochs = 8;
     let mut runs = Vec::new();
@@ -156,7 +156,7 @@ fn jittor_dist_gcn_reaches_78_percent_on_cora_at_two_ranks() {
     let Some(python) = jittor_python() else {
         return;
     };
-    let graph = distspmm_core::graph::load(&cora).expect("read cora.npz");
+    let graph = distspmm_prep::graph::load(&cora).expect("read cora.npz");
     let chunks = common::scratch().join("jittor-cora-accuracy-2");
     common::write_chunks(&graph, 2, &chunks);
     // The defaults: 200 epochs, hidden 16, dropout 0.5, Adam lr 0.01, weight decay 5e-4.

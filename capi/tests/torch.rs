@@ -77,8 +77,8 @@ fn torch_bf16_and_f16_messages_halve_the_bytes_within_the_bound_at_two_ranks() {
     std::fs::create_dir_all(&dir).expect("create the scratch directory");
     let npz = dir.join("graph.npz");
     let _ = std::fs::remove_file(&npz);
-    distspmm_core::graph::npz::write_npz(&npz, &common::directed_graph()).expect("write .npz");
-    let graph = distspmm_core::graph::load(&npz).expect("read .npz");
+    distspmm_prep::graph::npz::write_npz(&npz, &common::directed_graph()).expect("write .npz");
+    let graph = distspmm_prep::graph::load(&npz).expect("read .npz");
     let chunks = dir.join("chunks-2");
     common::write_chunks(&graph, 2, &chunks);
     let args = vec![
@@ -103,7 +103,7 @@ fn torch_two_ranks_follow_single_process_pyg_for_20_epochs_on_cora() {
     let Some(python) = torch_python() else {
         return;
     };
-    let graph = distspmm_core::graph::load(&cora).expect("read cora.npz");
+    let graph = distspmm_prep::graph::load(&cora).expect("read cora.npz");
     let chunks = common::scratch().join("torch-cora-2");
     common::write_chunks(&graph, 2, &chunks);
     let args = vec![
@@ -130,7 +130,7 @@ fn torch_pyg_gcn_example_reaches_80_percent_on_cora_at_two_ranks() {
     let Some(python) = torch_python() else {
         return;
     };
-    let graph = distspmm_core::graph::load(&cora).expect("read cora.npz");
+    let graph = distspmm_prep::graph::load(&cora).expect("read cora.npz");
     let chunks = common::scratch().join("torch-cora-example-2");
     common::write_chunks(&graph, 2, &chunks);
     // PyG's defaults: 200 epochs, hidden 16, dropout 0.5, Adam lr 0.01, weight decay 5e-4.
@@ -164,7 +164,7 @@ fn torch_pyg_gcn_example_reaches_80_percent_on_cora_at_two_ranks() {
 /// [`common::directed_graph`] without weights (PyG's SAGEConv, GINConv and GATConv ignore
 /// them) and with a self loop on every seventh node (kept by SAGE and GIN, replaced by GATConv's
 /// own): the graph of the layer checks. No duplicate edges (GATConv would count each).
-fn layers_graph() -> distspmm_core::graph::Graph {
+fn layers_graph() -> distspmm_prep::graph::Graph {
     let mut graph = common::directed_graph();
     graph.weights = None;
     let n = u32::try_from(graph.num_nodes).expect("a small graph");
@@ -182,7 +182,7 @@ fn layers_graph() -> distspmm_core::graph::Graph {
 }
 
 /// `check_torch_layers.py` on `graph`'s chunks for each of `parts` under `mpirun`.
-fn check_layers(name: &str, graph: &distspmm_core::graph::Graph, npz: &Path, parts: &[u32]) {
+fn check_layers(name: &str, graph: &distspmm_prep::graph::Graph, npz: &Path, parts: &[u32]) {
     let Some(python) = torch_python() else {
         return;
     };
@@ -214,15 +214,15 @@ fn torch_sage_gin_gat_match_pyg_at_one_and_two_ranks() {
     std::fs::create_dir_all(&dir).expect("create the scratch directory");
     let npz = dir.join("graph.npz");
     let _ = std::fs::remove_file(&npz);
-    distspmm_core::graph::npz::write_npz(&npz, &layers_graph()).expect("write .npz");
-    let graph = distspmm_core::graph::load(&npz).expect("read .npz");
+    distspmm_prep::graph::npz::write_npz(&npz, &layers_graph()).expect("write .npz");
+    let graph = distspmm_prep::graph::load(&npz).expect("read .npz");
     check_layers("torch-layers", &graph, &npz, &[1, 2]);
 }
 
 #[test]
 fn torch_layers_match_pyg_on_cora_at_two_ranks() {
     let Some(cora) = common::cora() else { return };
-    let graph = distspmm_core::graph::load(&cora).expect("read cora.npz");
+    let graph = distspmm_prep::graph::load(&cora).expect("read cora.npz");
     check_layers("torch-layers-cora", &graph, &cora, &[2]);
 }
 
@@ -232,7 +232,7 @@ fn torch_pyg_gat_example_reaches_79_percent_on_cora_at_two_ranks() {
     let Some(python) = torch_python() else {
         return;
     };
-    let graph = distspmm_core::graph::load(&cora).expect("read cora.npz");
+    let graph = distspmm_prep::graph::load(&cora).expect("read cora.npz");
     let chunks = common::scratch().join("torch-cora-gat-2");
     common::write_chunks(&graph, 2, &chunks);
     // PyG's (and the GAT paper's) Cora configuration: 8 heads x 8 hidden, 200 epochs.

@@ -10,7 +10,9 @@
 //! the `std` feature, [`write_chunk`] streams one to disk atomically and [`MappedChunk`] maps and
 //! validates one.
 //!
-//! The crate is `#![no_std]` + `alloc`; the `std` feature (default) adds the file helpers.
+//! The crate is `#![no_std]` + `alloc`; the `std` feature (default) adds the file helpers and
+//! the chunk directory ([`dir`]: the manifest, the partition map, the atomic directory writer
+//! and its lock, and [`dir::ChunkDir`], which opens a directory and loads its chunks).
 //!
 //! ```
 //! use chunk_format::{encode, BlockView, ChunkContents, ChunkView};
@@ -66,12 +68,16 @@ mod aligned;
 #[cfg(feature = "std")]
 pub mod atomic;
 mod contents;
+#[cfg(feature = "std")]
+pub mod dir;
 mod error;
 #[cfg(feature = "std")]
 mod file;
 mod layout;
 mod validate;
 mod view;
+#[cfg(feature = "std")]
+pub mod workdir;
 
 #[cfg(test)]
 mod testing;

@@ -501,6 +501,36 @@ pub fn outcome<C: AllReduce + AllGather, T, E: std::fmt::Display>(
     }
 }
 
+/// What [`outcome_keeping_own`] gives a rank when some rank failed.
+#[derive(Debug)]
+pub enum Failure<E> {
+    /// This rank failed: its own error.
+    Own(E),
+    /// Another rank failed (this one did not): the lowest failing rank's message.
+    Peer(PeerFailure),
+}
+
+/// [`outcome`] for a caller that keeps its own error: a failing rank gets its error value back
+/// ([`Failure::Own`]), every other rank the lowest failing rank's [`PeerFailure`], whose message
+/// is what `message` said of that rank's error.
+pub fn outcome_keeping_own<C: AllReduce + AllGather, T, E>(
+    comm: &C,
+    local: Result<T, E>,
+    message: impl FnOnce(&E) -> String,
+) -> Result<Result<T, Failure<E>>, CommError> {
+    let text = local.as_ref().err().map(message);
+    let offered: Result<(), &str> = match &text {
+        None => Ok(()),
+        Some(text) => Err(text.as_str()),
+    };
+    let verdict = outcome(comm, offered)?;
+    Ok(match (local, verdict) {
+        (Ok(value), Ok(())) => Ok(value),
+        (Err(own), _) => Err(Failure::Own(own)),
+        (Ok(_), Err(peer)) => Err(Failure::Peer(peer)),
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -694,6 +724,25 @@ mod tests {
         }
         let out = LocalComm::run(2, |comm| call(&comm, 1, "forward", 4, true));
         assert!(out.iter().all(Result::is_ok));
+    }
+
+    #[test]
+    fn a_failing_rank_keeps_its_own_error_and_the_others_get_its_message() {
+        let out = LocalComm::run(3, |comm| {
+            let local: Result<u32, u32> = if comm.rank() == 1 { Err(7) } else { Ok(5) };
+            outcome_keeping_own(&comm, local, |e| std::format!("code {e}")).unwrap()
+        });
+        assert!(matches!(out[1], Err(Failure::Own(7))));
+        for r in [0, 2] {
+            match &out[r] {
+                Err(Failure::Peer(p)) => assert_eq!((p.rank, p.message.as_str()), (1, "code 7")),
+                other => panic!("rank {r}: {other:?}"),
+            }
+        }
+        let all_ok = LocalComm::run(2, |comm| {
+            outcome_keeping_own(&comm, Ok::<_, u32>(comm.rank()), |_| String::new()).unwrap()
+        });
+        assert!(matches!(all_ok[..], [Ok(0), Ok(1)]));
     }
 
     #[test]

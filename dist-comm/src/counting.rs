@@ -2,7 +2,7 @@
 //! of call, so that programs report the traffic they caused as measured at the transport, not
 //! as recomputed from a formula.
 //!
-//! The conventions are the schedules' (`distspmm_core::schedule`): payload bytes between two
+//! The conventions are the schedules' (`distspmm_op::schedule`): payload bytes between two
 //! *different* ranks (a message to oneself is not counted); a broadcast counts its buffer once
 //! per receiving rank on the root's sent side and once on each receiver's received side; an
 //! all-reduce counts its buffer once each way, an all-gather its contribution once per other

@@ -277,20 +277,18 @@ fn chunks_of_two_partition_runs_are_refused_by_every_rank() {
 /// 2000, feature 3: part 1), partitioned into 2 chunks by the library, as a producer of chunk
 /// files other than `distspmm partition` (whose graph readers refuse such values) might.
 fn cora_with_non_finite_features(cora: &Path, out: &Path) {
-    use distspmm_core::chunk::{write_chunk_dir, ChunkBuilder, WriteOptions};
-    use distspmm_core::normalize::{adjacency, Normalization};
-    use distspmm_core::partition::{self, Adjacency, Method};
+    use distspmm_prep::partition::Method;
+    use distspmm_prep::prep::{run_graph, PrepConfig};
 
-    let mut g = distspmm_core::graph::load(cora).unwrap();
+    let mut g = distspmm_prep::graph::load(cora).unwrap();
     let f = g.features.as_mut().unwrap();
     f.data[1234 * f.dim + 7] = f32::NAN;
     f.data[2000 * f.dim + 3] = f32::INFINITY;
-    let n = g.num_nodes;
-    let adj = Adjacency::from_edges(n, &g.src, &g.dst).unwrap();
-    let part = partition::partition(&adj, 2, &Method::Contiguous).unwrap();
-    let a = adjacency(n, &g.src, &g.dst, None, Normalization::Gcn).unwrap();
-    let builder = ChunkBuilder::new(&g, a.view(), &part).unwrap();
-    write_chunk_dir(out, &builder, &WriteOptions::default()).unwrap();
+    let config = PrepConfig {
+        method: Method::Contiguous,
+        ..PrepConfig::new(cora, 2, out)
+    };
+    run_graph(&config, g, &|_| {}).unwrap();
 }
 
 #[test]

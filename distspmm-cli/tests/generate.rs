@@ -3,7 +3,7 @@
 
 mod launch;
 
-use distspmm_core::graph::load;
+use distspmm_prep::graph::load;
 use launch::{distspmm, ok, s};
 
 #[test]

@@ -17,8 +17,9 @@ use std::ops::Range;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use chunk_format::dir::{ChunkDir, MANIFEST_FILE, PARTITION_MAP_FILE};
 use chunk_format::{MappedChunk, HEADER_LEN, SECTION_ENTRY_LEN};
-use distspmm_core::chunk::{ChunkDir, MANIFEST_FILE, PARTITION_MAP_FILE};
+use distspmm_prep::chunk::VerifyDir;
 
 fn distspmm(args: &[&str]) -> std::process::Output {
     Command::new(env!("CARGO_BIN_EXE_distspmm"))

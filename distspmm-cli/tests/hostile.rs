@@ -10,7 +10,7 @@ mod launch;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
-use distspmm_core::chunk::{Manifest, MANIFEST_FILE, PARTITION_MAP_FILE};
+use chunk_format::dir::{Manifest, MANIFEST_FILE, PARTITION_MAP_FILE};
 use launch::{csbm, error_of, ok, run_one, s, BIN, DEADLINE};
 
 /// Runs `sh -c SCRIPT` with `$BIN` set to the binary (one rayon thread), killed after `DEADLINE`.
@@ -108,8 +108,8 @@ fn tiny_files_that_declare_huge_sizes_are_errors_not_aborts() {
         );
     }
     // An .npz of 3 edges whose num_nodes is 2³² − 1.
-    let g = distspmm_core::graph::Graph::from_edges(4, vec![0, 1, 2], vec![1, 2, 3]);
-    let valid = distspmm_core::graph::npz::write_npz_bytes(&g).unwrap();
+    let g = distspmm_prep::graph::Graph::from_edges(4, vec![0, 1, 2], vec![1, 2, 3]);
+    let valid = distspmm_prep::graph::npz::write_npz_bytes(&g).unwrap();
     let npz = tmp.path().join("huge.npz");
     std::fs::write(&npz, with_ints(&valid, "num_nodes", "()", &[4_294_967_295])).unwrap();
     for args in [
@@ -725,14 +725,14 @@ fn training_sizes_that_cannot_fit_are_errors_naming_the_option() {
     }
     // A label of 2³¹ − 2 would make 2³¹ − 1 classes: refused where the graph is read, by
     // partition and by tensor-parallel training alike.
-    let mut g = distspmm_core::graph::Graph::from_edges(4, vec![0, 1, 2], vec![1, 2, 3]);
-    g.features = Some(distspmm_core::graph::Features {
+    let mut g = distspmm_prep::graph::Graph::from_edges(4, vec![0, 1, 2], vec![1, 2, 3]);
+    g.features = Some(distspmm_prep::graph::Features {
         dim: 2,
         data: vec![1.0; 8].into(),
     });
     g.labels = Some(vec![0, 1, 2, 1]);
     g.train_mask = Some(vec![true; 4]);
-    let valid = distspmm_core::graph::npz::write_npz_bytes(&g).unwrap();
+    let valid = distspmm_prep::graph::npz::write_npz_bytes(&g).unwrap();
     let bomb = tmp.path().join("bomb.npz");
     let labels = with_ints(&valid, "y", "(4,)", &[0, 1, 2_147_483_646, 1]);
     std::fs::write(&bomb, labels).unwrap();
@@ -772,13 +772,13 @@ fn features_near_the_f32_limit_are_normalised_not_zeroed() {
     // Cora's bag-of-words rows scaled by 3·10³⁸ (still finite): an f32 row sum overflows to
     // infinity, which used to zero every feature (loss stuck at ln 7, 31.9 % accuracy).
     let tmp = tempfile::tempdir().unwrap();
-    let mut g = distspmm_core::graph::load(&cora).unwrap();
+    let mut g = distspmm_prep::graph::load(&cora).unwrap();
     let x = g.features.as_mut().unwrap();
     let top = x.data.iter().copied().fold(0.0f32, f32::max);
     x.data.iter_mut().for_each(|v| *v *= 3e38 / top);
     assert!(x.data.iter().all(|v| v.is_finite()));
     let scaled = tmp.path().join("scaled.npz");
-    distspmm_core::graph::npz::write_npz(&scaled, &g).unwrap();
+    distspmm_prep::graph::npz::write_npz(&scaled, &g).unwrap();
     let dir = tmp.path().join("chunks");
     partition(&scaled, 1, &dir);
     let out = run_one(&["train", "--chunks", s(&dir), "--epochs", "100", "--json"]);

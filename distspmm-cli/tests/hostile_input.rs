@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::Duration;
 
-use distspmm_core::graph::{npz, Graph};
+use distspmm_prep::graph::{npz, Graph};
 use launch::{csbm, error_of, ok, run_one, s, Job, BIN, DEADLINE};
 
 /// Runs `distspmm ARGS…` under `ulimit -v KIB` (one rayon thread), killed after `DEADLINE`.

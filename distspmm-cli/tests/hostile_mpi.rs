@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::Duration;
 
-use distspmm_core::graph::Graph;
+use distspmm_prep::graph::Graph;
 use launch::{csbm, error_of, mpirun_available, run_one, s, BIN};
 
 /// How long one short job may take on a loaded two-core machine.
@@ -60,10 +60,10 @@ fn refused_by_ranks(out: &Output, message: &str, times: usize) -> String {
 
 /// `graph` changed by `change`, written as `dir/name`.
 fn variant(graph: &Path, dir: &Path, name: &str, change: impl FnOnce(&mut Graph)) -> PathBuf {
-    let mut g = distspmm_core::graph::load(graph).unwrap();
+    let mut g = distspmm_prep::graph::load(graph).unwrap();
     change(&mut g);
     let path = dir.join(name);
-    distspmm_core::graph::npz::write_npz(&path, &g).unwrap();
+    distspmm_prep::graph::npz::write_npz(&path, &g).unwrap();
     path
 }
 

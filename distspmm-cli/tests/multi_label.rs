@@ -59,12 +59,12 @@ fn f32s(path: &Path) -> Vec<f32> {
 
 /// The ROC-AUC of one mask as OGB computes it, from logits in the graph's node order: each
 /// class over the mask's labelled nodes, classes with one target value skipped, the mean.
-fn ogb_auc(logits: &[f32], g: &distspmm_core::graph::Graph, mask: &[bool]) -> f64 {
+fn ogb_auc(logits: &[f32], g: &distspmm_prep::graph::Graph, mask: &[bool]) -> f64 {
     let t = g.targets.as_ref().unwrap();
     let mut kept = Vec::new();
     for c in 0..t.classes {
         let mut pairs: Vec<(f32, bool)> = (0..g.num_nodes)
-            .filter(|&v| mask[v] && t.row(v)[0] != distspmm_core::graph::TARGET_UNLABELLED)
+            .filter(|&v| mask[v] && t.row(v)[0] != distspmm_prep::graph::TARGET_UNLABELLED)
             .map(|v| (logits[v * t.classes + c], t.row(v)[c] == 1))
             .collect();
         if let Some(auc) = distspmm_gcn::model::roc_auc(&mut pairs) {
@@ -191,7 +191,7 @@ fn multi_label_training_agrees_across_ranks_and_predict_reproduces_it() {
         .map(|(a, b)| (a - b).abs())
         .fold(0.0f32, f32::max);
     assert!(worst < 1e-4, "logits at 1 and 2 ranks differ by {worst}");
-    let g = distspmm_core::graph::load(&graph).unwrap();
+    let g = distspmm_prep::graph::load(&graph).unwrap();
     for (key, mask) in [
         ("train_auc", &g.train_mask),
         ("val_auc", &g.val_mask),

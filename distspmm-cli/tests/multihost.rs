@@ -275,3 +275,45 @@ fn a_rank_killed_on_the_remote_host_ends_the_job() {
         "mpirun names the dead rank and the signal: {stderr}"
     );
 }
+
+#[test]
+fn cora_is_partitioned_on_the_two_namespace_hosts() {
+    let Some((dir, _chunks, hosts)) = setup("dspp") else {
+        return;
+    };
+    let Some(cora) = cora() else { return };
+    let out = dir.path().join("d");
+    let before = hosts.link_bytes();
+    let mut cmd = hosts.mpirun();
+    cmd.args([BIN, "partition", "--distributed", "--input", s(&cora)])
+        .args(["--parts", "2", "--out", s(&out), "--json"]);
+    let run = launch::run(cmd, Duration::from_secs(300));
+    assert!(run.status.success(), "{run:?}");
+    let json = launch::one_json(&String::from_utf8_lossy(&run.stdout));
+    assert_eq!(
+        (json["ranks"].as_u64(), json["parts"].as_u64()),
+        (Some(2), Some(2))
+    );
+    // The edges and node rows crossed the link between the hosts.
+    let crossed = hosts.link_bytes() - before;
+    assert!(crossed > 10_556 * 4, "only {crossed} B crossed the link");
+    // The single-machine builder, given the partition, writes the same chunks.
+    let again = dir.path().join("s");
+    partition(
+        &cora,
+        2,
+        &again,
+        &["--partition-map", s(&out.join("partition.map"))],
+    );
+    for p in 0..2 {
+        let name = format!("part-{p:05}.chunk");
+        assert!(
+            std::fs::read(out.join(&name)).unwrap() == std::fs::read(again.join(&name)).unwrap(),
+            "{name} differs"
+        );
+    }
+    // And the ranks on both hosts train on them.
+    let mut cmd = hosts.mpirun();
+    cmd.args([BIN, "train", "--chunks", s(&out), "--epochs", "5", "--json"]);
+    assert!(launch::run(cmd, Duration::from_secs(300)).status.success());
+}

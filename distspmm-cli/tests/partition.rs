@@ -89,7 +89,7 @@ fn cora_end_to_end_at_2_4_8_parts() {
 
         // Balancing non-zeros instead of nodes: the work per part within METIS's tolerance,
         // recorded in the method (a different partition run). METIS: KaMinPar's bound on
-        // weighted nodes is looser by up to the heaviest node (tested in distspmm-core).
+        // weighted nodes is looser by up to the heaviest node (tested in distspmm-prep).
         let out_nnz = tmp.path().join(format!("cora-{parts}-nnz"));
         let w = one_json(&ok(&partition(
             &cora,

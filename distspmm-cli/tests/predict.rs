@@ -150,7 +150,7 @@ fn outputs_are_in_the_input_graph_s_node_order() {
             "0",
         ],
     );
-    let g = distspmm_core::graph::load(&cora).unwrap();
+    let g = distspmm_prep::graph::load(&cora).unwrap();
     let x = g.features.as_ref().unwrap();
     // The input of layer 0 is the features as given (not normalised here), row for row.
     let embeddings = f32s(&out.join("embeddings.npy"));

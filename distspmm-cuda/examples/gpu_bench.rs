@@ -31,14 +31,14 @@ use std::time::Instant;
 use anyhow::{bail, ensure, Context as _, Result};
 use cudarc::cusparse::sys as cs;
 use cudarc::driver::{CudaContext, CudaSlice, CudaStream, DevicePtr};
-use distspmm_core::graph::generate::{rmat, rmat_directed};
-use distspmm_core::graph::Graph;
-use distspmm_core::normalize::{adjacency, Normalization};
-use distspmm_core::sparse::CsrOwned;
 use distspmm_cuda::{
     spmm_transpose_with, spmm_with, DeviceCsc, DeviceCsr, DeviceDense, GpuDevice, KernelChoice,
     RawDense, SparseParts, Strategy,
 };
+use distspmm_prep::graph::generate::{rmat, rmat_directed};
+use distspmm_prep::graph::Graph;
+use distspmm_prep::normalize::{adjacency, Normalization};
+use distspmm_sparse::sparse::CsrOwned;
 
 /// The H200's HBM3e bandwidth by its datasheet, bytes per second.
 const ROOFLINE_BYTES_PER_S: f64 = 4.8e12;
@@ -94,7 +94,7 @@ fn parse_args() -> Result<Args> {
     Ok(args)
 }
 
-/// A host CSR borrowed from distspmm-core's matrices.
+/// A host CSR borrowed from distspmm-sparse's matrices.
 struct HostCsr<'a> {
     nrows: usize,
     ncols: usize,

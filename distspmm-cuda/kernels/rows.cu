@@ -14,7 +14,7 @@
 // * `dsp_narrow`: out[k] = x[k] as a 16-bit pattern (fmt 0: bf16, 1: f16) for k < n, the
 //   messages of an operator whose rows travel in 16 bits, narrowed just before they are handed
 //   to NCCL; `dsp_widen`: out[k] = h[k] widened to f32, where they arrive. The results are
-//   distspmm-core's `kernel::convert`, bit for bit: bf16 rounds to nearest even on the integer
+//   distspmm-sparse's `kernel::convert`, bit for bit: bf16 rounds to nearest even on the integer
 //   pattern (the CPU's portable loop: subnormals kept, overflow to Inf), f16 is
 //   `__float2half_rn` / `__half2float` (round to nearest even, subnormals kept, widening
 //   exact); a NaN keeps its sign and as much of its payload as the narrower format holds, made

@@ -582,7 +582,7 @@ pub type DeviceCsr = DeviceSparse<RowMajor>;
 /// A CSC matrix on the device.
 pub type DeviceCsc = DeviceSparse<ColMajor>;
 
-/// The host arrays of a compressed sparse matrix, as `distspmm-core`'s `Csr`/`Csc` store them:
+/// The host arrays of a compressed sparse matrix, as `distspmm-sparse`'s `Csr`/`Csc` store them:
 /// `indptr` has one entry more than A has rows (CSR) or columns (CSC).
 #[derive(Clone, Copy, Debug)]
 pub struct SparseParts<'a> {

@@ -7,7 +7,7 @@
 //!
 //! Messages in 16 bits: [`GpuDevice::narrow_raw`] rounds `f32` values to a [`HalfFormat`]'s
 //! bit patterns and [`GpuDevice::widen_raw`] widens them back, with the results of
-//! distspmm-core's `kernel::convert` bit for bit (round to nearest even, subnormals kept,
+//! distspmm-sparse's `kernel::convert` bit for bit (round to nearest even, subnormals kept,
 //! overflow to ±Inf, a NaN quiet with its sign and upper payload bits).
 
 use crate::device::{DeviceDense, GpuDevice, RawDense};

@@ -486,13 +486,13 @@ fn read_bounded(path: &Path, limit: u64, purpose: Purpose) -> Result<Vec<u8>> {
     }
     // The text, and the JSON tree parsed from it (a 32-byte value per number of, as written
     // here, about 20 characters): four times the text covers both.
-    distspmm_core::memory::check(
+    distspmm_sparse::memory::check(
         format!("reading checkpoint {} ({len} bytes)", path.display()),
         len.saturating_mul(4),
         "free memory, or run on a machine with more",
     )?;
     let capacity = usize::try_from(len).with_context(cannot)?;
-    let mut bytes = distspmm_core::memory::try_with_capacity(
+    let mut bytes = distspmm_sparse::memory::try_with_capacity(
         capacity,
         format!("reading checkpoint {}", path.display()),
         "free memory, or run on a machine with more",

@@ -10,9 +10,9 @@ use super::{
 use anyhow::{bail, Context, Result};
 use chunk_format::ChunkView;
 use dist_comm::Counting;
-use distspmm_core::schedule::ScheduleKind;
-use distspmm_core::sparse::{DenseView, DenseViewMut};
+use distspmm_op::schedule::ScheduleKind;
 use distspmm_op::{ChunkSource, DistSpmm, Precision, RankChunk};
+use distspmm_sparse::sparse::{DenseView, DenseViewMut};
 
 /// Â·X through the distributed SpMM: this rank's rows, communication per the schedule, over a
 /// [`Counting`] layer that measures what the schedule hands the transport.
@@ -352,7 +352,7 @@ fn node_data(args: &Config, view: &ChunkView<'_>, path: &std::path::Path) -> Res
 /// normalisation, partition map checksum and every chunk's length and checksum. Loading a chunk
 /// checks its own checksum against the manifest's, so equal fingerprints mean equal chunks
 /// (features, labels, masks and Â), and a graph regenerated with the same partition differs.
-fn content_fingerprint(m: &distspmm_core::chunk::Manifest) -> String {
+fn content_fingerprint(m: &chunk_format::dir::Manifest) -> String {
     let mut h = xxhash_rust::xxh3::Xxh3::new();
     h.update(b"distspmm-chunks-v1\0");
     for text in [&m.fingerprint, &m.normalization, &m.partition_map.checksum] {
@@ -364,13 +364,13 @@ fn content_fingerprint(m: &distspmm_core::chunk::Manifest) -> String {
         h.update(&(c.checksum.len() as u64).to_le_bytes());
         h.update(c.checksum.as_bytes());
     }
-    distspmm_core::chunk::fingerprint_hex(&h.digest128().to_le_bytes())
+    chunk_format::dir::fingerprint_hex(&h.digest128().to_le_bytes())
 }
 
 /// What a chunk directory's data is: the input graph's content and Â's normalisation where the
 /// manifest records the graph's fingerprint (the same for every partition of the graph), the
 /// chunks' own content otherwise.
-fn data_identity(m: &distspmm_core::chunk::Manifest) -> super::checkpoint::DataIdentity {
+fn data_identity(m: &chunk_format::dir::Manifest) -> super::checkpoint::DataIdentity {
     match &m.graph_fingerprint {
         Some(fingerprint) => super::checkpoint::DataIdentity::Graph {
             fingerprint: fingerprint.clone(),

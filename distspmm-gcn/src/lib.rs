@@ -55,12 +55,16 @@ pub enum NonFinite {
 }
 
 /// What to train on and how: the options of `distspmm train`, as plain data.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone)]
 pub struct Config {
     /// Chunk directory written by `distspmm partition` (data-parallel mode).
     pub chunks: Option<PathBuf>,
-    /// Graph file for tensor-parallel mode (every rank loads the whole graph).
+    /// Graph file for tensor-parallel mode (every rank loads the whole graph, with
+    /// `read_graph`).
     pub input: Option<PathBuf>,
+    /// What reads `input` in tensor-parallel mode: the graph readers are the preprocessing's
+    /// (`distspmm-prep`), which this crate does not link; `distspmm train` passes its reader.
+    pub read_graph: Option<ReadGraph>,
     /// `Data` splits nodes (needs `chunks`), `Tensor` splits feature columns (needs `input`).
     pub mode: Mode,
     /// Training epochs.
@@ -137,6 +141,7 @@ impl Default for Config {
         Self {
             chunks: None,
             input: None,
+            read_graph: None,
             mode: Mode::Data,
             epochs: 200,
             model: model::ModelKind::Gcn,
@@ -166,6 +171,40 @@ impl Default for Config {
         }
     }
 }
+
+/// A graph file as tensor-parallel training reads it, from a [`ReadGraph`].
+#[derive(Debug)]
+pub struct GraphFile {
+    /// Nodes N.
+    pub nodes: usize,
+    /// Â of the whole graph as one part's chunk (node data left out), with the graph's own
+    /// weight of each entry.
+    pub chunk: chunk_format::AlignedBuf,
+    /// The node features, N × `in_dim`, row-major.
+    pub features: Vec<f32>,
+    /// Feature columns.
+    pub in_dim: usize,
+    /// Class labels, one per node (`y` as classes).
+    pub labels: Option<Vec<i32>>,
+    /// Multi-label 0/1 targets, N × `classes` (`y` as a matrix).
+    pub targets: Option<Vec<u8>>,
+    /// Classes (or target columns).
+    pub classes: usize,
+    /// The training, validation and test masks, one flag per node, where the file has them.
+    pub train_mask: Option<Vec<bool>>,
+    /// See `train_mask`.
+    pub val_mask: Option<Vec<bool>>,
+    /// See `train_mask`.
+    pub test_mask: Option<Vec<bool>>,
+    /// The graph's content fingerprint (hex), which checkpoints record.
+    pub fingerprint: String,
+    /// The normalisation of Â (`gcn`), which checkpoints record.
+    pub normalization: String,
+}
+
+/// Reads a graph file for tensor-parallel training: Â and the node data
+/// (`distspmm train` passes one built on distspmm-prep's readers).
+pub type ReadGraph = fn(&Path) -> Result<GraphFile>;
 
 /// What a [`Config`] trains on, once its combination of options is checked.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -643,8 +682,8 @@ impl<G: Graph + ?Sized> Graph for TimedGraph<'_, G> {
         &mut self,
         groups: usize,
         e: &[f32],
-        x: distspmm_core::sparse::DenseView<'_, f32>,
-        y: distspmm_core::sparse::DenseViewMut<'_, f32>,
+        x: distspmm_sparse::sparse::DenseView<'_, f32>,
+        y: distspmm_sparse::sparse::DenseViewMut<'_, f32>,
     ) -> Result<()> {
         self.timed(|g| g.spmm_edges_grouped(groups, e, x, y))
     }
@@ -652,16 +691,16 @@ impl<G: Graph + ?Sized> Graph for TimedGraph<'_, G> {
         &mut self,
         groups: usize,
         e: &[f32],
-        dy: distspmm_core::sparse::DenseView<'_, f32>,
-        dx: distspmm_core::sparse::DenseViewMut<'_, f32>,
+        dy: distspmm_sparse::sparse::DenseView<'_, f32>,
+        dx: distspmm_sparse::sparse::DenseViewMut<'_, f32>,
     ) -> Result<()> {
         self.timed(|g| g.spmm_edges_transpose_grouped(groups, e, dy, dx))
     }
     fn sddmm_grouped(
         &mut self,
         groups: usize,
-        u: distspmm_core::sparse::DenseView<'_, f32>,
-        v: distspmm_core::sparse::DenseView<'_, f32>,
+        u: distspmm_sparse::sparse::DenseView<'_, f32>,
+        v: distspmm_sparse::sparse::DenseView<'_, f32>,
         e: &mut [f32],
     ) -> Result<()> {
         self.timed(|g| g.sddmm_grouped(groups, u, v, e))
@@ -670,10 +709,10 @@ impl<G: Graph + ?Sized> Graph for TimedGraph<'_, G> {
         &mut self,
         groups: usize,
         de: &[f32],
-        u: distspmm_core::sparse::DenseView<'_, f32>,
-        v: distspmm_core::sparse::DenseView<'_, f32>,
-        du: distspmm_core::sparse::DenseViewMut<'_, f32>,
-        dv: distspmm_core::sparse::DenseViewMut<'_, f32>,
+        u: distspmm_sparse::sparse::DenseView<'_, f32>,
+        v: distspmm_sparse::sparse::DenseView<'_, f32>,
+        du: distspmm_sparse::sparse::DenseViewMut<'_, f32>,
+        dv: distspmm_sparse::sparse::DenseViewMut<'_, f32>,
     ) -> Result<()> {
         self.timed(|g| g.sddmm_backward_grouped(groups, de, u, v, du, dv))
     }
@@ -1048,6 +1087,7 @@ fn run_tensor<C: AllReduce + AllGather + dist_comm::Broadcast + Group>(
         in_dim,
         classes,
         fingerprint,
+        normalization,
     } = loaded?;
     let n = ids.len();
     let multi_label = targets.is_some();
@@ -1079,7 +1119,7 @@ fn run_tensor<C: AllReduce + AllGather + dist_comm::Broadcast + Group>(
     let (mut g, model) = agree(comm, set_up())?;
     let identity = checkpoint::DataIdentity::Graph {
         fingerprint,
-        normalization: distspmm_core::normalize::Normalization::Gcn.name().into(),
+        normalization,
     };
     let job = Job::new(args, cfg, metric, "tensor", identity, None, input, comm);
     // Every rank holds every row: each writes an equal block of them.
@@ -1127,31 +1167,38 @@ struct WholeGraph {
     in_dim: usize,
     classes: usize,
     fingerprint: String,
+    normalization: String,
 }
 
 fn tensor_inputs(args: &Config, input: &Path) -> Result<WholeGraph> {
-    let mut g = distspmm_core::graph::load(input)
-        .with_context(|| format!("cannot load {}", input.display()))?;
-    let n = g.num_nodes;
-    let fingerprint = distspmm_core::chunk::fingerprint_hex(&g.fingerprint());
-    let feats = g.features.take().with_context(|| {
-        format!(
-            "{} has no node features (`x`); the models need them",
-            input.display()
-        )
-    })?;
-    let targets = g.targets.as_ref().map(|t| t.data.clone());
-    let labels = match (&g.labels, &targets) {
-        (Some(labels), _) => labels.clone(),
+    let read = args.read_graph.context(
+        "--mode tensor reads the graph file itself, but this caller gave no graph reader \
+         (Config::read_graph): train through `distspmm train`, or pass one",
+    )?;
+    let GraphFile {
+        nodes: n,
+        chunk,
+        features: mut raw_features,
+        in_dim,
+        labels,
+        targets,
+        classes,
+        train_mask,
+        val_mask,
+        test_mask,
+        fingerprint,
+        normalization,
+    } = read(input)?;
+    let labels = match (labels, &targets) {
+        (Some(labels), _) => labels,
         (None, Some(_)) => Vec::new(),
         (None, None) => bail!("{} has no labels (`y`)", input.display()),
     };
-    let classes = g.num_classes();
     let mut masks = vec![0u8; n];
     for (bit, m) in [
-        (TRAIN, &g.train_mask),
-        (model::VAL, &g.val_mask),
-        (model::TEST, &g.test_mask),
+        (TRAIN, &train_mask),
+        (model::VAL, &val_mask),
+        (model::TEST, &test_mask),
     ] {
         if let Some(m) = m {
             masks
@@ -1167,29 +1214,10 @@ fn tensor_inputs(args: &Config, input: &Path) -> Result<WholeGraph> {
             input.display()
         );
     }
-    let mut features = feats.data.to_vec();
-    let in_dim = feats.dim;
-    check_features(&mut features, in_dim, |r| r as u64, args.on_nonfinite)?;
-    drop(feats);
-    let (a_hat, edge_weights) = distspmm_core::normalize::adjacency_with_weights(
-        n,
-        &g.src,
-        &g.dst,
-        g.weights.as_deref(),
-        distspmm_core::normalize::Normalization::Gcn,
-    )
-    .with_context(|| format!("cannot normalise the adjacency of {}", input.display()))?;
-    let part_of = vec![0u32; n];
-    let partition = distspmm_core::partition::Partition::new(1, part_of, "whole")
-        .context("cannot describe the whole graph as one part")?;
-    let builder = distspmm_core::chunk::ChunkBuilder::new(&g, a_hat.view(), &partition)
-        .and_then(|b| b.with_edge_weights(&edge_weights))
-        .with_context(|| format!("cannot build the whole graph of {}", input.display()))?;
-    let chunk = chunk_format::encode(&builder.build(0).contents())
-        .with_context(|| format!("cannot encode the whole graph of {}", input.display()))?;
+    check_features(&mut raw_features, in_dim, |r| r as u64, args.on_nonfinite)?;
     Ok(WholeGraph {
         chunk,
-        features,
+        features: raw_features,
         labels,
         targets,
         masks,
@@ -1197,6 +1225,7 @@ fn tensor_inputs(args: &Config, input: &Path) -> Result<WholeGraph> {
         in_dim,
         classes,
         fingerprint,
+        normalization,
     })
 }
 

@@ -225,12 +225,12 @@ impl ModelConfig {
     /// Checks that a model whose buffers hold [`ModelConfig::elements`] f32 values fits in the
     /// memory available, before any of it is allocated.
     pub fn check_memory(&self, rows: usize, elements: u64) -> Result<()> {
-        distspmm_core::memory::check(
+        distspmm_sparse::memory::check(
             format!(
                 "a GCN of {} layers and hidden width {} over {rows} nodes ({} features, {} classes)",
                 self.layers, self.hidden, self.in_dim, self.classes
             ),
-            distspmm_core::memory::bytes_of::<f32>(elements),
+            distspmm_sparse::memory::bytes_of::<f32>(elements),
             MEMORY_HINT,
         )?;
         Ok(())
@@ -297,7 +297,7 @@ const MEMORY_HINT: &str =
 
 /// `len` zeros, allocated fallibly: a buffer the system refuses is an error naming `what`.
 pub(crate) fn zeros(len: usize, what: &str) -> Result<Vec<f32>> {
-    Ok(distspmm_core::memory::try_filled(
+    Ok(distspmm_sparse::memory::try_filled(
         len,
         0.0,
         what,
@@ -308,7 +308,7 @@ pub(crate) fn zeros(len: usize, what: &str) -> Result<Vec<f32>> {
 /// `a · b` as a buffer length; an overflow is the same error as a refused allocation.
 pub(crate) fn len_of(a: usize, b: usize, what: &str) -> Result<usize> {
     a.checked_mul(b).ok_or_else(|| {
-        distspmm_core::memory::MemoryError {
+        distspmm_sparse::memory::MemoryError {
             what: what.into(),
             bytes: u64::MAX,
             available: None,

@@ -22,7 +22,7 @@ use super::{
 };
 use anyhow::{anyhow, bail, Context, Result};
 use dist_comm::{AllGather, AllReduce, Broadcast, Communicator, Group, ReduceOp};
-use distspmm_core::graph::npz::{npy_file_header, NpyElement};
+use distspmm_sparse::npy::{npy_file_header, NpyElement};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -108,13 +108,15 @@ pub enum Weights {
 }
 
 /// What to predict with and on: the options of `distspmm predict`, as plain data.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone)]
 pub struct Request {
     /// Chunk directory (data-parallel mode; any part count of the graph the model was trained
     /// on).
     pub chunks: Option<PathBuf>,
     /// Graph file (tensor-parallel mode).
     pub input: Option<PathBuf>,
+    /// What reads `input` ([`Config::read_graph`]).
+    pub read_graph: Option<crate::ReadGraph>,
     /// How the rows are split across ranks.
     pub mode: Mode,
     /// Communication schedule of the distributed SpMM (data mode).
@@ -151,6 +153,7 @@ impl Request {
         Config {
             chunks: self.chunks.clone(),
             input: self.input.clone(),
+            read_graph: self.read_graph,
             mode: self.mode,
             epochs,
             model: m.model,

@@ -86,13 +86,13 @@ impl SparseInput {
         }
         let what = "the sparse first-layer input";
         let hint = "pass features with fewer non-zeros, or partition the graph into more parts";
-        let filled = |len: usize| distspmm_core::memory::try_filled(len, 0usize, what, hint);
+        let filled = |len: usize| distspmm_sparse::memory::try_filled(len, 0usize, what, hint);
         let mut ptr = filled(rows + 1)?;
         for (r, c) in counts.iter().enumerate() {
             ptr[r + 1] = ptr[r] + c;
         }
-        let mut cols = distspmm_core::memory::try_filled(nnz, 0u32, what, hint)?;
-        let mut vals = distspmm_core::memory::try_filled(nnz, 0.0f32, what, hint)?;
+        let mut cols = distspmm_sparse::memory::try_filled(nnz, 0u32, what, hint)?;
+        let mut vals = distspmm_sparse::memory::try_filled(nnz, 0.0f32, what, hint)?;
         let mut col_ptr = filled(k + 1)?;
         #[allow(
             clippy::cast_possible_truncation,
@@ -114,7 +114,7 @@ impl SparseInput {
         }
         let passes_per_block = par::reduce_rows(rows) / KC;
         let mut block_of_pass =
-            distspmm_core::memory::try_filled(rows.div_ceil(KC), 0u32, what, hint)?;
+            distspmm_sparse::memory::try_filled(rows.div_ceil(KC), 0u32, what, hint)?;
         #[allow(
             clippy::cast_possible_truncation,
             reason = "fewer blocks than rows, which fit a u32"
@@ -123,7 +123,7 @@ impl SparseInput {
             .iter_mut()
             .enumerate()
             .for_each(|(q, b)| *b = (q / passes_per_block) as u32);
-        let mut col_rows = distspmm_core::memory::try_filled(nnz, 0u32, what, hint)?;
+        let mut col_rows = distspmm_sparse::memory::try_filled(nnz, 0u32, what, hint)?;
         let mut col_pos = filled(nnz)?;
         let mut next = col_ptr.clone();
         #[allow(
@@ -144,7 +144,7 @@ impl SparseInput {
             k,
             ptr,
             cols,
-            kept: distspmm_core::memory::try_filled(nnz, 0.0f32, what, hint)?,
+            kept: distspmm_sparse::memory::try_filled(nnz, 0.0f32, what, hint)?,
             vals,
             col_ptr,
             col_rows,

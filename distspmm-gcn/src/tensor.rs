@@ -20,7 +20,7 @@ use std::ops::Range;
 use std::time::Instant;
 
 use anyhow::{ensure, Result};
-use distspmm_core::sparse::{DenseView, DenseViewMut};
+use distspmm_sparse::sparse::{DenseView, DenseViewMut};
 
 use crate::model::{Aggregate, Reduce};
 use crate::nn::{EdgeWeights, Graph};

@@ -2,11 +2,11 @@
 //! [`dist_comm::agree::ChunkRecord`], its call as an operation code and F, and dist-comm's
 //! verdict as a [`DistSpmmError`]. The protocol and its rules live in `dist_comm::agree`.
 
+use crate::schedule::{Precision, ScheduleKind};
+use chunk_format::dir::Manifest;
 use chunk_format::ChunkView;
 use dist_comm::agree::{self, content_digest, AgreeError, ChunkRecord};
 use dist_comm::{AllGather, AllReduce};
-use distspmm_core::chunk::Manifest;
-use distspmm_core::schedule::{Precision, ScheduleKind};
 
 use super::{DistSpmmError, Op};
 

@@ -6,7 +6,7 @@
 //! The views below rely on that (sprs-style unchecked constructors, contract in each SAFETY).
 
 use chunk_format::{BlockView, ChunkView};
-use distspmm_core::sparse::{CscView, CsrView};
+use distspmm_sparse::sparse::{CscView, CsrView};
 
 /// The CSR and CSC of one block over the chunk's own arrays.
 #[derive(Debug, Clone, Copy)]
@@ -161,7 +161,7 @@ pub(crate) fn q_local(chunk: &ChunkView<'_>) -> Vec<Option<QLocalBlock>> {
         debug_assert_ne!(q, part);
         let b = chunk.block(i);
         // A part's size: at most u32::MAX, checked by `ChunkView::parse`.
-        let n_q = distspmm_core::index::offset(offsets[q + 1] - offsets[q]);
+        let n_q = distspmm_sparse::index::offset(offsets[q + 1] - offsets[q]);
         let halo = chunk.halo_recv(q);
         let cols: Vec<u32> = b.csr_cols.iter().map(|&c| halo[c as usize]).collect();
         let mut colptr = vec![0u64; n_q + 1];

@@ -12,7 +12,7 @@
 //! `A` is `Â` ([`Values::Chunk`]) or the call's per-edge values ([`Values::Edges`]).
 //! Everything runs on [`Lane::Comm`], in order.
 
-use distspmm_core::schedule::BroadcastPlan;
+use crate::schedule::BroadcastPlan;
 
 use crate::backend::{
     Accumulate, Buf, Dense, Exchange, Instr, Lane, Matrix, Message, Orient, Product, Program,
@@ -32,7 +32,7 @@ fn each_broadcast(
     let mut program = Program::new();
     for step_of in plan.steps() {
         // A part's rows: at most u32::MAX, checked by `ChunkView::parse`.
-        let (q, rows) = (step_of.root, distspmm_core::index::offset(step_of.rows));
+        let (q, rows) = (step_of.root, distspmm_sparse::index::offset(step_of.rows));
         let panel = Region::new(Buf::Packed, 0, rows);
         if parts > 1 {
             if q == me {
@@ -95,7 +95,7 @@ pub(crate) fn backward(
     let mut program = Program::new();
     for step in plan.steps() {
         // A part's rows: at most u32::MAX, checked by `ChunkView::parse`.
-        let (q, rows) = (step.root, distspmm_core::index::offset(step.rows));
+        let (q, rows) = (step.root, distspmm_sparse::index::offset(step.rows));
         if q == me {
             program.push(Instr::Spmm(Product {
                 lane: Lane::Comm,

@@ -13,7 +13,7 @@ use std::ops::Range;
 use chunk_format::ChunkView;
 use rayon::prelude::*;
 
-use distspmm_core::kernel::{isa, Isa};
+use distspmm_sparse::kernel::{isa, Isa};
 
 use crate::{check_groups, ChunkSource, DistSpmm, DistSpmmError, EdgeLayout};
 
@@ -65,8 +65,8 @@ impl<'a> RowRuns<'a> {
     fn span(&self, k: usize, rows: Range<usize>) -> Range<usize> {
         let rowptr = self.blocks[k].1;
         // Entries of a validated row pointer: positions in the block's arrays.
-        distspmm_core::index::offset(rowptr[rows.start])
-            ..distspmm_core::index::offset(rowptr[rows.end])
+        distspmm_sparse::index::offset(rowptr[rows.start])
+            ..distspmm_sparse::index::offset(rowptr[rows.end])
     }
 
     /// Runs `body(rows, pieces)` for consecutive groups of rows in parallel over `out`'s
@@ -353,7 +353,7 @@ fn forward_task(isa: Isa, f: &Forward<'_>, rows: Range<usize>, pieces: &mut [&mu
     #[cfg(target_arch = "x86_64")]
     {
         if isa >= Isa::Avx512 {
-            // SAFETY: `isa` comes from `distspmm_core::kernel::isa`, which never exceeds what
+            // SAFETY: `isa` comes from `distspmm_sparse::kernel::isa`, which never exceeds what
             // this CPU supports; `Isa::Avx512` means AVX-512F is present.
             unsafe { x86::forward_avx512(f, rows, pieces) };
             return;

@@ -199,8 +199,8 @@ impl EdgeLayout {
 fn row_span(b: &BlockView<'_>, row: usize) -> (usize, usize) {
     // Entries of a validated row pointer: positions in the block's arrays.
     (
-        distspmm_core::index::offset(b.csr_rowptr[row]),
-        distspmm_core::index::offset(b.csr_rowptr[row + 1]),
+        distspmm_sparse::index::offset(b.csr_rowptr[row]),
+        distspmm_sparse::index::offset(b.csr_rowptr[row + 1]),
     )
 }
 
@@ -241,7 +241,7 @@ impl CscOrder {
             // Where the next entry of each column goes.
             let mut next: Vec<usize> = b.csc_colptr[..b.ncols]
                 .iter()
-                .map(|&p| distspmm_core::index::offset(p))
+                .map(|&p| distspmm_sparse::index::offset(p))
                 .collect();
             for row in 0..b.nrows {
                 let (s, e) = row_span(&b, row);
@@ -285,7 +285,7 @@ impl CscOrder {
         let rank = &self.rank[eb.range()];
         let (rowptr, rows) = (b.csr_rowptr, b.csc_rows);
         let gather = |(k, o): (usize, &mut [f32])| {
-            let at = distspmm_core::index::offset(rowptr[rows[k] as usize]) + rank[k] as usize;
+            let at = distspmm_sparse::index::offset(rowptr[rows[k] as usize]) + rank[k] as usize;
             for (g, o) in o.iter_mut().enumerate() {
                 *o = csr[g * stride + at];
             }

@@ -2,8 +2,8 @@
 //! rows, and where each block sits in the contiguous send and receive buffers. Both backends
 //! run the halo schedule over it.
 
+use crate::schedule::HaloPlan;
 use chunk_format::ChunkView;
-use distspmm_core::schedule::HaloPlan;
 
 use crate::DistSpmmError;
 

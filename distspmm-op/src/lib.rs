@@ -1,5 +1,5 @@
 //! The distributed SpMM operator: `Y = Â·X` (forward) and `dX = Âᵀ·dY` (backward) of one rank
-//! over a communicator, executing a `distspmm_core::schedule` plan on the rank's chunk.
+//! over a communicator, executing a [`schedule`] plan on the rank's chunk.
 //!
 //! Rank p holds chunk p (borrowed, zero copy: a [`ChunkView`] over a memory map) and its rows
 //! `X_p`; `forward` returns its rows `Y_p`, `backward` its rows `dX_p`. Every call is
@@ -11,7 +11,7 @@
 //!   — over names (operands, buffer regions, blocks), not memory. They are written once.
 //! - **backends** ([`Backend`]): the primitives a program needs (pack rows, local SpMM / SpMMᵀ
 //!   into a block, ordered scatter-add, the grouped exchange, broadcast, lane ordering). The CPU
-//!   backend ([`DistSpmm`]) runs them with distspmm-core's kernels over any communicator with
+//!   backend ([`DistSpmm`]) runs them with distspmm-sparse's kernels over any communicator with
 //!   the capabilities it uses ([`Broadcast`], [`PointToPoint`], and [`AllGather`] +
 //!   [`AllReduce`] for the agreement); the GPU backend (`GpuDistSpmm`, feature `cuda`) with
 //!   distspmm-cuda's kernels on two streams and an `NcclComm`.
@@ -65,7 +65,7 @@
 //!
 //! Additions happen in a fixed order whatever the arrival order, so both schedules are
 //! bit-identical run to run (and the `local` backend is bit-identical to MPI: no reduction is
-//! left to the communicator). Kernels are `distspmm_core::kernel`'s (rayon threads); only the
+//! left to the communicator). Kernels are `distspmm_sparse::kernel`'s (rayon threads); only the
 //! calling thread communicates. The chunk's blocks are viewed without re-validation: parsing
 //! the chunk checked them (see `blocks`).
 //!
@@ -108,6 +108,7 @@ mod mock;
 mod open;
 pub mod operands;
 mod operator;
+pub mod schedule;
 #[cfg(test)]
 mod tests;
 #[cfg(any(test, feature = "cuda"))]
@@ -115,15 +116,13 @@ mod wire;
 
 use std::ops::Deref;
 
+pub use crate::schedule::Precision;
+use crate::schedule::{BroadcastPlan, HaloPlan, LayerTraffic, ScheduleKind, Traffic, Workspace};
 use chunk_format::ChunkView;
 pub use dist_comm::agree::PartsMismatch;
 use dist_comm::{AllGather, AllReduce, Broadcast, CommError, PointToPoint};
-use distspmm_core::kernel::KernelError;
-pub use distspmm_core::schedule::Precision;
-use distspmm_core::schedule::{
-    BroadcastPlan, HaloPlan, LayerTraffic, ScheduleKind, Traffic, Workspace,
-};
-use distspmm_core::sparse::{DenseView, DenseViewMut, PageBuffer};
+use distspmm_sparse::kernel::KernelError;
+use distspmm_sparse::sparse::{DenseView, DenseViewMut, PageBuffer};
 
 pub use agree::abstain;
 pub use backend::{Backend, Program};
@@ -397,8 +396,8 @@ impl Schedule {
 /// ```
 /// use chunk_format::ChunkView;
 /// use dist_comm::{AllGather, AllReduce, Broadcast, PointToPoint};
-/// use distspmm_core::schedule::ScheduleKind;
-/// use distspmm_core::sparse::{DenseView, DenseViewMut};
+/// use distspmm_op::schedule::ScheduleKind;
+/// use distspmm_sparse::sparse::{DenseView, DenseViewMut};
 /// use distspmm_op::{DistSpmm, DistSpmmError};
 ///
 /// /// One aggregation `Y_p = (Â·X)_p` on this rank (every rank calls it together).
@@ -447,7 +446,7 @@ where
 
     /// [`new`](Self::new) with the rows and partial sums travelling in `precision`: each
     /// message is narrowed from `f32` where it is handed to the communicator and widened back
-    /// to `f32` where it is received (`distspmm_core::kernel::convert`); products and sums
+    /// to `f32` where it is received (`distspmm_sparse::kernel::convert`); products and sums
     /// stay in `f32`, and the rows a rank multiplies from its own `X_p` are never converted.
     /// `f32` moves the values as they are (the results and bytes of [`new`](Self::new)). The
     /// ranks agree on the precision with the partition.
@@ -772,7 +771,7 @@ fn predicted_traffic(
 }
 
 /// The rows and columns of a dense operand.
-fn shape<S>(d: &distspmm_core::sparse::Dense<S>) -> (usize, usize)
+fn shape<S>(d: &distspmm_sparse::sparse::Dense<S>) -> (usize, usize)
 where
     S: Deref<Target = [f32]>,
 {
@@ -880,5 +879,5 @@ impl Buffer {
 
 /// Bytes of a buffer of `len` values.
 fn value_bytes(len: usize) -> u64 {
-    len as u64 * distspmm_core::schedule::VALUE_BYTES
+    len as u64 * schedule::VALUE_BYTES
 }

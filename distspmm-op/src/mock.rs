@@ -8,8 +8,8 @@
 //! receive, broadcasts agree), move the bytes the plans predict, and convert the regions the
 //! CPU engine converts with the bytes it counts.
 
-use distspmm_core::kernel::convert::Half;
-use distspmm_core::schedule::Traffic;
+use crate::schedule::Traffic;
+use distspmm_sparse::kernel::convert::Half;
 
 use crate::backend::{
     run, Accumulate, Backend, Dense, Exchange, Lane, Matrix, Message, Product, Region, Rows, Values,
@@ -490,8 +490,8 @@ impl crate::operator::engine::Engine for RecordingEngine<'_> {
         Ok(())
     }
 
-    fn workspace(&self) -> distspmm_core::schedule::Workspace {
-        distspmm_core::schedule::Workspace::default()
+    fn workspace(&self) -> crate::schedule::Workspace {
+        crate::schedule::Workspace::default()
     }
 
     fn counted(&self) -> Option<&[Traffic]> {
@@ -501,9 +501,9 @@ impl crate::operator::engine::Engine for RecordingEngine<'_> {
 
 #[cfg(test)]
 mod tests {
+    use crate::schedule::{Precision, ScheduleKind};
     use dist_comm::{Bytes, Counting, Group, LocalComm};
-    use distspmm_core::schedule::{Precision, ScheduleKind};
-    use distspmm_core::sparse::{DenseView, DenseViewMut};
+    use distspmm_sparse::sparse::{DenseView, DenseViewMut};
     use proptest::prelude::*;
 
     use super::{record_in, EngineLog, Event, RecordingEngine};
@@ -545,7 +545,7 @@ mod tests {
         (narrowed.collect(), widened.collect())
     }
 
-    fn bytes(t: distspmm_core::schedule::Traffic) -> Bytes {
+    fn bytes(t: crate::schedule::Traffic) -> Bytes {
         Bytes {
             sent: t.sent,
             received: t.received,

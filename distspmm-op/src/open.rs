@@ -12,7 +12,7 @@ use chunk_format::{ChunkView, MappedChunk};
 use dist_comm::agree::{check_parts, PartsMismatch};
 
 use crate::ChunkSource;
-use distspmm_core::chunk::{ChunkDir, ChunkDirError};
+use chunk_format::dir::{ChunkDir, ChunkDirError};
 
 /// Why a rank could not open its chunk.
 #[derive(Debug, thiserror::Error)]
@@ -168,10 +168,11 @@ mod tests {
     /// A chunk directory of one partition (two halves of 30 nodes) of a ring, with one more
     /// edge when `chord`: the same partition fingerprint, other content.
     fn write_ring(dir: &Path, chord: bool) {
-        use distspmm_core::chunk::{write_chunk_dir, ChunkBuilder, WriteOptions};
-        use distspmm_core::graph::Graph;
-        use distspmm_core::normalize::{adjacency, Normalization};
-        use distspmm_core::partition::Partition;
+        use chunk_format::dir::WriteOptions;
+        use distspmm_prep::chunk::{write_chunk_dir, ChunkBuilder};
+        use distspmm_prep::graph::Graph;
+        use distspmm_prep::normalize::{adjacency, Normalization};
+        use distspmm_prep::partition::Partition;
         let n = 30u32;
         let mut edges: Vec<(u32, u32)> = (0..n)
             .flat_map(|v| [(v, (v + 1) % n), ((v + 1) % n, v)])
@@ -188,7 +189,7 @@ mod tests {
     }
 
     fn new_op<K: ChunkSource>(comm: &dist_comm::LocalComm, chunk: K) -> Result<(), String> {
-        crate::DistSpmm::new(comm, chunk, distspmm_core::schedule::ScheduleKind::Halo)
+        crate::DistSpmm::new(comm, chunk, crate::schedule::ScheduleKind::Halo)
             .map(|_| ())
             .map_err(|e| e.to_string())
     }

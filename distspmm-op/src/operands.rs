@@ -3,7 +3,7 @@
 //! entry points. (The CPU operator takes `DenseView`s, whose constructor already checks the
 //! extent, and the borrow checker rules out overlap.)
 
-use distspmm_core::memory::human_bytes;
+use distspmm_sparse::memory::human_bytes;
 
 /// Why an operand given as memory cannot be used.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

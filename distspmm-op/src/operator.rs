@@ -5,9 +5,9 @@
 //! [`DistSpmm`](crate::DistSpmm) is this shell over the CPU engine (host buffers and any
 //! communicator), `GpuDistSpmm` over the GPU engine (device, streams, device buffers, NCCL).
 
+use crate::schedule::{LayerTraffic, Precision, ScheduleKind, Traffic, Workspace};
 use chunk_format::ChunkView;
 use dist_comm::AllGather;
-use distspmm_core::schedule::{LayerTraffic, Precision, ScheduleKind, Traffic, Workspace};
 
 use crate::edges::EdgeLayout;
 use crate::{agree, predicted_traffic, ChunkSource, DistSpmmError, Kind, Op, Program, Schedule};

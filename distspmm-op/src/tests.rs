@@ -8,15 +8,13 @@
 
 use std::path::Path;
 
+use crate::schedule::{HaloPlan, LayerTraffic, Precision, ScheduleKind, Traffic, Workspace};
 use chunk_format::{encode, AlignedBuf, ChunkView};
-use distspmm_core::chunk::{reassemble, ChunkBuilder};
-use distspmm_core::graph::Graph;
-use distspmm_core::normalize::{self, Normalization};
-use distspmm_core::partition::Partition;
-use distspmm_core::schedule::{
-    HaloPlan, LayerTraffic, Precision, ScheduleKind, Traffic, Workspace,
-};
-use distspmm_core::sparse::{CsrOwned, DenseView, DenseViewMut};
+use distspmm_prep::chunk::{reassemble, ChunkBuilder};
+use distspmm_prep::graph::Graph;
+use distspmm_prep::normalize::{self, Normalization};
+use distspmm_prep::partition::Partition;
+use distspmm_sparse::sparse::{CsrOwned, DenseView, DenseViewMut};
 use proptest::prelude::*;
 
 use super::{abstain, predicted_traffic, DistSpmm, DistSpmmError, PartsMismatch};
@@ -129,8 +127,7 @@ fn run(
         let features_max = features.max(warm_f);
         let predicted_workspace = match kind {
             ScheduleKind::Broadcast => {
-                distspmm_core::schedule::BroadcastPlan::from_chunk(&views[p])
-                    .workspace(features_max)
+                crate::schedule::BroadcastPlan::from_chunk(&views[p]).workspace(features_max)
             }
             ScheduleKind::Halo => HaloPlan::from_chunk(&views[p]).workspace(features_max),
         }
@@ -350,7 +347,8 @@ pub(crate) fn ring(n: usize, parts: u32) -> Vec<AlignedBuf> {
 
 /// A chunk directory of a 30-node ring in `parts` parts at `dir`.
 pub(crate) fn write_ring_dir(dir: &Path, parts: u32) {
-    use distspmm_core::chunk::{write_chunk_dir, WriteOptions};
+    use chunk_format::dir::WriteOptions;
+    use distspmm_prep::chunk::write_chunk_dir;
     let n = 30;
     let (src, dst): (Vec<u32>, Vec<u32>) = ring_edges(n).into_iter().unzip();
     let a_hat = normalize::adjacency(n, &src, &dst, None, Normalization::Gcn).unwrap();

@@ -15,8 +15,8 @@
 //! length in the transport's elements (`f32` values, or the bytes of 16-bit values) times the
 //! element's size, a broadcast once per receiving rank on the root's side.
 
-use distspmm_core::kernel::convert::Half;
-use distspmm_core::schedule::{Precision, Traffic};
+use crate::schedule::{Precision, Traffic};
+use distspmm_sparse::kernel::convert::Half;
 
 use crate::backend::{Exchange, Message, Region};
 use crate::DistSpmmError;

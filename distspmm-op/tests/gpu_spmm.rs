@@ -4,7 +4,7 @@
 //! the per-edge calls (`spmm_values`, `spmm_values_transpose`, `sddmm`, `sddmm_backward`),
 //! their grouped (multi-head) forms, and the edge softmax (plain and after a LeakyReLU,
 //! forward and backward); messages in bf16 and f16 against the CPU operator in the same
-//! precision (the conversion kernels against distspmm-core's conversions bit for bit, the
+//! precision (the conversion kernels against distspmm-sparse's conversions bit for bit, the
 //! operator's results within the tolerance stated at `check_precisions`, the bytes as the
 //! CPU's, NaN and ±Inf arriving as such).
 //!
@@ -29,15 +29,15 @@ use chunk_format::{encode, AlignedBuf, ChunkView};
 use dist_comm::{
     AllGather, AllReduce, DeviceSelect, Group, LocalComm, NcclComm, NcclHost, NcclUniqueId,
 };
-use distspmm_core::chunk::ChunkBuilder;
-use distspmm_core::graph::Graph;
-use distspmm_core::kernel::convert::{narrow, widen, Half};
-use distspmm_core::normalize::{self, Normalization};
-use distspmm_core::partition::Partition;
-use distspmm_core::schedule::{Precision, ScheduleKind, Traffic};
-use distspmm_core::sparse::{DenseView, DenseViewMut};
 use distspmm_cuda::{DeviceDense, GpuDevice, HalfFormat, RawDense};
+use distspmm_op::schedule::{Precision, ScheduleKind, Traffic};
 use distspmm_op::{DistSpmm, GpuDistSpmm};
+use distspmm_prep::chunk::ChunkBuilder;
+use distspmm_prep::graph::Graph;
+use distspmm_prep::normalize::{self, Normalization};
+use distspmm_prep::partition::Partition;
+use distspmm_sparse::kernel::convert::{narrow, widen, Half};
+use distspmm_sparse::sparse::{DenseView, DenseViewMut};
 
 /// Environment of a spawned rank: `RANK,SIZE,HEX-ID`.
 const CHILD: &str = "DIST_COMM_GPU_SPMM_CHILD";
@@ -436,7 +436,7 @@ fn f32_patterns() -> Vec<u32> {
     all
 }
 
-/// distspmm-cuda's `dsp_narrow` / `dsp_widen` against distspmm-core's conversions (the CPU
+/// distspmm-cuda's `dsp_narrow` / `dsp_widen` against distspmm-sparse's conversions (the CPU
 /// operator's), bit for bit: every 16-bit pattern widened, the patterns of [`f32_patterns`]
 /// narrowed, both formats.
 fn check_conversions(dev: &GpuDevice) {
@@ -925,7 +925,7 @@ fn fixture_exchanges_halos_and_has_long_rows() {
     let bufs = chunks(2);
     let views = views(&bufs);
     for v in &views {
-        let plan = distspmm_core::schedule::HaloPlan::from_chunk(v);
+        let plan = distspmm_op::schedule::HaloPlan::from_chunk(v);
         assert!(plan.sent_rows() > 0 && plan.halo_rows() > 0);
     }
     let d = views[0].diagonal_block();
@@ -936,9 +936,9 @@ fn fixture_exchanges_halos_and_has_long_rows() {
     for kind in [ScheduleKind::Halo, ScheduleKind::Broadcast] {
         for (v, rank) in views.iter().zip(cpu_reference(&views, kind)) {
             let plan = match kind {
-                ScheduleKind::Halo => distspmm_core::schedule::HaloPlan::from_chunk(v).traffic(64),
+                ScheduleKind::Halo => distspmm_op::schedule::HaloPlan::from_chunk(v).traffic(64),
                 ScheduleKind::Broadcast => {
-                    distspmm_core::schedule::BroadcastPlan::from_chunk(v).traffic(64)
+                    distspmm_op::schedule::BroadcastPlan::from_chunk(v).traffic(64)
                 }
             };
             assert_eq!((rank[0].2, rank[0].3), (plan.forward, plan.backward));

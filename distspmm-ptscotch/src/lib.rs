@@ -75,7 +75,7 @@ pub use check::GraphTotals;
 pub use quality::{evaluate, Quality};
 
 use dist_comm::{AllGather, AllReduce, CommError, MpiComm};
-use distspmm_core::partition::DegreeSpread;
+use distspmm_prep::partition::DegreeSpread;
 
 /// One rank's share of a symmetric graph distributed by contiguous vertex ranges.
 #[derive(Debug, Clone, Copy)]

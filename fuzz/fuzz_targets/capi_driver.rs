@@ -102,12 +102,12 @@ extern "C" fn remove_scratch() {
     let _ = std::fs::remove_dir_all(scratch_root());
 }
 
-/// A small featured graph (60 nodes) in one part, written as `distspmm partition` would.
+/// A small featured graph (60 nodes) in one part, written as `distspmm partition` does
+/// (`distspmm_prep::prep::run_graph`).
 fn write_fixture(dir: &Path) {
-    use distspmm_core::chunk::{write_chunk_dir, ChunkBuilder, WriteOptions};
-    use distspmm_core::graph::generate::{csbm, CsbmParams};
-    use distspmm_core::normalize::{adjacency, Normalization};
-    use distspmm_core::partition::{partition, Adjacency, Method};
+    use distspmm_prep::graph::generate::{csbm, CsbmParams};
+    use distspmm_prep::partition::Method;
+    use distspmm_prep::prep::{run_graph, Build, PrepConfig};
     let graph = csbm(&CsbmParams {
         nodes: 60,
         classes: 3,
@@ -117,22 +117,13 @@ fn write_fixture(dir: &Path) {
         ..Default::default()
     })
     .expect("csbm");
-    let a_hat = adjacency(
-        graph.num_nodes,
-        &graph.src,
-        &graph.dst,
-        graph.weights.as_deref(),
-        Normalization::Gcn,
-    )
-    .expect("normalise");
-    let adj = Adjacency::from_edges(graph.num_nodes, &graph.src, &graph.dst).expect("adjacency");
-    let parts = partition(&adj, 1, &Method::Contiguous).expect("partition");
-    let builder = ChunkBuilder::new(&graph, a_hat.view(), &parts).expect("builder");
-    let options = WriteOptions {
+    let config = PrepConfig {
+        method: Method::Contiguous,
+        build: Build::InMemory,
         force: true,
-        ..WriteOptions::default()
+        ..PrepConfig::new("the fixture graph", 1, dir)
     };
-    write_chunk_dir(dir, &builder, &options).expect("write chunks");
+    run_graph(&config, graph, &|_| {}).expect("write chunks");
 }
 
 fn last_error() -> String {

@@ -1,8 +1,8 @@
 //! Checks shared by the graph-reader targets: what a reader returns must be a valid graph that
 //! the rest of the pipeline accepts.
 
-use distspmm_core::graph::{npz, Graph};
-use distspmm_core::normalize::{adjacency, Normalization, NormalizeError};
+use distspmm_prep::graph::{npz, Graph};
+use distspmm_prep::normalize::{adjacency, Normalization, NormalizeError};
 
 /// Graphs up to this many nodes also go through normalisation (which allocates per node, so a
 /// header announcing four billion nodes would only measure the machine's memory).

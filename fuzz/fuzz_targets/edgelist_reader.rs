@@ -8,7 +8,7 @@ mod common;
 
 use std::io::Cursor;
 
-use distspmm_core::graph::edgelist::{read_edgelist, EdgeListOptions};
+use distspmm_prep::graph::edgelist::{read_edgelist, EdgeListOptions};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {

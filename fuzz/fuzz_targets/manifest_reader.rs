@@ -5,7 +5,7 @@
 //! writer would store.
 #![no_main]
 
-use distspmm_core::chunk::Manifest;
+use chunk_format::dir::Manifest;
 use libfuzzer_sys::fuzz_target;
 
 fn check(bytes: &[u8]) {

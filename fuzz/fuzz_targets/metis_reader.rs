@@ -6,7 +6,7 @@ mod common;
 
 use std::io::Cursor;
 
-use distspmm_core::graph::metis::read_metis;
+use distspmm_prep::graph::metis::read_metis;
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {

@@ -6,7 +6,7 @@ mod common;
 
 use std::io::Cursor;
 
-use distspmm_core::graph::mtx::read_mtx;
+use distspmm_prep::graph::mtx::read_mtx;
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {

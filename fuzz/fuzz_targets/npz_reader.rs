@@ -2,7 +2,9 @@
 //! container parsing), and an archive assembled from the input's structure — PyG array names,
 //! well-formed or mangled `.npy` headers with arbitrary dtypes and shapes, element data — so that
 //! the `.npy` and graph-level checks behind the zip CRCs get exercised. Everything accepted must
-//! be a valid graph that survives an `.npz` round trip.
+//! be a valid graph that survives an `.npz` round trip. An assembled archive the whole reader
+//! accepts is also read in slices, as the ranks of `partition --distributed` read it
+//! (`read_slice` at 1–3 ranks): every slice it accepts must be the whole graph's, cut.
 #![no_main]
 
 mod common;
@@ -10,7 +12,8 @@ mod common;
 use std::io::{Cursor, Write};
 
 use arbitrary::{Arbitrary, Unstructured};
-use distspmm_core::graph::npz::read_npz_bytes;
+use distspmm_prep::graph::npz::{read_npz_bytes, read_slice, SliceNodes};
+use distspmm_prep::graph::{slice_range, Graph, GraphSlice};
 use libfuzzer_sys::fuzz_target;
 use zip::write::SimpleFileOptions;
 use zip::{CompressionMethod, ZipWriter};
@@ -196,6 +199,44 @@ fuzz_target!(|data: &[u8]| {
     if let Some(bytes) = archive(&entries) {
         if let Ok(g) = read_npz_bytes(&bytes) {
             common::check_graph(&g);
+            check_slices(&bytes, &g);
         }
     }
 });
+
+/// Every slice `read_slice` accepts of the archive `bytes` is `g` cut (a rank may refuse what
+/// it cannot read without the whole array, e.g. Fortran-order node arrays).
+fn check_slices(bytes: &[u8], g: &Graph) {
+    // A file of its own, created exclusively (never one that already stood under the name).
+    let Ok(mut file) = tempfile::Builder::new().suffix(".npz").tempfile() else {
+        return;
+    };
+    if std::io::Write::write_all(&mut file, bytes).is_err() {
+        return;
+    }
+    let path = file.path().to_path_buf();
+    for ranks in 1..=3 {
+        for rank in 0..ranks {
+            let Ok((mut slice, nodes)) = read_slice(&path, rank, ranks) else {
+                continue;
+            };
+            if let SliceNodes::AtLeast(n) = nodes {
+                // The ranks agree on the largest bound: the graph's node count.
+                assert!(n <= g.num_nodes, "bound {n} above {} nodes", g.num_nodes);
+                let range = slice_range(g.num_nodes as u64, ranks, rank);
+                slice.num_nodes = g.num_nodes;
+                slice.first_node = range.start as usize;
+                slice.nodes = Graph {
+                    num_nodes: (range.end - range.start) as usize,
+                    ..Graph::default()
+                };
+            }
+            let mut whole = GraphSlice::cut(g, rank, ranks);
+            if matches!(nodes, SliceNodes::AtLeast(_)) {
+                whole.nodes = slice.nodes.clone();
+            }
+            assert_eq!(slice, whole, "rank {rank} of {ranks}");
+        }
+    }
+    drop(file);
+}

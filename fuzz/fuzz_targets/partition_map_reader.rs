@@ -6,7 +6,7 @@
 
 use std::path::Path;
 
-use distspmm_core::partition::Partition;
+use distspmm_prep::partition::Partition;
 use libfuzzer_sys::fuzz_target;
 
 fn check(bytes: &[u8]) {

@@ -12,8 +12,8 @@
 #![no_main]
 
 use arbitrary::Arbitrary;
-use distspmm_core::kernel::{self, reference};
-use distspmm_core::sparse::{
+use distspmm_sparse::kernel::{self, reference};
+use distspmm_sparse::sparse::{
     ByCol, ByRow, Compressed, CscOwned, CsrOwned, DenseView, DenseViewMut, Orientation,
 };
 use libfuzzer_sys::fuzz_target;

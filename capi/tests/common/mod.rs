@@ -8,10 +8,13 @@ use std::process::{Command, Output};
 use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
-use distspmm_core::chunk::{write_chunk_dir, ChunkBuilder, WriteOptions};
-use distspmm_core::graph::Graph;
-use distspmm_core::normalize::{self, Normalization};
-use distspmm_core::partition::{self, Adjacency, Method, MetisOptions};
+use chunk_format::dir::WriteOptions;
+
+use distspmm_prep::chunk::{write_chunk_dir, ChunkBuilder};
+use distspmm_prep::graph::Graph;
+use distspmm_prep::normalize::{self, Normalization};
+use distspmm_prep::partition::{self, Adjacency, Method, MetisOptions};
+use distspmm_prep::prep::{self, Build, PrepConfig};
 
 /// The repository root.
 pub fn repo_root() -> PathBuf {
@@ -166,19 +169,22 @@ pub fn prefix() -> &'static Path {
 }
 
 /// Builds Â (GCN normalisation), partitions with METIS (seed 1) and writes a chunk directory
-/// with the graph's edge weights, as `distspmm partition --parts P` does.
+/// with the graph's edge weights: `distspmm partition --parts P --method metis` on `graph`
+/// (`distspmm_prep::prep::run_graph`).
 pub fn write_chunks(graph: &Graph, parts: u32, out: &Path) {
-    write_chunks_with(graph, parts, out, true);
+    let config = PrepConfig {
+        method: Method::Metis(MetisOptions::default()),
+        build: Build::InMemory,
+        force: true,
+        ..PrepConfig::new("the test graph", parts, out)
+    };
+    prep::run_graph(&config, graph.clone(), &|_| {}).expect("write chunks");
 }
 
 /// [`write_chunks`] without the edge weights (chunk format 1.0, as written before they were
-/// recorded).
+/// recorded): the builder called directly, which `prep::run` never does without them.
 pub fn write_chunks_without_edge_weights(graph: &Graph, parts: u32, out: &Path) {
-    write_chunks_with(graph, parts, out, false);
-}
-
-fn write_chunks_with(graph: &Graph, parts: u32, out: &Path, edge_weights: bool) {
-    let (a_hat, weights) = normalize::adjacency_with_weights(
+    let a_hat = normalize::adjacency(
         graph.num_nodes,
         &graph.src,
         &graph.dst,
@@ -191,10 +197,7 @@ fn write_chunks_with(graph: &Graph, parts: u32, out: &Path, edge_weights: bool) 
     let partition =
         partition::partition(&adjacency, parts, &Method::Metis(MetisOptions::default()))
             .expect("partition");
-    let mut builder = ChunkBuilder::new(graph, a_hat.view(), &partition).expect("chunk builder");
-    if edge_weights {
-        builder = builder.with_edge_weights(&weights).expect("edge weights");
-    }
+    let builder = ChunkBuilder::new(graph, a_hat.view(), &partition).expect("chunk builder");
     let options = WriteOptions {
         force: true,
         ..WriteOptions::default()
@@ -204,7 +207,7 @@ fn write_chunks_with(graph: &Graph, parts: u32, out: &Path, edge_weights: bool) 
 
 /// A small labelled, featured graph (CSBM: 240 nodes, 4 classes, 6 features).
 pub fn small_graph() -> Graph {
-    distspmm_core::graph::generate::csbm(&distspmm_core::graph::generate::CsbmParams {
+    distspmm_prep::graph::generate::csbm(&distspmm_prep::graph::generate::CsbmParams {
         nodes: 240,
         classes: 4,
         features: 6,
@@ -305,7 +308,7 @@ pub fn venv_python(
 /// A random directed, weighted graph with features, labels and a split: RMAT's undirected
 /// edges kept in one direction, so Ahat is not symmetric and a transposition mistake shows.
 pub fn directed_graph() -> Graph {
-    use distspmm_core::graph::generate;
+    use distspmm_prep::graph::generate;
     let mut graph = generate::rmat(8, 6, 11).expect("rmat");
     let (src, dst): (Vec<u32>, Vec<u32>) = graph
         .src
@@ -367,8 +370,8 @@ pub fn check_on_directed_graph(
     std::fs::create_dir_all(&dir).expect("create the scratch directory");
     let npz = dir.join("graph.npz");
     let _ = std::fs::remove_file(&npz);
-    distspmm_core::graph::npz::write_npz(&npz, &directed_graph()).expect("write .npz");
-    let graph = distspmm_core::graph::load(&npz).expect("read .npz");
+    distspmm_prep::graph::npz::write_npz(&npz, &directed_graph()).expect("write .npz");
+    let graph = distspmm_prep::graph::load(&npz).expect("read .npz");
     let script = script_args
         .first()
         .map(|s| Path::new(s).file_name().unwrap_or(s.as_os_str()))

@@ -5,10 +5,10 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use anyhow::{bail, Context};
-use distspmm_core::graph;
-use distspmm_core::kernel::{self, spmm, spmm_transpose};
-use distspmm_core::normalize::{self, Normalization};
-use distspmm_core::sparse::{DenseView, DenseViewMut, PageBuffer};
+use distspmm_prep::graph;
+use distspmm_prep::normalize::{self, Normalization};
+use distspmm_sparse::kernel::{self, spmm, spmm_transpose};
+use distspmm_sparse::sparse::{DenseView, DenseViewMut, PageBuffer};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
@@ -89,7 +89,7 @@ fn run_spmm(args: &SpmmArgs) -> anyhow::Result<()> {
     let started = Instant::now();
     let g = graph::load(&args.input).context("cannot load the graph")?;
     let values = (g.num_nodes as u64).saturating_mul(args.features as u64);
-    distspmm_core::memory::check(
+    distspmm_sparse::memory::check(
         format!(
             "X and Y ({} nodes × --features {})",
             g.num_nodes, args.features

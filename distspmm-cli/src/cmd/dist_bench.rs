@@ -13,9 +13,9 @@ use std::time::Instant;
 
 use anyhow::Context;
 use dist_comm::{AllReduce, Communicator, Counting, Group, ReduceOp};
-use distspmm_core::schedule::ScheduleKind;
-use distspmm_core::sparse::{DenseView, DenseViewMut, PageBuffer};
+use distspmm_op::schedule::ScheduleKind;
 use distspmm_op::{DistSpmm, Precision, RankChunk};
+use distspmm_sparse::sparse::{DenseView, DenseViewMut, PageBuffer};
 
 use super::ranks::{self, explain, test_matrix, Launch, RankMain, ScheduleArg};
 

@@ -19,7 +19,8 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::bail;
-use distspmm_core::chunk::{chunk_file_name, ChunkDir};
+use chunk_format::dir::{chunk_file_name, ChunkDir};
+use distspmm_prep::chunk::VerifyDir;
 use serde::Serialize;
 
 /// Check a chunk directory, the MPI installation and the hosts of a run before launching it.
@@ -773,7 +774,7 @@ fn check_hosts(hostfile: &Path, ranks: u32, args: &Args, report: &mut Report) {
                 hostfile.display(),
                 std::path::absolute(dir)
                     .unwrap_or_else(|_| dir.clone())
-                    .join(distspmm_core::chunk::MANIFEST_FILE)
+                    .join(chunk_format::dir::MANIFEST_FILE)
                     .display()
             )),
         );

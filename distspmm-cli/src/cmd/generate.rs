@@ -6,8 +6,8 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
-use distspmm_core::graph::generate::{self, CsbmParams};
-use distspmm_core::graph::{npz, Graph};
+use distspmm_prep::graph::generate::{self, CsbmParams};
+use distspmm_prep::graph::{npz, Graph};
 use indicatif::ProgressBar;
 
 /// Generate a synthetic graph and write it as .npz (PyG field names).
@@ -161,10 +161,11 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
         .as_ref()
         .map_or(graph.num_edges() as u64, |s| s.num_edges());
     spinner.set_message(format!("writing {}", output.out.display()));
-    let written = super::output::write(&output.out, output.force, "--out", |path| match &sorted {
-        Some(edges) => npz::write_npz_edges(path, &graph, edges),
-        None => npz::write_npz(path, &graph),
-    })?;
+    let written =
+        distspmm_prep::output::write(&output.out, output.force, "--out", |path| match &sorted {
+            Some(edges) => npz::write_npz_edges(path, &graph, edges),
+            None => npz::write_npz(path, &graph),
+        })?;
     drop(sorted);
     spinner.finish_and_clear();
     let bytes = std::fs::metadata(&output.out)
@@ -236,9 +237,9 @@ fn check_memory(what: &GenerateWhat) -> anyhow::Result<()> {
             "lower --nodes, --avg-degree or --features",
         ),
     };
-    distspmm_core::memory::check(
+    distspmm_sparse::memory::check(
         format!("a graph of {nodes} nodes, about {edges} edges and {features} features"),
-        distspmm_core::graph::working_set_bytes(nodes, edges, features),
+        distspmm_prep::graph::working_set_bytes(nodes, edges, features),
         hint,
     )?;
     Ok(())

@@ -2,8 +2,9 @@
 
 use std::path::{Path, PathBuf};
 
+use chunk_format::dir::{fingerprint_hex, ChunkDir, MANIFEST_FILE, PARTITION_MAP_FILE};
 use chunk_format::{ChunkView, MappedChunk};
-use distspmm_core::chunk::{fingerprint_hex, ChunkDir, MANIFEST_FILE, PARTITION_MAP_FILE};
+use distspmm_prep::chunk::VerifyDir;
 use serde_json::{json, Value};
 
 /// Summarise and validate one chunk file, or a whole chunk directory (manifest, every chunk,

@@ -5,7 +5,6 @@ pub mod dist_bench;
 pub mod doctor;
 pub mod generate;
 pub mod inspect;
-pub mod output;
 pub mod partition;
 pub mod plan;
 pub mod predict;
@@ -24,7 +23,7 @@ mod tests {
     #[test]
     fn a_cause_already_in_the_message_is_not_repeated() {
         let io = std::io::Error::from(std::io::ErrorKind::PermissionDenied);
-        let inner = distspmm_core::chunk::ChunkDirError::Io {
+        let inner = chunk_format::dir::ChunkDirError::Io {
             path: "m.json".into(),
             source: io,
         };

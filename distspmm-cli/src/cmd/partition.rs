@@ -1,20 +1,19 @@
 //! `distspmm partition`: graph file → normalised Â → partition → chunk directory.
 
 use std::io::IsTerminal;
-use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+use std::path::PathBuf;
+use std::sync::Mutex;
+use std::time::Duration;
 
-use anyhow::{bail, Context};
-use distspmm_core::chunk::{
-    write_chunk_dir, BoundedBuilder, ChunkBuilder, ChunkDirError, DirLock, EdgeBuckets, Manifest,
-    ParkedEdges, PartChunkBuilder, WriteOptions,
+use anyhow::bail;
+use distspmm_prep::normalize::Normalization;
+use distspmm_prep::partition::{
+    AutoOptions, Balance, KaminparOptions, Method, MetisOptions, Objective,
 };
-use distspmm_core::normalize::{self, Normalization};
-use distspmm_core::partition::{
-    Adjacency, AutoOptions, Balance, KaminparOptions, Method, MetisOptions, Objective, Partition,
-    PartitionError,
-};
+use distspmm_prep::prep::{self, Build, Phase, PrepConfig, PrepEvent};
 use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
+
+mod distributed;
 
 /// Partition a graph and write one chunk per part plus a manifest into a directory.
 #[derive(Debug, clap::Args)]
@@ -54,6 +53,13 @@ pub struct Args {
     /// takes in-memory when its estimated working set fits in the available memory.
     #[arg(long, value_enum, default_value_t = BuildArg::Auto)]
     build: BuildArg,
+    /// Partition on the ranks of an MPI job (`mpirun -n P distspmm partition --distributed
+    /// ...`) with PT-Scotch: each rank reads only its slice of the input (an .npz file or a
+    /// directory of .npy files, on a file system every rank reads) and writes its parts'
+    /// chunks; --parts may exceed the rank count. --out must be on a file system every rank
+    /// writes.
+    #[arg(long)]
+    distributed: bool,
 }
 
 /// How the chunks are built.
@@ -67,33 +73,12 @@ pub enum BuildArg {
     Bounded,
 }
 
-/// Bytes per non-zero of Â (counted as edges + nodes) that the in-memory build is taken to hold
-/// at its peak: 24.5–26.4 measured on RMAT-22 at P = 4 (docs/performance.md, "The RMAT-22
-/// targets on a quiet machine"; 32.8 before the writer stopped reading chunks back), rounded up
-/// for features, node data and more skewed parts.
-const IN_MEMORY_BYTES_PER_NNZ: u64 = 40;
-
-impl BuildArg {
-    /// The builder to use for a graph of `nodes` and `edges`: `auto` takes the in-memory one
-    /// when its estimated working set fits in half of `available` (or `available` is unknown).
-    fn resolve(self, nodes: usize, edges: usize, available: Option<u64>) -> BuildArg {
-        match self {
-            BuildArg::Auto => {
-                let need = IN_MEMORY_BYTES_PER_NNZ.saturating_mul((nodes + edges) as u64);
-                match available {
-                    Some(a) if need > a / 2 => BuildArg::Bounded,
-                    _ => BuildArg::InMemory,
-                }
-            }
-            other => other,
-        }
-    }
-
-    fn name(self) -> &'static str {
-        match self {
-            BuildArg::Auto => "auto",
-            BuildArg::InMemory => "in-memory",
-            BuildArg::Bounded => "bounded",
+impl From<BuildArg> for Build {
+    fn from(arg: BuildArg) -> Self {
+        match arg {
+            BuildArg::Auto => Build::Auto,
+            BuildArg::InMemory => Build::InMemory,
+            BuildArg::Bounded => Build::Bounded,
         }
     }
 }
@@ -152,6 +137,12 @@ impl PartitionOptions {
     /// `--balance nnz`, `--imbalance` or `--seed` with a method that has no use for them).
     pub fn method(&self) -> anyhow::Result<Method> {
         let method = self.method.unwrap_or(MethodArg::Auto);
+        if method == MethodArg::Ptscotch {
+            bail!(
+                "--method ptscotch partitions on the ranks of an MPI job: run `mpirun -n P \
+                 distspmm partition --distributed ...`"
+            );
+        }
         if matches!(self.objective, Some(ObjectiveArg::Vol)) && !matches!(method, MethodArg::Metis)
         {
             bail!(
@@ -211,7 +202,7 @@ impl PartitionOptions {
                 balance,
             }),
             MethodArg::Contiguous => Method::Contiguous,
-            MethodArg::Random => Method::Random { seed },
+            MethodArg::Random | MethodArg::Ptscotch => Method::Random { seed },
         })
     }
 
@@ -229,40 +220,6 @@ impl PartitionOptions {
         .into_iter()
         .filter_map(|(name, given)| given.then_some(name))
         .collect()
-    }
-}
-
-/// Splits the graph into `parts` parts with `method`: every subcommand that partitions calls
-/// this. KaMinPar runs through distspmm-kaminpar when this binary has it (feature `kaminpar`);
-/// every other method is distspmm-core's.
-pub fn partition_graph(
-    adjacency: &Adjacency,
-    parts: u32,
-    method: &Method,
-) -> anyhow::Result<Partition> {
-    #[cfg(feature = "kaminpar")]
-    let result = distspmm_kaminpar::partition(adjacency, parts, method);
-    #[cfg(not(feature = "kaminpar"))]
-    let result = distspmm_core::partition::partition(adjacency, parts, method);
-    match result {
-        Err(PartitionError::KaminparNotLinked) => bail!(
-            "this build has no KaMinPar: rebuild with `cargo build --release -p distspmm-cli \
-             --features kaminpar`, or use --method metis"
-        ),
-        result => Ok(result?),
-    }
-}
-
-/// A rerun with the same options that found a different partition in the directory: with more
-/// than one thread KaMinPar does not repeat its partition, which is worth saying.
-fn explain_rerun(err: ChunkDirError, method: &Method) -> anyhow::Error {
-    let racy = matches!(method, Method::Kaminpar(k) if k.effective_threads() > 1);
-    match err {
-        ChunkDirError::DifferentPartition { .. } if racy => anyhow::anyhow!(
-            "{err} (KaMinPar with more than one thread does not give the same partition twice: \
-             add --threads 1 for reproducible runs)"
-        ),
-        err => err.into(),
     }
 }
 
@@ -285,6 +242,9 @@ pub enum MethodArg {
     Contiguous,
     /// Balanced random assignment (a locality-free baseline).
     Random,
+    /// PT-Scotch's distributed k-way partitioner, on the ranks of an MPI job: only with
+    /// --distributed (which uses it by default).
+    Ptscotch,
 }
 
 impl MethodArg {
@@ -296,6 +256,7 @@ impl MethodArg {
             MethodArg::Kaminpar => "kaminpar",
             MethodArg::Contiguous => "contiguous",
             MethodArg::Random => "random",
+            MethodArg::Ptscotch => "ptscotch",
         }
     }
 }
@@ -309,123 +270,144 @@ pub enum ObjectiveArg {
     Vol,
 }
 
-/// One long phase on stderr: a spinner while it runs, its time when done.
-struct Phase {
-    bar: ProgressBar,
-    started: Instant,
-}
-
-impl Phase {
-    fn start(bars: &MultiProgress, message: &'static str) -> Self {
-        let bar = bars.add(ProgressBar::new_spinner());
-        bar.set_style(
-            ProgressStyle::with_template("{spinner} {msg} {elapsed}")
-                .expect("static template")
-                .tick_chars("⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏ "),
-        );
-        bar.set_message(message);
-        bar.enable_steady_tick(Duration::from_millis(100));
-        Phase {
-            bar,
-            started: Instant::now(),
-        }
-    }
-
-    /// Ends the phase; returns its wall time in seconds.
-    fn done(self) -> f64 {
-        let seconds = self.started.elapsed().as_secs_f64();
-        let message = self.bar.message();
-        tracing::info!(phase = %message, seconds, "phase done");
-        self.bar
-            .set_style(ProgressStyle::with_template("  {msg}").expect("static template"));
-        self.bar
-            .finish_with_message(format!("{message}: {seconds:.2} s"));
-        seconds
+/// What a phase says on stderr while it runs.
+fn phase_message(phase: Phase, from_map: bool, build: Option<Build>) -> &'static str {
+    let bounded = build == Some(Build::Bounded);
+    match phase {
+        Phase::Load => "loading the graph",
+        Phase::Partition if from_map => "reading the partition map",
+        Phase::Partition => "partitioning",
+        Phase::Normalise if bounded => "bucketing the edges by part",
+        Phase::Normalise => "normalising Â",
+        Phase::Halo if bounded => "normalising part by part and finding the halos",
+        Phase::Halo => "renumbering and finding the halos",
+        Phase::Chunks => "building and writing chunks",
     }
 }
 
-/// Time and peak resident memory of each phase of a `partition` run.
-#[derive(Debug, Default)]
-struct PhaseLog {
-    entries: Vec<(&'static str, f64, Option<u64>)>,
+/// The progress bars of a run on stderr: a spinner per phase while it runs, its time when
+/// done, and a bar of the chunks written.
+struct Bars {
+    bars: MultiProgress,
+    parts: u32,
+    /// The running phase's spinner.
+    phase: Option<ProgressBar>,
+    /// The chunks written.
+    chunks: Option<ProgressBar>,
 }
 
-impl PhaseLog {
-    /// Records a phase that just ended: its seconds and the peak RSS since the last reset,
-    /// then resets the peak so the next phase measures its own.
-    fn record(&mut self, name: &'static str, seconds: f64) {
-        self.entries.push((name, seconds, memory::peak_rss_bytes()));
-        memory::reset_peak_rss();
-    }
-
-    fn seconds_json(&self) -> serde_json::Value {
-        self.entries
-            .iter()
-            .map(|&(name, seconds, _)| (name.to_string(), serde_json::json!(seconds)))
-            .collect::<serde_json::Map<_, _>>()
-            .into()
-    }
-
-    fn peaks_json(&self) -> serde_json::Value {
-        self.entries
-            .iter()
-            .map(|&(name, _, peak)| (name.to_string(), serde_json::json!(peak)))
-            .collect::<serde_json::Map<_, _>>()
-            .into()
-    }
-
-    /// The run's peak: the largest phase peak.
-    fn peak(&self) -> Option<u64> {
-        self.entries.iter().filter_map(|e| e.2).max()
-    }
-
-    fn summary(&self) -> String {
-        let mut out = String::from("phases:");
-        for &(name, seconds, peak) in &self.entries {
-            out.push_str(&format!(" {name} {seconds:.2} s"));
-            if let Some(peak) = peak {
-                out.push_str(&format!(" (peak {})", memory::gib(peak)));
+impl Bars {
+    fn on(&mut self, event: PrepEvent) {
+        match event {
+            PrepEvent::PhaseStarted {
+                phase,
+                from_map,
+                build,
+            } => {
+                let bar = self.bars.add(ProgressBar::new_spinner());
+                bar.set_style(
+                    ProgressStyle::with_template("{spinner} {msg} {elapsed}")
+                        .expect("static template")
+                        .tick_chars("⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏ "),
+                );
+                bar.set_message(phase_message(phase, from_map, build));
+                bar.enable_steady_tick(Duration::from_millis(100));
+                self.phase = Some(bar);
+                if phase == Phase::Chunks {
+                    let chunks = self.bars.add(ProgressBar::new(u64::from(self.parts)));
+                    chunks.set_style(
+                        ProgressStyle::with_template("  {bar:30} {pos}/{len} chunks")
+                            .expect("static template"),
+                    );
+                    self.chunks = Some(chunks);
+                }
             }
-            out.push(',');
+            PrepEvent::PhaseFinished { seconds, .. } => {
+                if let Some(chunks) = self.chunks.take() {
+                    chunks.finish_and_clear();
+                }
+                if let Some(bar) = self.phase.take() {
+                    let message = bar.message();
+                    bar.set_style(
+                        ProgressStyle::with_template("  {msg}").expect("static template"),
+                    );
+                    bar.finish_with_message(format!("{message}: {seconds:.2} s"));
+                }
+            }
+            PrepEvent::ChunkWritten { .. } => {
+                if let Some(chunks) = &self.chunks {
+                    chunks.inc(1);
+                }
+            }
         }
-        out.pop();
-        out
     }
 }
 
-/// Resident-memory readings from `/proc/self` (Linux); `None` elsewhere.
-pub(crate) mod memory {
-    /// The peak resident set size (VmHWM) of this process since it started or since the last
-    /// [`reset_peak_rss`], in bytes.
-    pub fn peak_rss_bytes() -> Option<u64> {
-        let status = std::fs::read_to_string("/proc/self/status").ok()?;
-        let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
-        let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
-        Some(kib * 1024)
-    }
+/// Bytes as GiB with two decimals.
+fn gib(bytes: u64) -> String {
+    format!("{:.2} GiB", bytes as f64 / (1u64 << 30) as f64)
+}
 
-    /// Resets the peak to the current resident size (Linux's `clear_refs` 5), so the next
-    /// reading covers only what follows. Without it readings are cumulative.
-    pub fn reset_peak_rss() {
-        if let Err(err) = std::fs::write("/proc/self/clear_refs", "5") {
-            tracing::debug!(%err, "cannot reset the peak RSS; phase peaks are cumulative");
+/// The phases of a report as `{name: value}`.
+fn phases_json(
+    report: &prep::PrepReport,
+    value: impl Fn(&prep::PhaseReport) -> serde_json::Value,
+) -> serde_json::Value {
+    report
+        .phases
+        .iter()
+        .map(|p| (p.name.to_string(), value(p)))
+        .collect::<serde_json::Map<_, _>>()
+        .into()
+}
+
+/// `phases: load 0.12 s (peak 0.10 GiB), …`.
+fn phases_summary(report: &prep::PrepReport) -> String {
+    let mut out = String::from("phases:");
+    for p in &report.phases {
+        out.push_str(&format!(" {} {:.2} s", p.name, p.seconds));
+        if let Some(peak) = p.peak_rss {
+            out.push_str(&format!(" (peak {})", gib(peak)));
         }
+        out.push(',');
     }
+    out.pop();
+    out
+}
 
-    /// Bytes as GiB with two decimals.
-    pub fn gib(bytes: u64) -> String {
-        format!("{:.2} GiB", bytes as f64 / (1u64 << 30) as f64)
+impl Args {
+    /// The pipeline these arguments describe.
+    fn prep_config(&self) -> anyhow::Result<PrepConfig> {
+        Ok(PrepConfig {
+            input: self.input.clone(),
+            parts: self.parts,
+            out: self.out.clone(),
+            method: self.partitioning.method()?,
+            partition_map: self.partition_map.clone(),
+            normalization: self.partitioning.normalize,
+            build: self.build.into(),
+            write_metis_graph: self.write_metis_graph.clone(),
+            force: self.force,
+            command_line: std::env::args().collect(),
+        })
     }
 }
 
 /// Runs `distspmm partition`.
 pub fn run(args: &Args) -> anyhow::Result<()> {
-    let started = Instant::now();
+    if args.distributed {
+        return distributed::run(args);
+    }
     let show = !args.json && std::io::stderr().is_terminal();
-    let bars = MultiProgress::with_draw_target(if show {
-        ProgressDrawTarget::stderr()
-    } else {
-        ProgressDrawTarget::hidden()
+    let bars = Mutex::new(Bars {
+        bars: MultiProgress::with_draw_target(if show {
+            ProgressDrawTarget::stderr()
+        } else {
+            ProgressDrawTarget::hidden()
+        }),
+        parts: args.parts,
+        phase: None,
+        chunks: None,
     });
     if args.parts == 0 {
         bail!("--parts must be at least 1");
@@ -443,124 +425,15 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
             );
         }
     }
-    if let Some(metis) = &args.write_metis_graph {
-        refuse_to_overwrite_inputs(metis, args)?;
-    }
-    // Held for the whole run, so a second run into the same directory refuses at once.
-    let lock = std::sync::Arc::new(
-        DirLock::acquire(&args.out)
-            .with_context(|| format!("cannot write the chunks into {}", args.out.display()))?,
-    );
-    let method = args.partitioning.method()?;
-    let mut phases = PhaseLog::default();
-    memory::reset_peak_rss();
-
-    let phase = Phase::start(&bars, "loading the graph");
-    let mut graph =
-        distspmm_core::graph::load(&args.input).context("cannot read the input graph")?;
-    // Recorded in the manifest: what a checkpoint names its data by, whatever the partition.
-    let graph_fingerprint = graph.fingerprint();
-    phases.record("load", phase.done());
-
-    let (partition, edge_cut, method) = {
-        let label = match args.partition_map {
-            Some(_) => "reading the partition map",
-            None => "partitioning",
-        };
-        let phase = Phase::start(&bars, label);
-        let adjacency = Adjacency::from_edges(graph.num_nodes, &graph.src, &graph.dst)?;
-        // `auto`'s pick for this graph: the method that runs, and that a rerun's error names.
-        let method = match args.partition_map {
-            Some(_) => method,
-            None => method.resolve(&adjacency),
-        };
-        if let Some(path) = &args.write_metis_graph {
-            super::output::write(path, args.force, "--write-metis-graph", |p| {
-                adjacency.write_metis_graph(p)
-            })
-            .context("cannot write the METIS graph file")?;
-        }
-        // METIS and KaMinPar need only the adjacency: the edge arrays wait on disk meanwhile,
-        // out of this phase's peak (the run's peak), and come back once the adjacency is gone.
-        let parked = match (&args.partition_map, &method) {
-            (None, Method::Metis(_) | Method::Kaminpar(_)) => Some(
-                ParkedEdges::park(&lock, &mut graph)
-                    .context("cannot park the edge arrays beside the output directory")?,
-            ),
-            _ => None,
-        };
-        let partition = match &args.partition_map {
-            Some(path) => load_map(path, args.parts, graph.num_nodes)?,
-            None => partition_graph(&adjacency, args.parts, &method)?,
-        };
-        let edge_cut = partition.edge_cut(&adjacency)?;
-        drop(adjacency);
-        if let Some(parked) = parked {
-            parked
-                .restore(&mut graph)
-                .context("cannot read the parked edge arrays back")?;
-        }
-        phases.record("partition", phase.done());
-        (partition, edge_cut, method)
-    };
-
-    let build = args.build.resolve(
-        graph.num_nodes,
-        graph.num_edges(),
-        distspmm_core::memory::available(),
-    );
-    tracing::info!(build = build.name(), "chunk builder");
-    // What the manifest records that the builders no longer know once the edges are released.
-    let written = WriteOptions {
-        edge_cut: Some(edge_cut),
-        graph_fingerprint: Some(graph_fingerprint),
-        edges: Some(graph.num_edges() as u64),
-        lock: Some(lock.clone()),
-        ..WriteOptions::default()
-    };
-    let manifest = if build == BuildArg::Bounded {
-        let phase = Phase::start(&bars, "bucketing the edges by part");
-        let buckets = EdgeBuckets::write(
-            &lock,
-            &partition,
-            &graph.src,
-            &graph.dst,
-            graph.weights.as_deref(),
-            args.partitioning.normalize,
-        )
-        .with_context(|| format!("cannot normalise {}", args.input.display()))?;
-        release_edges(&mut graph);
-        phases.record("normalise", phase.done());
-
-        let phase = Phase::start(&bars, "normalising part by part and finding the halos");
-        let builder = BoundedBuilder::new(&graph, &partition, buckets)
-            .with_context(|| format!("cannot normalise {}", args.input.display()))?;
-        phases.record("halo", phase.done());
-        write_chunks(args, &bars, &mut phases, &builder, written, &method)?
-    } else {
-        let phase = Phase::start(&bars, "normalising Â");
-        let (a_hat, edge_weights) = normalize::adjacency_with_weights(
-            graph.num_nodes,
-            &graph.src,
-            &graph.dst,
-            graph.weights.as_deref(),
-            args.partitioning.normalize,
-        )
-        .with_context(|| format!("cannot normalise {}", args.input.display()))?;
-        // From here on only Â and the node data are needed: release the edge arrays (8 bytes
-        // per edge, 12 with weights) before the chunks are built.
-        release_edges(&mut graph);
-        phases.record("normalise", phase.done());
-
-        let phase = Phase::start(&bars, "renumbering and finding the halos");
-        let builder = ChunkBuilder::new(&graph, a_hat.view(), &partition)?
-            .with_edge_weights(&edge_weights)?;
-        phases.record("halo", phase.done());
-        write_chunks(args, &bars, &mut phases, &builder, written, &method)?
-    };
-
-    let seconds = started.elapsed().as_secs_f64();
-    let peak_rss = phases.peak();
+    let config = args.prep_config()?;
+    let report = prep::run(&config, &|event| {
+        bars.lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .on(event)
+    })?;
+    let manifest = &report.manifest;
+    let seconds = report.seconds;
+    let peak_rss = report.peak_rss();
     let halo_rows_max = manifest.halo_rows.iter().copied().max().unwrap_or(0);
     // The SpMM work per rank follows the non-zeros: max over mean (1 = perfect).
     let nnz_max = manifest.chunks.iter().map(|c| c.nnz).max().unwrap_or(0);
@@ -580,10 +453,10 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
             "max_imbalance": manifest.max_imbalance,
             "nnz_imbalance": nnz_imbalance,
             "halo_rows_max": halo_rows_max,
-            "build": build.name(),
+            "build": report.build.name(),
             "seconds": seconds,
-            "phase_seconds": phases.seconds_json(),
-            "phase_peak_rss_bytes": phases.peaks_json(),
+            "phase_seconds": phases_json(&report, |p| serde_json::json!(p.seconds)),
+            "phase_peak_rss_bytes": phases_json(&report, |p| serde_json::json!(p.peak_rss)),
             "peak_rss_bytes": peak_rss,
         });
         println!("{line}");
@@ -613,120 +486,9 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
             args.out.display()
         );
         match peak_rss {
-            Some(peak) => println!("{}; peak memory {}", phases.summary(), memory::gib(peak)),
-            None => println!("{}", phases.summary()),
+            Some(peak) => println!("{}; peak memory {}", phases_summary(&report), gib(peak)),
+            None => println!("{}", phases_summary(&report)),
         }
     }
     Ok(())
-}
-
-/// Refuses a `--write-metis-graph` path that names one of the run's inputs (the graph, the
-/// partition map) under any name: the same path once canonicalised, a symlink to it or a hard
-/// link of it. `--force` does not lift this.
-fn refuse_to_overwrite_inputs(out: &Path, args: &Args) -> anyhow::Result<()> {
-    let inputs = [
-        ("--input", Some(&args.input)),
-        ("--partition-map", args.partition_map.as_ref()),
-    ];
-    for (option, input) in inputs {
-        let Some(input) = input else { continue };
-        if same_file(out, input) {
-            bail!(
-                "--write-metis-graph {} is the file {option} {} reads: writing the METIS graph \
-                 there would replace it (--force does not allow this); choose another file",
-                out.display(),
-                input.display()
-            );
-        }
-    }
-    Ok(())
-}
-
-/// Whether `a` and `b` name the same existing file: equal canonical paths, or the same device
-/// and inode (hard links).
-fn same_file(a: &Path, b: &Path) -> bool {
-    use std::os::unix::fs::MetadataExt;
-    if let (Ok(x), Ok(y)) = (std::fs::canonicalize(a), std::fs::canonicalize(b)) {
-        if x == y {
-            return true;
-        }
-    }
-    match (std::fs::metadata(a), std::fs::metadata(b)) {
-        (Ok(x), Ok(y)) => x.dev() == y.dev() && x.ino() == y.ino(),
-        _ => false,
-    }
-}
-
-/// Drops the graph's edge arrays (the chunks need only the node data from here on).
-fn release_edges(graph: &mut distspmm_core::graph::Graph) {
-    graph.src = Vec::new();
-    graph.dst = Vec::new();
-    graph.weights = None;
-}
-
-/// Builds and writes every chunk from `builder` (the phases `build` and `write`).
-fn write_chunks(
-    args: &Args,
-    bars: &MultiProgress,
-    phases: &mut PhaseLog,
-    builder: &impl PartChunkBuilder,
-    written: WriteOptions,
-    method: &Method,
-) -> anyhow::Result<Manifest> {
-    let phase = Phase::start(bars, "building and writing chunks");
-    let progress = bars.add(ProgressBar::new(u64::from(args.parts)));
-    progress.set_style(
-        ProgressStyle::with_template("  {bar:30} {pos}/{len} chunks").expect("static template"),
-    );
-    let options = WriteOptions {
-        force: args.force,
-        normalization: args.partitioning.normalize.name().into(),
-        command_line: std::env::args().collect(),
-        progress: progress.clone(),
-        ..written
-    };
-    let manifest = write_chunk_dir(&args.out, builder, &options)
-        .map_err(|err| explain_rerun(err, method))
-        .with_context(|| format!("cannot write the chunks into {}", args.out.display()))?;
-    progress.finish_and_clear();
-    let chunk_seconds = phase.done();
-    // Chunks are built and written part by part (in parallel for the in-memory builder): split
-    // the phase's wall time in the proportion of the summed per-part times.
-    let (build, write) = (
-        options.timings.build_seconds(),
-        options.timings.write_seconds(),
-    );
-    let build_share = if build + write > 0.0 {
-        build / (build + write)
-    } else {
-        0.5
-    };
-    phases.record("build", chunk_seconds * build_share);
-    // Build and write interleave, so both share the one peak just recorded.
-    let build_peak = phases.entries.last().and_then(|e| e.2);
-    phases
-        .entries
-        .push(("write", chunk_seconds * (1.0 - build_share), build_peak));
-    Ok(manifest)
-}
-
-fn load_map(path: &Path, parts: u32, nodes: usize) -> anyhow::Result<Partition> {
-    let partition = Partition::load(path)?;
-    if partition.num_nodes() != nodes {
-        bail!(
-            "the partition map {} covers {} nodes but the graph has {nodes}: it was made for \
-             another graph",
-            path.display(),
-            partition.num_nodes()
-        );
-    }
-    if partition.parts() != parts {
-        bail!(
-            "the partition map {} has {} parts but --parts is {parts}: pass --parts {}",
-            path.display(),
-            partition.parts(),
-            partition.parts()
-        );
-    }
-    Ok(partition)
 }

@@ -1,7 +1,7 @@
 //! `distspmm plan`: a dry run of the distributed SpMM without MPI — per-rank memory and bytes
 //! per layer under each schedule, for any P, from a chunk directory or straight from a graph
 //! (partitioned here, nothing written), and the P×P communication matrix as an SVG heatmap.
-//! The byte counts are the schedules' own (`distspmm_core::schedule`), the same the operator
+//! The byte counts are the schedules' own (`distspmm_op::schedule`), the same the operator
 //! measures in `distspmm bench dist`.
 
 use std::fmt::Write as _;
@@ -9,14 +9,15 @@ use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context};
+use chunk_format::dir::ChunkDir;
 use chunk_format::{MappedChunk, HEADER_LEN, SECTION_ALIGN, SECTION_ENTRY_LEN};
-use distspmm_core::chunk::{ChunkDir, HaloLists};
-use distspmm_core::memory::human_bytes as human;
-use distspmm_core::normalize;
-use distspmm_core::partition::Adjacency;
+use distspmm_prep::chunk::HaloLists;
+use distspmm_prep::normalize;
+use distspmm_prep::partition::Adjacency;
+use distspmm_sparse::memory::human_bytes as human;
 
-use super::partition::{partition_graph, PartitionOptions};
-use distspmm_core::schedule::{
+use super::partition::PartitionOptions;
+use distspmm_op::schedule::{
     CommMatrix, LayerTraffic, PartitionShape, Precision, ScheduleKind, Workspace, VALUE_BYTES,
 };
 use indicatif::ProgressBar;
@@ -164,7 +165,7 @@ fn from_graph(input: &Path, parts: u32, options: &PartitionOptions) -> anyhow::R
     if parts == 0 {
         bail!("--parts must be at least 1");
     }
-    let graph = distspmm_core::graph::load(input)
+    let graph = distspmm_prep::graph::load(input)
         .with_context(|| format!("cannot read the graph {}", input.display()))?;
     let n = graph.num_nodes;
     let a_hat = normalize::adjacency(
@@ -178,7 +179,7 @@ fn from_graph(input: &Path, parts: u32, options: &PartitionOptions) -> anyhow::R
     let adjacency = Adjacency::from_edges(n, &graph.src, &graph.dst)?;
     // `auto`'s pick for this graph, so the plan names the method `partition` would run.
     let method = options.method()?.resolve(&adjacency);
-    let partition = partition_graph(&adjacency, parts, &method)?;
+    let partition = distspmm_prep::partition::partition(&adjacency, parts, &method)?;
     drop(adjacency);
     let renumbering = partition.renumbering();
     let halo = HaloLists::compute(&a_hat.view(), &partition, &renumbering);

@@ -85,6 +85,7 @@ impl Args {
         Request {
             chunks: self.chunks.clone(),
             input: self.input.clone(),
+            read_graph: Some(super::train::read_whole_graph),
             mode: self.mode.into(),
             schedule: self.schedule.into(),
             checkpoint: self.checkpoint.clone(),

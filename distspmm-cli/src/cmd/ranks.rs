@@ -13,10 +13,10 @@ use std::io::Write as _;
 use std::path::Path;
 
 use anyhow::{anyhow, bail, Context};
+use chunk_format::dir::ChunkDir;
 use dist_comm::agree::check_parts;
 use dist_comm::{AllGather, Communicator, Group, LocalComm, MpiComm};
-use distspmm_core::chunk::ChunkDir;
-use distspmm_core::schedule::ScheduleKind;
+use distspmm_op::schedule::ScheduleKind;
 use distspmm_op::{abstain, open_rank_chunk, DistSpmmError, OpenError, RankChunk};
 
 /// How ranks are formed (shared by the distributed commands).
@@ -49,7 +49,7 @@ impl From<ScheduleArg> for ScheduleKind {
 /// `--comm-precision`: the format of the distributed SpMM's messages (`f32`, `bf16`, `f16`).
 pub fn parse_precision(s: &str) -> Result<distspmm_op::Precision, String> {
     s.parse()
-        .map_err(|e: distspmm_core::kernel::convert::UnknownPrecision| e.to_string())
+        .map_err(|e: distspmm_sparse::kernel::convert::UnknownPrecision| e.to_string())
 }
 
 /// The body of a distributed command, run once per rank.
@@ -160,7 +160,7 @@ pub fn check_matrix_memory(
         .with_context(|| format!("cannot open the chunk directory {}", chunks.display()))?;
     let nodes = dir.manifest().nodes;
     let values = nodes.saturating_mul(features as u64);
-    distspmm_core::memory::check(
+    distspmm_sparse::memory::check(
         format!("`distspmm {command}` with --features {features} on {nodes} nodes"),
         values.saturating_mul(bytes_per_value),
         "lower --features",

@@ -7,7 +7,7 @@
 use anyhow::{Context, Result};
 use dist_comm::Group;
 use distspmm_gcn::{Config, Event};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 /// How the work is split across ranks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -266,6 +266,7 @@ impl Args {
         Config {
             chunks: self.chunks.clone(),
             input: self.input.clone(),
+            read_graph: Some(read_whole_graph),
             mode: self.mode.into(),
             epochs: self.epochs,
             model,
@@ -463,6 +464,51 @@ pub fn run(args: &Args) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// Tensor-parallel training's reader of a graph file ([`distspmm_gcn::ReadGraph`]): the graph,
+/// Â (GCN-normalised, with the graph's weight of each entry) as one part's chunk without the
+/// node data, and the node data itself.
+pub(crate) fn read_whole_graph(input: &Path) -> Result<distspmm_gcn::GraphFile> {
+    use distspmm_prep::normalize::{adjacency_with_weights, Normalization};
+    let mut g = distspmm_prep::graph::load(input)
+        .with_context(|| format!("cannot load {}", input.display()))?;
+    let n = g.num_nodes;
+    let fingerprint = chunk_format::dir::fingerprint_hex(&g.fingerprint());
+    let feats = g.features.take().with_context(|| {
+        format!(
+            "{} has no node features (`x`); the models need them",
+            input.display()
+        )
+    })?;
+    let (features, in_dim) = (feats.data.to_vec(), feats.dim);
+    drop(feats);
+    let (a_hat, edge_weights) =
+        adjacency_with_weights(n, &g.src, &g.dst, g.weights.as_deref(), Normalization::Gcn)
+            .with_context(|| format!("cannot normalise the adjacency of {}", input.display()))?;
+    let partition = distspmm_prep::partition::Partition::new(1, vec![0u32; n], "whole")
+        .context("cannot describe the whole graph as one part")?;
+    let builder = distspmm_prep::chunk::ChunkBuilder::new(&g, a_hat.view(), &partition)
+        .and_then(|b| b.with_edge_weights(&edge_weights))
+        .with_context(|| format!("cannot build the whole graph of {}", input.display()))?;
+    let chunk = chunk_format::encode(&builder.build(0).contents())
+        .with_context(|| format!("cannot encode the whole graph of {}", input.display()))?;
+    drop(builder);
+    let classes = g.num_classes();
+    Ok(distspmm_gcn::GraphFile {
+        nodes: n,
+        chunk,
+        features,
+        in_dim,
+        labels: g.labels.take(),
+        classes,
+        targets: g.targets.take().map(|t| t.data),
+        train_mask: g.train_mask.take(),
+        val_mask: g.val_mask.take(),
+        test_mask: g.test_mask.take(),
+        fingerprint,
+        normalization: Normalization::Gcn.name().into(),
+    })
 }
 
 #[cfg(test)]

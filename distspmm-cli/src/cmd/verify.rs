@@ -12,11 +12,12 @@
 use std::path::PathBuf;
 
 use anyhow::{anyhow, Context};
+use chunk_format::dir::ChunkDir;
 use dist_comm::{BlockLayout, Communicator, ReduceOp};
-use distspmm_core::chunk::ChunkDir;
-use distspmm_core::schedule::ScheduleKind;
-use distspmm_core::sparse::{CsrOwned, DenseView, DenseViewMut};
+use distspmm_op::schedule::ScheduleKind;
 use distspmm_op::{DistSpmm, Precision};
+use distspmm_prep::chunk::VerifyDir;
+use distspmm_sparse::sparse::{CsrOwned, DenseView, DenseViewMut};
 use rayon::prelude::*;
 
 use super::ranks::{self, explain, test_matrix, Launch, OnAllRanks, RankMain};
@@ -55,7 +56,7 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
         anyhow::bail!(
             "--tolerance {} is not a valid tolerance: give a finite number of at least 0 (e.g. \
              1e-5)",
-            distspmm_core::graph::show_float(args.tolerance)
+            distspmm_prep::graph::show_float(args.tolerance)
         );
     }
     if args.features == 0 {
@@ -187,7 +188,7 @@ fn gather_at_root<C: Communicator>(
         .map(|r| {
             if me == 0 {
                 // A part's size: at most u32::MAX, checked by `ChunkView::parse`.
-                distspmm_core::index::offset(offsets[r + 1] - offsets[r]) * features
+                distspmm_sparse::index::offset(offsets[r + 1] - offsets[r]) * features
             } else {
                 0
             }

@@ -23,7 +23,7 @@ use crate::dropout::DropoutKey;
 use crate::model::{glorot_fill, len_of, zeros};
 use crate::par;
 use anyhow::{ensure, Result};
-use distspmm_core::sparse::{DenseView, DenseViewMut};
+use distspmm_sparse::sparse::{DenseView, DenseViewMut};
 
 /// LeakyReLU's slope on negative attention logits (PyG's `negative_slope` default).
 pub const NEGATIVE_SLOPE: f32 = 0.2;

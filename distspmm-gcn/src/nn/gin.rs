@@ -19,7 +19,7 @@ use crate::dropout::DropoutKey;
 use crate::model::{glorot, len_of, zeros};
 use crate::par;
 use anyhow::{ensure, Result};
-use distspmm_core::sparse::{DenseView, DenseViewMut};
+use distspmm_sparse::sparse::{DenseView, DenseViewMut};
 use rand_chacha::ChaCha8Rng;
 
 /// GIN's ε: fixed, or a trained parameter starting at the value given (PyG's `eps` and

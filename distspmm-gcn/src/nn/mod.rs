@@ -21,7 +21,7 @@
 use std::ops::Range;
 
 use anyhow::{ensure, Result};
-use distspmm_core::sparse::{DenseView, DenseViewMut};
+use distspmm_sparse::sparse::{DenseView, DenseViewMut};
 
 use crate::model::zeros;
 pub use crate::model::{Aggregate, LocalData, Reduce};

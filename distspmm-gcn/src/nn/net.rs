@@ -530,7 +530,7 @@ fn check_memory(cfg: &ModelConfig, rows: usize, edges: usize) -> Result<()> {
         .saturating_mul(4)
         .saturating_add(layers)
         .saturating_add(r.saturating_mul(widest).saturating_mul(2));
-    distspmm_core::memory::check(
+    distspmm_sparse::memory::check(
         format!(
             "a {} of {} layers and hidden width {} over {rows} nodes ({} features, {} classes)",
             cfg.model.name().to_uppercase(),
@@ -539,7 +539,7 @@ fn check_memory(cfg: &ModelConfig, rows: usize, edges: usize) -> Result<()> {
             cfg.in_dim,
             cfg.classes
         ),
-        distspmm_core::memory::bytes_of::<f32>(elements),
+        distspmm_sparse::memory::bytes_of::<f32>(elements),
         if cfg.model == ModelKind::Gat {
             GAT_MEMORY_HINT
         } else {

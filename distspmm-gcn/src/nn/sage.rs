@@ -21,7 +21,7 @@ use crate::dropout::DropoutKey;
 use crate::model::{glorot, len_of, zeros};
 use crate::par;
 use anyhow::{ensure, Result};
-use distspmm_core::sparse::{DenseView, DenseViewMut};
+use distspmm_sparse::sparse::{DenseView, DenseViewMut};
 use rand_chacha::ChaCha8Rng;
 
 /// GraphSAGE's layer with PyG `SAGEConv`'s defaults (see the module documentation), bound to

@@ -4,7 +4,7 @@
 use super::{EdgeWeights, Graph, Layer, Pass};
 use crate::model::Aggregate;
 use anyhow::{ensure, Result};
-use distspmm_core::sparse::{DenseView, DenseViewMut};
+use distspmm_sparse::sparse::{DenseView, DenseViewMut};
 use rand::{Rng, SeedableRng};
 
 /// A graph of `n` nodes held whole: its edges `A` (weights), the pattern of `A + I` as the

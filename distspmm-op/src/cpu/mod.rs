@@ -1,24 +1,24 @@
-//! The CPU backend: distspmm-core's kernels (rayon threads) on host buffers, rows moved by any
+//! The CPU backend: distspmm-sparse's kernels (rayon threads) on host buffers, rows moved by any
 //! communicator with broadcast and point-to-point messages (local threads, MPI). Both lanes
 //! are the calling thread: an exchange posts its receives and sends, runs its body (the local
 //! block first) and waits for each received block only when the body reads it, so the
 //! messages travel while the local block is multiplied. Products over the call's per-edge
-//! values are distspmm-core's grouped products over the block's pattern: the G runs of the
+//! values are distspmm-sparse's grouped products over the block's pattern: the G runs of the
 //! caller's values (CSR), or their CSC-ordered copy (`CscOrder::permute`, made just before each
 //! transposed product, an entry's G values side by side, and kept for the next call when that
 //! call's one group of values is the same bits: an aggregator's fixed weights); the SDDMM is
-//! `distspmm_core::kernel::sddmm_grouped` over a block's pattern into its G runs of the edge
+//! `distspmm_sparse::kernel::sddmm_grouped` over a block's pattern into its G runs of the edge
 //! operand. With one group these are the single products, bit for bit.
 
 pub(crate) mod rows;
 
 use dist_comm::{Broadcast, Completion, Element, Exchange as Requests, PointToPoint, RequestId};
-use distspmm_core::kernel::convert::{narrow, widen, Half};
-use distspmm_core::kernel::{
+use distspmm_sparse::kernel::convert::{narrow, widen, Half};
+use distspmm_sparse::kernel::{
     sddmm_grouped, spmm, spmm_grouped, spmm_transpose, spmm_transpose_grouped, EdgeRuns,
     EdgeRunsMut,
 };
-use distspmm_core::sparse::{CscView, CsrView, DenseView, DenseViewMut};
+use distspmm_sparse::sparse::{CscView, CsrView, DenseView, DenseViewMut};
 
 use crate::backend::{
     run, Accumulate, Backend, Buf, Dense, Exchange, Lane, Matrix, Message, Orient, Product, Region,
@@ -29,8 +29,8 @@ use chunk_format::ChunkView;
 use std::marker::PhantomData;
 use std::ops::Deref;
 
+use crate::schedule::{ScheduleKind, Traffic, Workspace};
 use dist_comm::{AllGather, AllReduce};
-use distspmm_core::schedule::{ScheduleKind, Traffic, Workspace};
 
 use crate::blocks::{self, QLocalBlock};
 use crate::edges::{CscOrder, EdgeLayout};

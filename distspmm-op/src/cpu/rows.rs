@@ -2,7 +2,7 @@
 //! over disjoint rows (each output row is written by one thread, so results do not depend on
 //! the thread count).
 
-use distspmm_core::sparse::{DenseView, DenseViewMut};
+use distspmm_sparse::sparse::{DenseView, DenseViewMut};
 use rayon::prelude::*;
 
 /// Below this many values a loop runs on the calling thread.

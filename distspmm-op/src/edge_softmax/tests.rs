@@ -10,13 +10,13 @@
 
 use std::collections::HashMap;
 
+use crate::schedule::ScheduleKind;
 use chunk_format::{encode, AlignedBuf, ChunkView};
 use dist_comm::{Group, LocalComm};
-use distspmm_core::chunk::ChunkBuilder;
-use distspmm_core::graph::Graph;
-use distspmm_core::normalize::{self, Normalization};
-use distspmm_core::partition::Partition;
-use distspmm_core::schedule::ScheduleKind;
+use distspmm_prep::chunk::ChunkBuilder;
+use distspmm_prep::graph::Graph;
+use distspmm_prep::normalize::{self, Normalization};
+use distspmm_prep::partition::Partition;
 use proptest::prelude::*;
 
 use crate::tests::{chunks, graphs, messages, reassembled, ring, value, views};
@@ -414,7 +414,7 @@ fn grouped_calls_give_each_run_the_bits_of_the_one_group_call() {
 /// (no fused multiply-adds, reductions in a fixed lane order).
 #[test]
 fn every_instruction_set_gives_the_same_bits() {
-    use distspmm_core::kernel::{isa, Isa};
+    use distspmm_sparse::kernel::{isa, Isa};
     const GROUPS: usize = 2;
     let bufs = hub(600, 2);
     let views = views(&bufs);

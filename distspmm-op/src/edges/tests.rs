@@ -11,17 +11,17 @@
 
 use std::collections::HashMap;
 
+use crate::schedule::{LayerTraffic, ScheduleKind, Traffic};
 use chunk_format::ChunkView;
 use dist_comm::{Group, LocalComm};
-use distspmm_core::schedule::{LayerTraffic, ScheduleKind, Traffic};
-use distspmm_core::sparse::{CsrOwned, DenseView, DenseViewMut};
+use distspmm_sparse::sparse::{CsrOwned, DenseView, DenseViewMut};
 use proptest::prelude::*;
 
 use chunk_format::{encode, AlignedBuf};
-use distspmm_core::chunk::ChunkBuilder;
-use distspmm_core::graph::Graph;
-use distspmm_core::normalize::{self, Normalization};
-use distspmm_core::partition::Partition;
+use distspmm_prep::chunk::ChunkBuilder;
+use distspmm_prep::graph::Graph;
+use distspmm_prep::normalize::{self, Normalization};
+use distspmm_prep::partition::Partition;
 
 use crate::tests::{assert_close, chunks, graphs, messages, reassembled, ring, value, views};
 use crate::{DistSpmm, DistSpmmError};

@@ -74,15 +74,15 @@
 
 use std::ops::Deref;
 
+use crate::schedule::{Precision, ScheduleKind, Traffic, Workspace};
 use chunk_format::ChunkView;
 use dist_comm::{AllGather, AllReduce, CommError, Group, NcclComm, RawDeviceBuffer};
-use distspmm_core::kernel::convert::Half;
-use distspmm_core::schedule::{Precision, ScheduleKind, Traffic, Workspace};
 use distspmm_cuda::{
     CudaError, DeviceCsc, DeviceCscOrder, DeviceCsr, DeviceDense, DeviceRowSplit, DeviceRows,
     DeviceScatter, EdgeRows, GpuDevice, HalfFormat, RawCscValues, RawCsr, RawDense, RawEdgeBlock,
     RawEdgeRuns, RawSplit, RawSpmm, RawStream, RawWorkspace, ScatterPlan, SparseParts, Strategy,
 };
+use distspmm_sparse::kernel::convert::Half;
 
 use crate::backend::{
     run as run_program, Backend, Buf, Dense, Exchange, Instr, Lane, Matrix, Message, Orient,
@@ -367,7 +367,7 @@ where
 /// ```no_run
 /// use chunk_format::ChunkView;
 /// use dist_comm::{AllGather, AllReduce, Broadcast, DeviceSelect, NcclComm};
-/// use distspmm_core::schedule::ScheduleKind;
+/// use distspmm_op::schedule::ScheduleKind;
 /// use distspmm_cuda::{CudaError, DeviceDense};
 /// use distspmm_op::{DistSpmmError, GpuDistSpmm};
 ///
