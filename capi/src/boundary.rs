@@ -9,6 +9,7 @@ use std::fmt;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use chunk_format::dir::ChunkDirError;
+use dist_comm::agree::message_with_sources;
 use dist_comm::CommError;
 
 /// What a `dsp_` call returns. The numeric values are part of the ABI: they never change, and
@@ -226,7 +227,7 @@ impl From<&ChunkDirError> for Error {
             ChunkDirError::NoSuchPart { .. } => Status::PartsMismatch,
             _ => Status::InvalidChunk,
         };
-        Self::new(status, with_sources(e))
+        Self::new(status, message_with_sources(e))
     }
 }
 
@@ -234,22 +235,6 @@ impl From<ChunkDirError> for Error {
     fn from(e: ChunkDirError) -> Self {
         Self::from(&e)
     }
-}
-
-/// An error's message followed by those of its sources that it does not already include
-/// (e.g. "cannot open part-00001.chunk: No such file or directory").
-pub(crate) fn with_sources(e: &dyn std::error::Error) -> String {
-    let mut message = e.to_string();
-    let mut source = e.source();
-    while let Some(s) = source {
-        let text = s.to_string();
-        if !message.contains(&text) {
-            message.push_str(": ");
-            message.push_str(&text);
-        }
-        source = s.source();
-    }
-    message
 }
 
 thread_local! {

@@ -7,12 +7,11 @@ use std::sync::Arc;
 
 use chunk_format::dir::ChunkDir;
 use chunk_format::{ChunkHeader, ChunkView};
+use dist_comm::agree::message_with_sources;
 use dist_comm::Group;
 use distspmm_op::{open_rank_chunk, OpenError, RankChunk};
 
-use crate::boundary::{
-    ffi_boundary, ffi_boundary_void, with_sources, Error, Handle, OutPtr, Status,
-};
+use crate::boundary::{ffi_boundary, ffi_boundary_void, Error, Handle, OutPtr, Status};
 use crate::comm::{agree, Comm};
 
 /// This rank's part of a chunk directory written by `distspmm partition`: the rows of Ahat (the normalised adjacency) it
@@ -85,7 +84,7 @@ fn open_local(dir: *const c_char, rank: usize, size: usize) -> Result<Chunk, Err
 impl From<OpenError> for Error {
     fn from(e: OpenError) -> Self {
         match e.dir_error() {
-            Some(source) => Error::new(Error::from(source).status, with_sources(&e)),
+            Some(source) => Error::new(Error::from(source).status, message_with_sources(&e)),
             None => Error::new(Status::PartsMismatch, e.to_string()),
         }
     }

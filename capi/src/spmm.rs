@@ -120,7 +120,7 @@ impl From<DistSpmmError> for Error {
             DistSpmmError::NoEdgeWeights { .. } => Status::InvalidArgument,
             _ => Status::Panic,
         };
-        Error::new(status, crate::boundary::with_sources(&e))
+        Error::new(status, dist_comm::agree::message_with_sources(&e))
     }
 }
 

@@ -501,6 +501,23 @@ pub fn outcome<C: AllReduce + AllGather, T, E: std::fmt::Display>(
     }
 }
 
+/// An error's message followed by those of its sources that it does not already include
+/// (e.g. "cannot open part-00001.chunk: No such file or directory"): the words a failing rank
+/// gives its peers, and the C ABI its callers.
+pub fn message_with_sources(e: &dyn core::error::Error) -> String {
+    let mut message = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        let text = s.to_string();
+        if !message.contains(&text) {
+            message.push_str(": ");
+            message.push_str(&text);
+        }
+        source = s.source();
+    }
+    message
+}
+
 /// What [`outcome_keeping_own`] gives a rank when some rank failed.
 #[derive(Debug)]
 pub enum Failure<E> {

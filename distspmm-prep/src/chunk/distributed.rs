@@ -31,7 +31,7 @@
 //! collective.
 
 use std::ops::Range;
-use std::string::{String, ToString};
+use std::string::String;
 use std::vec::Vec;
 
 use dist_comm::agree::{self, PeerFailure};
@@ -245,7 +245,7 @@ pub fn build<C: BuildComm>(
 /// This rank's result made collective: its own error as [`DistBuildError::Local`], another
 /// rank's as [`DistBuildError::Peer`].
 fn settle<C: BuildComm, T>(comm: &C, local: Result<T, ChunkDirError>) -> Result<T, DistBuildError> {
-    match agree::outcome_keeping_own(comm, local, ToString::to_string)? {
+    match agree::outcome_keeping_own(comm, local, |e| agree::message_with_sources(e))? {
         Ok(value) => Ok(value),
         Err(agree::Failure::Own(own)) => Err(DistBuildError::Local(own)),
         Err(agree::Failure::Peer(peer)) => Err(DistBuildError::Peer(peer)),

@@ -15,7 +15,7 @@
 //!    failure before that (or a killed job) leaves the output as it was.
 
 use std::path::PathBuf;
-use std::string::{String, ToString};
+use std::string::String;
 use std::time::Instant;
 use std::vec::Vec;
 
@@ -188,17 +188,7 @@ pub enum DistPrepError {
 /// This rank's outcome made collective: its own error, or the lowest failing rank's (told with
 /// its causes).
 fn agreed<C: BuildComm, T>(comm: &C, local: Result<T, DistPrepError>) -> Result<T, DistPrepError> {
-    let message = |e: &DistPrepError| {
-        let mut text = e.to_string();
-        let mut source = std::error::Error::source(e);
-        while let Some(s) = source {
-            text.push_str(": ");
-            text.push_str(&s.to_string());
-            source = s.source();
-        }
-        text
-    };
-    match agree::outcome_keeping_own(comm, local, message)? {
+    match agree::outcome_keeping_own(comm, local, |e| agree::message_with_sources(e))? {
         Ok(value) => Ok(value),
         Err(agree::Failure::Own(own)) => Err(own),
         Err(agree::Failure::Peer(peer)) => Err(DistPrepError::Peer(peer)),
